@@ -1,0 +1,24 @@
+# `make demo` and `make test` set everything up first (scripts/bootstrap.sh is idempotent).
+.PHONY: setup demo test lint bench clean
+
+setup:
+	@bash scripts/bootstrap.sh
+
+demo: setup
+	@.venv/bin/python examples/demo/run_demo.py
+
+test: setup
+	@echo "test: ruff, mypy, pytest"
+	@.venv/bin/ruff check src tests
+	@.venv/bin/mypy
+	@.venv/bin/python -m pytest -q
+
+lint: setup
+	@.venv/bin/ruff check src tests
+	@.venv/bin/mypy
+
+bench: setup
+	@.venv/bin/contain bench startup
+
+clean:
+	rm -rf .venv build src/*.egg-info

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Set up everything contain needs on this machine, idempotently, saying what it does.
+#   1. Debian packages (only when running as root and something is missing)
+#   2. a .venv in the repo root with contain installed (pip install -e .[dev])
+#   3. the in-sandbox agent, compiled once into the cache
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# Debian package -> a file it provides; installed only when that file is missing.
+PACKAGES=(
+  "bubblewrap:/usr/bin/bwrap"
+  "libseccomp2:/usr/lib/x86_64-linux-gnu/libseccomp.so.2"
+  "gcc:/usr/bin/gcc"
+  "libc6-dev:/usr/lib/x86_64-linux-gnu/libc.a"
+  "iproute2:/usr/sbin/ip"
+  "util-linux:/usr/bin/unshare"
+)
+missing=()
+for entry in "${PACKAGES[@]}"; do
+  pkg=${entry%%:*}; file=${entry#*:}
+  [ -e "$file" ] || missing+=("$pkg")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null; then
+    echo "bootstrap: installing Debian packages: ${missing[*]}"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+  else
+    echo "bootstrap: missing packages: ${missing[*]} (run as root, or install them yourself)" >&2
+    exit 1
+  fi
+else
+  echo "bootstrap: system packages present"
+fi
+
+PYTHON=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  echo "bootstrap: creating .venv with $($PYTHON --version)"
+  "$PYTHON" -m venv .venv
+fi
+stamp=.venv/.contain-installed
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+  echo "bootstrap: installing contain into .venv (pip install -e .[dev])"
+  .venv/bin/pip install -q --disable-pip-version-check -e '.[dev]'
+  touch "$stamp"
+else
+  echo "bootstrap: contain already installed in .venv"
+fi
+echo "bootstrap: building the in-sandbox agent (cached when unchanged)"
+.venv/bin/contain doctor --build-agent >/dev/null
+echo "bootstrap: ready; the CLI is .venv/bin/contain"

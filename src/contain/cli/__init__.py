@@ -1,0 +1,67 @@
+"""The `contain` command: parses, calls the library, prints. Errors are rendered in one place.
+
+Each subcommand lives in its own module with ``add_arguments(parser)`` and ``execute(args) -> int``,
+and only the module of the command being run is imported, so ``contain run`` does not pay for the
+imports of ``contain review`` or ``contain inventory``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import os
+import sys
+from collections.abc import Sequence
+
+__all__ = ["main"]
+
+# name -> (module, one-line summary). The summary is here so `contain --help` imports nothing.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "run": ("contain.cli.run", "run a command inside a disposable sandbox"),
+    "doctor": ("contain.cli.doctor", "show what this host offers and how to fix each gap"),
+    "schema": ("contain.cli.manifest", "print the boundary manifest's JSON Schema"),
+    "check-manifest": ("contain.cli.manifest", "validate a boundary manifest"),
+    "bench": ("contain.cli.bench", "measure sandbox start-up and throughput on this host"),
+}
+
+
+def _build_parser(command: str | None) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="contain", description="Contain what AI agents do.")
+    parser.add_argument("--verbose", action="store_true", help="show tracebacks for errors")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (module_name, summary) in COMMANDS.items():
+        child = sub.add_parser(name, help=summary, description=summary)
+        if name == command:
+            module = importlib.import_module(module_name)
+            module.add_arguments(child, name)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the console script; returns the process exit status."""
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    if os.environ.get("CONTAIN_DEBUG"):
+        logging.basicConfig(level=logging.DEBUG, stream=sys.stderr)
+    command = next((a for a in args_list if not a.startswith("-")), None)
+    if command not in COMMANDS:
+        command = None
+    parser = _build_parser(command)
+    args = parser.parse_args(args_list)
+    if args.command is None:
+        parser.print_help(sys.stderr)
+        return 2
+    from contain.errors import ContainError
+
+    module = importlib.import_module(COMMANDS[args.command][0])
+    try:
+        return int(module.execute(args))
+    except ContainError as exc:
+        if args.verbose:
+            raise
+        print(f"contain: {exc.cause}", file=sys.stderr)
+        if exc.fix:
+            print(f"  fix: {exc.fix}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        return 130

@@ -1,0 +1,71 @@
+"""Every error contain raises on purpose, with a cause and a fix.
+
+The tree::
+
+    ContainError                  cause + fix + optional rule_id; exit code 125 unless noted
+    ├── BoundaryInvalid           a manifest failed to parse or validate (names file, key, line)
+    ├── UnsupportedHost           this host lacks a layer the boundary needs (fail closed)
+    ├── SandboxStartError         a sandbox could not be set up or started
+    ├── SandboxLost               a running sandbox died or stopped answering
+    └── FileTransferError         put_file / get_file / export refused or failed
+
+The CLI renders these in one place (``contain.cli.main``); library code never prints or exits.
+Foreign exceptions are translated where they enter, with ``raise ... from exc``.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "BoundaryInvalid",
+    "ContainError",
+    "FileTransferError",
+    "SandboxLost",
+    "SandboxStartError",
+    "UnsupportedHost",
+]
+
+
+class ContainError(Exception):
+    """Base class: something contain refused or could not do.
+
+    Raised only through a subclass. ``cause`` says what happened, naming the exact path,
+    syscall, host or field; ``fix`` says what the user can change.
+    """
+
+    exit_code: int = 125
+
+    def __init__(self, cause: str, fix: str = "", *, rule_id: str | None = None) -> None:
+        super().__init__(cause)
+        self.cause = cause
+        self.fix = fix
+        self.rule_id = rule_id
+
+    def __str__(self) -> str:
+        return f"{self.cause} (fix: {self.fix})" if self.fix else self.cause
+
+
+class BoundaryInvalid(ContainError):
+    """Raised when a manifest cannot be read, parsed or validated.
+
+    ``problems`` holds one line per error, each naming the file, key path and line.
+    """
+
+    def __init__(self, cause: str, fix: str = "", *, problems: list[str] | None = None) -> None:
+        super().__init__(cause, fix)
+        self.problems = problems or []
+
+
+class UnsupportedHost(ContainError):
+    """Raised when the host cannot enforce a layer the boundary requires (fail closed)."""
+
+
+class SandboxStartError(ContainError):
+    """Raised when a sandbox cannot be created: spawning bwrap, cgroups, the agent handshake."""
+
+
+class SandboxLost(ContainError):
+    """Raised when a running sandbox's agent dies or stops answering; the sandbox is torn down."""
+
+
+class FileTransferError(ContainError):
+    """Raised when put_file, get_file or an export is refused (symlink, size, path) or fails."""

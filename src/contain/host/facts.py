@@ -1,0 +1,169 @@
+"""What this host offers, probed once and returned as a frozen value.
+
+Planning functions take ``HostFacts`` as an argument, so every decision that depends on the host is
+a pure function that tests can drive with a constructed value. Probing is cheap on purpose (a few
+/proc reads and one syscall): it runs on the start-up path of every sandbox.
+
+Does not decide anything: whether a missing layer is fatal is the runtime's decision
+(``contain.runtime.plan``), and ``contain doctor`` renders the facts with fixes.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import functools
+import os
+import platform
+import shutil
+import subprocess
+from dataclasses import dataclass, field
+
+__all__ = ["CgroupMount", "HostFacts", "probe_host", "probe_landlock_abi"]
+
+# landlock_create_ruleset(NULL, 0, LANDLOCK_CREATE_RULESET_VERSION) returns the ABI version.
+_SYS_LANDLOCK_CREATE_RULESET = {"x86_64": 444, "aarch64": 444}
+_LANDLOCK_CREATE_RULESET_VERSION = 1
+
+
+@dataclass(frozen=True)
+class CgroupMount:
+    """One mounted cgroup hierarchy and where this process sits in it."""
+
+    version: int  # 1 or 2
+    mountpoint: str
+    controllers: tuple[str, ...]  # v1: the hierarchy's controllers; v2: cgroup.controllers
+    own_path: str  # this process's cgroup inside the hierarchy, e.g. /user.slice
+
+
+@dataclass(frozen=True)
+class HostFacts:
+    """Everything the runtime plans from. Construct one by hand in tests."""
+
+    arch: str
+    is_root: bool
+    uid: int
+    gid: int
+    bwrap_path: str | None
+    bwrap_version: str | None
+    user_namespaces: bool  # max_user_namespaces > 0 and not disabled by sysctl
+    seccomp: bool
+    landlock_abi: int  # 0 when unavailable
+    cgroups: tuple[CgroupMount, ...] = field(default=())
+    libseccomp_path: str | None = None
+
+    def cgroup_for(self, controller: str) -> CgroupMount | None:
+        """The hierarchy that offers ``controller`` (a v1 mount, or v2 with it enabled)."""
+        for mount in self.cgroups:
+            if controller in mount.controllers:
+                return mount
+        return None
+
+
+def probe_landlock_abi(arch: str | None = None) -> int:
+    """Ask the kernel for its Landlock ABI version; 0 when Landlock is absent or disabled."""
+    number = _SYS_LANDLOCK_CREATE_RULESET.get(arch or platform.machine())
+    if number is None:
+        return 0
+    libc = ctypes.CDLL(None, use_errno=True)
+    abi = libc.syscall(number, None, ctypes.c_size_t(0), ctypes.c_uint32(_LANDLOCK_CREATE_RULESET_VERSION))
+    return int(abi) if abi > 0 else 0
+
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path, encoding="ascii", errors="replace") as handle:
+            return handle.read()
+    except OSError:
+        return None
+
+
+def _user_namespaces_enabled() -> bool:
+    max_ns = _read("/proc/sys/user/max_user_namespaces")
+    if max_ns is not None and max_ns.strip() == "0":
+        return False
+    # Debian/Ubuntu knobs; absent on mainline kernels.
+    for knob in ("/proc/sys/kernel/unprivileged_userns_clone",):
+        value = _read(knob)
+        if value is not None and value.strip() == "0" and os.geteuid() != 0:
+            return False
+    return os.path.exists("/proc/self/ns/user")
+
+
+def _seccomp_available() -> bool:
+    status = _read("/proc/self/status") or ""
+    return any(line.startswith("Seccomp:") for line in status.splitlines())
+
+
+def _cgroup_mounts() -> tuple[CgroupMount, ...]:
+    own: dict[str, str] = {}
+    for line in (_read("/proc/self/cgroup") or "").splitlines():
+        parts = line.split(":", 2)
+        if len(parts) == 3:
+            own[parts[1]] = parts[2]
+    mounts: list[CgroupMount] = []
+    for line in (_read("/proc/self/mountinfo") or "").splitlines():
+        left, _, right = line.partition(" - ")
+        fields = left.split()
+        rest = right.split()
+        if len(fields) < 5 or len(rest) < 3:
+            continue
+        fstype, options, mountpoint = rest[0], rest[2], fields[4]
+        if fstype == "cgroup2":
+            enabled = (_read(os.path.join(mountpoint, "cgroup.controllers")) or "").split()
+            mounts.append(CgroupMount(2, mountpoint, tuple(enabled), own.get("", "/")))
+        elif fstype == "cgroup":
+            controllers = tuple(
+                opt for opt in options.split(",") if opt in ("memory", "pids", "cpu", "cpuacct", "freezer")
+            )
+            if controllers:
+                mounts.append(CgroupMount(1, mountpoint, controllers, own.get(",".join(sorted(controllers)), own.get(controllers[0], "/"))))
+    return tuple(mounts)
+
+
+def _bwrap_version(path: str | None) -> str | None:
+    if path is None:
+        return None
+    try:
+        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=5, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip().removeprefix("bubblewrap ").strip() or None
+
+
+def _find_libseccomp() -> str | None:
+    for candidate in (
+        "/usr/lib/x86_64-linux-gnu/libseccomp.so.2",
+        "/usr/lib/aarch64-linux-gnu/libseccomp.so.2",
+        "/usr/lib64/libseccomp.so.2",
+        "/usr/lib/libseccomp.so.2",
+        "/lib/x86_64-linux-gnu/libseccomp.so.2",
+    ):
+        if os.path.exists(candidate):
+            return candidate
+    return None
+
+
+@functools.cache
+def probe_host() -> HostFacts:
+    """Probe this host once per process (cached); cheap enough for every sandbox start."""
+    arch = platform.machine()
+    bwrap = shutil.which("bwrap")
+    return HostFacts(
+        arch=arch,
+        is_root=os.geteuid() == 0,
+        uid=os.getuid(),
+        gid=os.getgid(),
+        bwrap_path=bwrap,
+        bwrap_version=_bwrap_version(bwrap),
+        user_namespaces=_user_namespaces_enabled(),
+        seccomp=_seccomp_available(),
+        landlock_abi=probe_landlock_abi(arch),
+        cgroups=_cgroup_mounts(),
+        libseccomp_path=_find_libseccomp(),
+    )
+
+
+def errno_name(code: int) -> str:
+    """``errno.EPERM`` -> ``"EPERM"``, for messages."""
+    return errno.errorcode.get(code, str(code))
