@@ -56,6 +56,7 @@ class ProtectedPath(BaseModel):
 
     model_config = _STRICT
     path: str
+    kind: Literal["dir", "file"]  # what to mask with when it does not exist yet
     why: str
 
 
@@ -63,18 +64,18 @@ class ProtectedPath(BaseModel):
 # read-only; missing ones are masked so they cannot be created. Each row says what an attacker
 # who could write it would gain.
 PROTECTED_PATHS: tuple[ProtectedPath, ...] = (
-    ProtectedPath(path=".git/hooks", why="hooks run as the user on the next git command"),
-    ProtectedPath(path=".git/config", why="core.fsmonitor / core.hooksPath run arbitrary commands"),
-    ProtectedPath(path=".gitmodules", why="submodule URLs and update commands run on checkout"),
-    ProtectedPath(path=".bashrc", why="runs in every interactive bash the user opens"),
-    ProtectedPath(path=".bash_profile", why="runs in every bash login shell"),
-    ProtectedPath(path=".profile", why="runs in every POSIX login shell"),
-    ProtectedPath(path=".zshrc", why="runs in every interactive zsh"),
-    ProtectedPath(path=".zshenv", why="runs in every zsh, even scripts"),
-    ProtectedPath(path=".gitconfig", why="aliases and hooksPath run commands in any repository"),
-    ProtectedPath(path=".envrc", why="direnv runs it on cd"),
-    ProtectedPath(path=".vscode", why="tasks and settings run commands when the folder opens"),
-    ProtectedPath(path=".idea", why="run configurations execute in the IDE"),
+    ProtectedPath(path=".git/hooks", kind="dir", why="hooks run as the user on the next git command"),
+    ProtectedPath(path=".git/config", kind="file", why="core.fsmonitor / core.hooksPath run arbitrary commands"),
+    ProtectedPath(path=".gitmodules", kind="file", why="submodule URLs and update commands run on checkout"),
+    ProtectedPath(path=".bashrc", kind="file", why="runs in every interactive bash the user opens"),
+    ProtectedPath(path=".bash_profile", kind="file", why="runs in every bash login shell"),
+    ProtectedPath(path=".profile", kind="file", why="runs in every POSIX login shell"),
+    ProtectedPath(path=".zshrc", kind="file", why="runs in every interactive zsh"),
+    ProtectedPath(path=".zshenv", kind="file", why="runs in every zsh, even scripts"),
+    ProtectedPath(path=".gitconfig", kind="file", why="aliases and hooksPath run commands in any repository"),
+    ProtectedPath(path=".envrc", kind="file", why="direnv runs it on cd"),
+    ProtectedPath(path=".vscode", kind="dir", why="tasks and settings run commands when the folder opens"),
+    ProtectedPath(path=".idea", kind="dir", why="run configurations execute in the IDE"),
 )
 
 # Sandbox paths the runtime owns. A manifest that binds over them would replace the loader,

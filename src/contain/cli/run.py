@@ -1,0 +1,69 @@
+"""`contain run [options] -- CMD [ARG...]`: one command in a disposable sandbox.
+
+Exit status: the command's own; 128+N when signal N ended it; 124 on timeout; 125 when contain
+refused or failed (the reason on stderr). With --json, stdout is exactly one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from contain.errors import BoundaryInvalid
+
+
+def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
+    parser.add_argument("--manifest", "-m", help="boundary manifest (default: scratch only, no network)")
+    parser.add_argument("--backend", default="process", help="sandbox backend (default: process)")
+    parser.add_argument("--json", action="store_true", help="print the RunResult as one JSON object")
+    parser.add_argument("--timeout", type=float, help="wall-clock seconds")
+    parser.add_argument("--memory", help="memory limit, e.g. 256MiB")
+    parser.add_argument("--cpu", help="CPU-time budget, e.g. 10s")
+    parser.add_argument("--pids", type=int, help="maximum processes and threads")
+    parser.add_argument("--read", action="append", default=[], metavar="HOST[:PATH]", help="bind a host path read-only")
+    parser.add_argument("--write", action="append", default=[], metavar="HOST[:PATH]", help="bind a host directory read-write")
+    parser.add_argument("--env", action="append", default=[], metavar="K=V", help="set a variable inside")
+    parser.add_argument("--allow-host", action="append", default=[], metavar="HOST[:PORT]", help="allow a destination")
+    parser.add_argument("--stdin", action="store_true", help="pass this process's stdin to the command")
+    parser.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD [ARG...]")
+
+
+def execute(args: argparse.Namespace) -> int:
+    from contain.boundary import Boundary, load_boundary
+    from contain.boundary.extend import BoundaryFlags, extend_boundary
+    from contain.runtime import Sandbox
+
+    command = list(args.cmd)
+    if command and command[0] == "--":
+        command = command[1:]
+    if not command:
+        raise BoundaryInvalid("no command given", "write the command after --, e.g. contain run -- python3 task.py")
+    boundary = load_boundary(args.manifest) if args.manifest else Boundary()
+    resources = {
+        key: value
+        for key, value in (("memory_bytes", args.memory), ("cpu_s", args.cpu), ("pids_max", args.pids), ("wall_s", args.timeout))
+        if value is not None
+    }
+    flags = BoundaryFlags(args.read, args.write, args.env, args.allow_host, resources)
+    if any((args.read, args.write, args.env, args.allow_host, resources)):
+        try:
+            boundary = extend_boundary(boundary, flags)
+        except ValueError as exc:
+            raise BoundaryInvalid(str(exc), "see `contain run --help`") from exc
+    stdin = sys.stdin.buffer.read() if args.stdin else None
+    with Sandbox(boundary, backend=args.backend) as sandbox:
+        result = sandbox.run(command, stdin=stdin, timeout=args.timeout)
+        teardown = sandbox.close()
+    if args.json:
+        document = result.to_dict()
+        document["timings"]["teardown_s"] = teardown
+        json.dump(document, sys.stdout)
+        sys.stdout.write("\n")
+    else:
+        sys.stdout.buffer.write(result.stdout.data)
+        sys.stdout.flush()
+        sys.stderr.buffer.write(result.stderr.data)
+        for violation in result.violations:
+            print(f"contain: {violation.kind}: {violation.message}", file=sys.stderr)
+    return result.status

@@ -1,0 +1,6 @@
+"""Sandbox runtime: one interface (``Sandbox``), the process backend, and the run result."""
+
+from contain.runtime.result import Captured, RunResult, Timings, Usage, Violation
+from contain.runtime.sandbox import BACKENDS, Sandbox
+
+__all__ = ["BACKENDS", "Captured", "RunResult", "Sandbox", "Timings", "Usage", "Violation"]

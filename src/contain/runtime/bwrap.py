@@ -1,0 +1,195 @@
+"""The bubblewrap command line for a process sandbox, planned from facts without touching disk.
+
+What the argv enforces:
+- every namespace (user, mount, pid, ipc, uts, net, cgroup) is new; no `-try` variants, so a
+  host that cannot create one makes bwrap fail instead of running with less;
+- the root is an empty tmpfs, remounted read-only at the end; the only host paths inside are
+  /usr (read-only), the loader symlinks, a short table of non-secret /etc files, the agent, and
+  the binds the boundary names. /etc/passwd, group, hosts, resolv.conf are generated;
+- /proc is fresh (pid namespace), /dev is bwrap's minimal set, /tmp, /dev/shm and each scratch
+  path are size-limited tmpfs mounts owned by the sandbox user;
+- binds are emitted parent-first, then the protected subpaths of write binds (re-bound read-only
+  or masked by an empty read-only placeholder), then `block` masks, so protections win;
+- `--disable-userns`, `--new-session`, `--die-with-parent`, `--as-pid-1` (the agent reaps).
+
+What it does not do: seccomp, Landlock and cgroups are separate layers (seccomp.py, landlock.py,
+cgroups.py), network policy is egress's. The file descriptors named here (seccomp, data files,
+info, control) are opened by the launcher; this module only places their numbers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from contain.boundary.model import Boundary, FileAccess
+from contain.runtime.paths import PathFacts
+
+__all__ = [
+    "AGENT_SANDBOX_PATH",
+    "ETC_PASSTHROUGH",
+    "SANDBOX_GID",
+    "SANDBOX_UID",
+    "BwrapInputs",
+    "EtcFile",
+    "default_scratch_paths",
+    "generated_etc_files",
+    "plan_bwrap_argv",
+]
+
+SANDBOX_UID = 1000
+SANDBOX_GID = 1000
+AGENT_SANDBOX_PATH = "/.contain/agent"
+DEFAULT_SCRATCH = "/work"
+
+
+@dataclass(frozen=True)
+class EtcFile:
+    """A host /etc entry passed through read-only, with the reason it is safe and needed."""
+
+    path: str
+    why: str
+
+
+# Non-secret host files programs need to start. Nothing that names users, hosts or secrets.
+ETC_PASSTHROUGH: tuple[EtcFile, ...] = (
+    EtcFile("/etc/ld.so.cache", "the dynamic loader finds shared libraries through it"),
+    EtcFile("/etc/ld.so.conf", "read by the loader and ldconfig -p"),
+    EtcFile("/etc/ld.so.conf.d", "included by ld.so.conf"),
+    EtcFile("/etc/alternatives", "Debian's command symlinks (awk, editor, ...) point through it"),
+    EtcFile("/etc/ssl/certs", "CA certificates for TLS to allowed hosts"),
+    EtcFile("/etc/ca-certificates", "CA certificate configuration"),
+    EtcFile("/etc/ssl/openssl.cnf", "OpenSSL refuses to start some operations without it"),
+    EtcFile("/etc/localtime", "time zone for logs; a symlink into /usr/share/zoneinfo"),
+    EtcFile("/etc/protocols", "getprotobyname() used by socket libraries"),
+    EtcFile("/etc/services", "getservbyname() used by socket libraries"),
+    EtcFile("/etc/mime.types", "content types for Python's mimetypes and others"),
+    EtcFile("/etc/python3.11", "Debian's python3 reads sitecustomize from here"),
+    EtcFile("/etc/inputrc", "readline configuration; no secrets"),
+)
+
+# /lib-style entries: on merged-/usr hosts they are symlinks, elsewhere directories.
+_LOADER_PATHS = ("/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32")
+
+
+@dataclass(frozen=True)
+class BwrapInputs:
+    """Everything the argv depends on besides the boundary: resolved facts and fd numbers."""
+
+    paths: PathFacts
+    loader_links: dict[str, str]  # "/lib" -> "usr/lib" for symlinks on the host
+    loader_dirs: tuple[str, ...]  # loader paths that are real directories on the host
+    etc_present: tuple[str, ...]  # ETC_PASSTHROUGH entries that exist on the host
+    agent_host_path: str
+    agent_args: tuple[str, ...]  # after the agent path, e.g. --control-fd 5 --landlock-...
+    data_fds: dict[str, int]  # sandbox path -> fd with the content of a generated file
+    empty_file_fd_for: dict[str, int]  # mask sandbox path -> fd with empty content
+    seccomp_fd: int | None
+    info_fd: int
+
+
+def default_scratch_paths(boundary: Boundary) -> tuple[str, ...]:
+    """Scratch paths of the boundary; a boundary with none gets /work."""
+    scratch = tuple(r.path for r in boundary.files if r.access is FileAccess.SCRATCH)
+    return scratch or (DEFAULT_SCRATCH,)
+
+
+def generated_etc_files(*, home: str, resolv_conf: str) -> dict[str, str]:
+    """The /etc files written for every sandbox: nothing of the host's users or hosts."""
+    return {
+        "/etc/passwd": (
+            "root:x:0:0:root:/nonexistent:/usr/sbin/nologin\n"
+            f"sandbox:x:{SANDBOX_UID}:{SANDBOX_GID}:sandbox:{home}:/bin/sh\n"
+            "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
+        ),
+        "/etc/group": f"root:x:0:\nsandbox:x:{SANDBOX_GID}:\nnogroup:x:65534:\n",
+        "/etc/hosts": "127.0.0.1\tlocalhost sandbox\n::1\tlocalhost\n",
+        "/etc/hostname": "sandbox\n",
+        "/etc/resolv.conf": resolv_conf,
+        "/etc/nsswitch.conf": "passwd: files\ngroup: files\nhosts: files dns\n",
+    }
+
+
+def _depth(path: str) -> int:
+    return path.rstrip("/").count("/")
+
+
+def plan_bwrap_argv(boundary: Boundary, inputs: BwrapInputs, *, bwrap: str = "bwrap") -> list[str]:
+    """Build the whole bwrap argv for one sandbox.
+
+    Steps, in order (later mounts cover earlier ones):
+      1. namespaces and process flags;
+      2. the system view: /usr, loader links, passthrough /etc, generated /etc, /proc, /dev;
+      3. size-limited tmpfs: /tmp, /dev/shm, scratch paths;
+      4. the agent binary;
+      5. read and write binds, parents before children;
+      6. protected subpaths of write binds (read-only re-binds and placeholders);
+      7. `block` masks;
+      8. remount / read-only, then the agent command.
+
+    Returns:
+        The argv, starting with ``bwrap``.
+    """
+    disk = str(boundary.resources.disk_bytes)
+    argv = [
+        bwrap,
+        "--unshare-user",
+        "--unshare-ipc",
+        "--unshare-pid",
+        "--unshare-net",
+        "--unshare-uts",
+        "--unshare-cgroup",
+        "--uid", str(SANDBOX_UID),
+        "--gid", str(SANDBOX_GID),
+        "--hostname", "sandbox",
+        "--disable-userns",
+        "--die-with-parent",
+        "--new-session",
+        "--as-pid-1",
+        "--clearenv",
+        "--setenv", "PATH", "/usr/bin:/bin",
+        "--info-fd", str(inputs.info_fd),
+    ]
+    if inputs.seccomp_fd is not None:
+        argv += ["--seccomp", str(inputs.seccomp_fd)]
+    argv += ["--ro-bind", "/usr", "/usr"]
+    for link in _LOADER_PATHS:
+        if link in inputs.loader_links:
+            argv += ["--symlink", inputs.loader_links[link], link]
+        elif link in inputs.loader_dirs:
+            argv += ["--ro-bind", link, link]
+    for path in inputs.etc_present:
+        argv += ["--ro-bind", path, path]
+    for path, fd in sorted(inputs.data_fds.items()):
+        argv += ["--perms", "0444", "--ro-bind-data", str(fd), path]
+    argv += ["--proc", "/proc", "--dev", "/dev"]
+    argv += ["--perms", "1777", "--size", disk, "--tmpfs", "/tmp"]
+    argv += ["--perms", "1777", "--size", disk, "--tmpfs", "/dev/shm"]
+    for path in default_scratch_paths(boundary):
+        argv += ["--perms", "0755", "--size", disk, "--tmpfs", path]
+    argv += ["--ro-bind", inputs.agent_host_path, AGENT_SANDBOX_PATH]
+
+    for bind in sorted(inputs.paths.binds, key=lambda b: (_depth(b.rule.path), b.rule.path)):
+        flag = "--bind" if bind.rule.access is FileAccess.WRITE else "--ro-bind"
+        argv += [flag, bind.host_realpath, bind.rule.path]
+    for bind in inputs.paths.binds:
+        for mask in bind.masks:
+            if mask.exists:
+                argv += ["--ro-bind", mask.host_path, mask.sandbox_path]
+            elif mask.kind == "dir":
+                argv += ["--perms", "0555", "--tmpfs", mask.sandbox_path, "--remount-ro", mask.sandbox_path]
+            else:
+                argv += ["--perms", "0444", "--ro-bind-data", str(inputs.empty_file_fd_for[mask.sandbox_path]), mask.sandbox_path]
+    for path, kind in sorted(inputs.paths.blocks.items()):
+        if kind == "file":
+            argv += ["--perms", "0000", "--ro-bind-data", str(inputs.empty_file_fd_for[path]), path]
+        elif kind == "dir" or _under_write_bind(path, inputs.paths):
+            argv += ["--perms", "0000", "--tmpfs", path, "--remount-ro", path]
+    argv += ["--remount-ro", "/"]
+    argv += ["--", AGENT_SANDBOX_PATH, *inputs.agent_args]
+    return argv
+
+
+def _under_write_bind(path: str, facts: PathFacts) -> bool:
+    return any(
+        b.rule.access is FileAccess.WRITE and path.startswith(b.rule.path.rstrip("/") + "/") for b in facts.binds
+    )

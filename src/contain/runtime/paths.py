@@ -1,0 +1,186 @@
+"""Facts about the host paths a boundary names, gathered before planning.
+
+All file-system I/O of planning happens here (lstat, realpath); ``contain.runtime.bwrap`` then
+plans from these facts without touching the disk. The checks that refuse a launch live here too,
+because they are facts about the host: a missing required path, a protected path that is a symlink
+(a decoy left by a previous task, ESCAPE_CATALOG FS-10), a write root the sandbox user cannot write.
+
+Does not create anything on the host.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from dataclasses import dataclass, field
+
+from contain.boundary.model import PROTECTED_PATHS, Boundary, FileAccess, FileRule
+from contain.errors import SandboxStartError
+
+__all__ = ["BindFacts", "Mask", "PathFacts", "gather_path_facts", "host_path_of", "protected_entries"]
+
+
+@dataclass(frozen=True)
+class Mask:
+    """A protected path inside a write bind. ``exists`` ones are re-bound read-only; missing ones
+    are covered by an empty read-only placeholder so they cannot be created."""
+
+    sandbox_path: str
+    host_path: str
+    kind: str  # "dir" or "file"
+    exists: bool
+
+
+@dataclass(frozen=True)
+class BindFacts:
+    """One read or write bind, resolved."""
+
+    rule: FileRule
+    host_realpath: str
+    is_dir: bool
+    masks: tuple[Mask, ...] = ()
+
+
+@dataclass(frozen=True)
+class PathFacts:
+    """Resolved binds plus the optional ones that were skipped because they are missing."""
+
+    binds: tuple[BindFacts, ...]
+    skipped: tuple[str, ...]
+    # `block` entries: sandbox path -> "dir" | "file" | "missing" (missing ones need no mask
+    # under a read bind; under a write bind they are masked as a directory so none is created)
+    blocks: dict[str, str] = field(default_factory=dict)
+
+    def created_placeholders(self) -> list[Mask]:
+        """Masks for paths that did not exist; bwrap creates their mount points on the host."""
+        return [m for b in self.binds for m in b.masks if not m.exists]
+
+
+def protected_entries(rule: FileRule) -> list[tuple[str, str]]:
+    """(relative path, kind) pairs protected inside a write bind: the defaults plus ``protect``."""
+    entries = [(p.path, p.kind) for p in PROTECTED_PATHS]
+    known = {p for p, _ in entries}
+    entries += [(p, "file") for p in rule.protect if p not in known]
+    return entries
+
+
+def _masks_for(rule: FileRule, host_root: str) -> tuple[Mask, ...]:
+    masks: dict[str, Mask] = {}
+    for relative, kind in protected_entries(rule):
+        parts = relative.split("/")
+        current = host_root
+        for index, part in enumerate(parts):
+            current = os.path.join(current, part)
+            try:
+                info = os.lstat(current)
+            except FileNotFoundError:
+                # Mask the first missing component: masking a deeper path would make bwrap
+                # create its parents on the host.
+                first_missing = "/".join(parts[: index + 1])
+                mask_kind = kind if index == len(parts) - 1 else "dir"
+                masks.setdefault(
+                    first_missing,
+                    Mask(f"{rule.path}/{first_missing}", current, mask_kind, exists=False),
+                )
+                break
+            except OSError as exc:
+                raise SandboxStartError(
+                    f"cannot inspect protected path {current}: {exc.strerror}",
+                    "check the permissions of the write bind",
+                ) from exc
+            if stat.S_ISLNK(info.st_mode):
+                raise SandboxStartError(
+                    f"protected path {current} is a symlink (to {os.readlink(current)!r}); "
+                    "a symlink here could redirect the protection to a decoy",
+                    f"replace {current} with a real {'directory' if kind == 'dir' else 'file'} or remove it",
+                )
+            if index == len(parts) - 1:
+                is_dir = stat.S_ISDIR(info.st_mode)
+                masks[relative] = Mask(f"{rule.path}/{relative}", current, "dir" if is_dir else "file", exists=True)
+            elif not stat.S_ISDIR(info.st_mode):
+                break  # e.g. `.git` is a file (worktree); nothing beneath it can be created
+    return tuple(sorted(masks.values(), key=lambda m: m.sandbox_path))
+
+
+def _check_writable_by(path: str, info: os.stat_result, uid: int) -> None:
+    if uid == info.st_uid or info.st_mode & stat.S_IWOTH:
+        return
+    raise SandboxStartError(
+        f"write bind {path} is owned by uid {info.st_uid} and not writable by the sandbox user (host uid {uid})",
+        f"run contain as the owner of {path}, or give uid {uid} write access (chown or setfacl)",
+    )
+
+
+def gather_path_facts(boundary: Boundary, *, sandbox_host_uid: int) -> PathFacts:
+    """Resolve every read and write bind of ``boundary``.
+
+    Args:
+        boundary: the validated boundary (host paths already absolute).
+        sandbox_host_uid: the host uid the sandbox runs as, for the write-permission check.
+
+    Raises:
+        SandboxStartError: a required path is missing, a protected path is a symlink, or a write
+            root is not writable by the sandbox user.
+    """
+    binds: list[BindFacts] = []
+    skipped: list[str] = []
+    for rule in boundary.files:
+        if rule.access not in (FileAccess.READ, FileAccess.WRITE):
+            continue
+        assert rule.host is not None  # guaranteed by FileRule validation
+        try:
+            real = os.path.realpath(rule.host, strict=True)
+            info = os.stat(real)
+        except OSError as exc:
+            if not rule.required:
+                skipped.append(rule.path)
+                continue
+            raise SandboxStartError(
+                f"host path {rule.host} for {rule.path} does not exist or cannot be read ({exc.strerror})",
+                "create it, fix the path, or set `required: false` on that files entry",
+            ) from exc
+        masks: tuple[Mask, ...] = ()
+        if rule.access is FileAccess.WRITE:
+            if not stat.S_ISDIR(info.st_mode):
+                raise SandboxStartError(
+                    f"write bind {rule.host} is not a directory",
+                    "bind a directory for write access; bind single files with access: read",
+                )
+            _check_writable_by(real, info, sandbox_host_uid)
+            masks = _masks_for(rule, real)
+        binds.append(BindFacts(rule, real, stat.S_ISDIR(info.st_mode), masks))
+    return PathFacts(tuple(binds), tuple(skipped), _block_kinds(boundary, binds))
+
+
+def _block_kinds(boundary: Boundary, binds: list[BindFacts]) -> dict[str, str]:
+    kinds: dict[str, str] = {}
+    for rule in boundary.files:
+        if rule.access is not FileAccess.BLOCK:
+            continue
+        host = host_path_of(rule.path, binds)
+        if host is None:
+            continue  # its bind was optional and skipped
+        try:
+            info = os.lstat(host)
+        except FileNotFoundError:
+            kinds[rule.path] = "missing"
+            continue
+        if stat.S_ISLNK(info.st_mode):
+            raise SandboxStartError(
+                f"blocked path {host} is a symlink; masking it would hide the link, not its target",
+                f"block the target instead, or remove the symlink {host}",
+            )
+        kinds[rule.path] = "dir" if stat.S_ISDIR(info.st_mode) else "file"
+    return kinds
+
+
+def host_path_of(sandbox_path: str, binds: list[BindFacts] | tuple[BindFacts, ...]) -> str | None:
+    """Map a sandbox path inside a bind back to the host path it shows (deepest bind wins)."""
+    best: tuple[str, str] | None = None
+    for bind in binds:
+        root = bind.rule.path.rstrip("/") + "/"
+        if sandbox_path.startswith(root) and (best is None or len(root) > len(best[0])):
+            best = (root, bind.host_realpath)
+    if best is None:
+        return None
+    return os.path.join(best[1], sandbox_path[len(best[0]):])

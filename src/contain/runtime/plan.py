@@ -1,0 +1,164 @@
+"""Pure decisions for a process sandbox: which layers run, as whom, with which limits and env.
+
+Every function here is a pure function of the boundary and ``HostFacts``; tests drive them with
+constructed facts. Fail closed: a layer the boundary needs that the host cannot provide raises
+``UnsupportedHost`` naming the cause and the fix. Nothing is ever quietly dropped; a layer that is
+absent by the manifest's own choice (``auto`` or ``off``) is reported in ``LayerPlan.report``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from contain.boundary.model import Boundary, CredentialVia, LayerRequirement, Resources
+from contain.errors import UnsupportedHost
+from contain.host.facts import HostFacts
+from contain.runtime.agent_channel import Rlimit
+from contain.runtime.bwrap import default_scratch_paths
+from contain.runtime.landlock import LandlockPlan, plan_landlock
+
+__all__ = [
+    "NOBODY_UID",
+    "LayerPlan",
+    "plan_base_env",
+    "plan_layers",
+    "plan_rlimits",
+    "sandbox_host_ids",
+    "writable_paths",
+]
+
+# When contain runs as root the sandbox runs as this host uid, never as root.
+NOBODY_UID = 65534
+_CGROUP_CONTROLLERS = ("memory", "pids", "cpu")
+_BASE_PATH = "/usr/local/bin:/usr/bin:/bin"
+
+
+@dataclass(frozen=True)
+class LayerPlan:
+    """Which isolation layers this sandbox gets, and a line for each for the record."""
+
+    seccomp: bool
+    landlock: LandlockPlan | None
+    cgroups: bool
+    egress: bool
+    report: dict[str, str]
+
+
+def sandbox_host_ids(facts: HostFacts) -> tuple[int, int]:
+    """The host uid and gid the sandbox runs as: nobody when contain runs as root."""
+    if facts.is_root:
+        return NOBODY_UID, NOBODY_UID
+    return facts.uid, facts.gid
+
+
+def writable_paths(boundary: Boundary) -> tuple[str, ...]:
+    """Sandbox paths a workload may write: scratch, /tmp, /dev/shm, /dev and write binds."""
+    from contain.boundary.model import FileAccess
+
+    binds = tuple(r.path for r in boundary.files if r.access is FileAccess.WRITE)
+    return (*default_scratch_paths(boundary), "/tmp", "/dev/shm", "/dev", *binds)
+
+
+def plan_layers(boundary: Boundary, facts: HostFacts, *, egress_available: bool) -> LayerPlan:
+    """Decide the layers, refusing when a needed one is missing.
+
+    Raises:
+        UnsupportedHost: bwrap, user namespaces, seccomp, a required Landlock ABI, required cgroup
+            controllers or egress are missing.
+    """
+    if facts.bwrap_path is None:
+        raise UnsupportedHost("bubblewrap (bwrap) is not installed", "apt-get install bubblewrap (or run `make setup` as root)")
+    if not facts.user_namespaces:
+        raise UnsupportedHost(
+            "unprivileged user namespaces are disabled on this host",
+            "sysctl -w user.max_user_namespaces=15000; on Ubuntu also kernel.apparmor_restrict_unprivileged_userns=0",
+        )
+    if not facts.seccomp:
+        raise UnsupportedHost("the kernel has no seccomp filter support", "use a kernel built with CONFIG_SECCOMP_FILTER")
+    if facts.libseccomp_path is None:
+        raise UnsupportedHost("libseccomp is not installed", "apt-get install libseccomp2")
+    report = {"namespaces": "user, mount, pid, ipc, uts, net, cgroup", "seccomp": "applied"}
+
+    landlock = plan_landlock(abi=facts.landlock_abi, write_paths=writable_paths(boundary), requirement=boundary.hardening.landlock)
+    if landlock is None:
+        report["landlock"] = "off by manifest" if boundary.hardening.landlock is LayerRequirement.OFF else "unavailable on this kernel (auto)"
+    else:
+        report["landlock"] = f"applied (ABI {landlock.abi})"
+
+    cgroups = boundary.hardening.cgroups is not LayerRequirement.OFF
+    missing = [c for c in _CGROUP_CONTROLLERS if facts.cgroup_for(c) is None]
+    if cgroups and (missing or not facts.is_root):
+        why = f"controllers {', '.join(missing)} are not available" if missing else "contain is not running as root and no cgroup is delegated to this user"
+        if boundary.hardening.cgroups is LayerRequirement.REQUIRED:
+            raise UnsupportedHost(
+                f"cgroup limits are required but {why}",
+                "run as root on a host with memory, pids and cpu controllers, or set hardening.cgroups: off to rely on per-process rlimits only",
+            )
+        cgroups = False
+        report["cgroups"] = f"unavailable ({why}); per-process rlimits only (auto)"
+    elif cgroups:
+        report["cgroups"] = "memory, pids, cpu"
+    else:
+        report["cgroups"] = "off by manifest; per-process rlimits only"
+
+    if boundary.allows_network and not egress_available:
+        raise UnsupportedHost(
+            "the boundary allows network destinations but the egress proxy is not available",
+            "remove network.allow (the sandbox then has no network at all)",
+        )
+    report["network"] = "egress proxy (allow list)" if boundary.allows_network else "none (loopback only)"
+    return LayerPlan(seccomp=True, landlock=landlock, cgroups=cgroups, egress=boundary.allows_network, report=report)
+
+
+def plan_rlimits(resources: Resources, *, cgroups: bool) -> tuple[Rlimit, ...]:
+    """Per-process limits every workload starts with.
+
+    CPU: soft at the budget (SIGXCPU), hard one second later (SIGKILL). NPROC is counted per user
+    namespace on Linux >= 5.14, so it bounds the sandbox's own processes. DATA stands in for the
+    memory limit only when cgroups are off; AS is never set (it breaks runtimes that reserve large
+    address ranges, such as V8 and the JVM).
+    """
+    cpu = max(1, math.ceil(resources.cpu_s))
+    limits = [
+        Rlimit("CPU", cpu, cpu + 1),
+        Rlimit("NPROC", resources.pids_max, resources.pids_max),
+        Rlimit("FSIZE", resources.disk_bytes, resources.disk_bytes),
+        Rlimit("NOFILE", resources.open_files_max, resources.open_files_max),
+        Rlimit("CORE", 0, 0),
+    ]
+    if not cgroups:
+        limits.append(Rlimit("DATA", resources.memory_bytes, resources.memory_bytes))
+    return tuple(limits)
+
+
+def plan_base_env(
+    boundary: Boundary,
+    *,
+    host_environ: Mapping[str, str],
+    egress_env: Mapping[str, str],
+) -> dict[str, str]:
+    """The environment every run starts from, built from nothing.
+
+    Order (later wins): safe defaults, egress proxy variables, the boundary's ``env``, credentials
+    declared ``via: env`` (copied from the named host variable). Nothing else of the caller's
+    environment is read.
+
+    Raises:
+        UnsupportedHost: a credential's source variable is not set on the host.
+    """
+    home = default_scratch_paths(boundary)[0]
+    env = {"PATH": _BASE_PATH, "HOME": home, "LANG": "C.UTF-8", "TMPDIR": "/tmp", "USER": "sandbox"}
+    env.update(egress_env)
+    env.update(boundary.env)
+    for credential in boundary.credentials:
+        if credential.via is CredentialVia.ENV:
+            assert credential.source is not None
+            if credential.source not in host_environ:
+                raise UnsupportedHost(
+                    f"credential {credential.name} comes from host variable {credential.source}, which is not set",
+                    f"export {credential.source}, or route {credential.name} through the broker",
+                )
+            env[credential.name] = host_environ[credential.source]
+    return env

@@ -1,0 +1,703 @@
+"""The Sandbox: one disposable environment that serves one or several runs.
+
+``Sandbox.start()`` is the orchestrator, an ordered checklist:
+  1. probe host facts and decide the layers (fail closed: ``plan_layers``);
+  2. make sure the agent binary is built; gather facts about the bound host paths;
+  3. compile the seccomp filter; create the cgroup and write its limits;
+  4. spawn bubblewrap (as nobody when contain is root) with the agent as pid 1;
+  5. read the agent's host pid from ``--info-fd`` and move it into the cgroup — before any workload
+     exists, so everything the workload forks is counted;
+  6. start egress listeners in the sandbox's network namespace (when the boundary allows hosts);
+  7. wait for the agent's READY.
+Any failure tears down what was built and raises ``SandboxStartError`` (or ``UnsupportedHost``).
+
+``run()`` asks the agent to fork and exec one command with pipes the host made; the host caps the
+output while streaming, enforces the wall clock and the cgroup CPU budget, and after the command
+ends the agent kills every process left in the sandbox. ``close()`` exports scratch, stops the
+agent, removes the cgroup and the placeholders bwrap had to create on the host, and checks that no
+sandbox process is left.
+
+Does not decide policy (that is the boundary) and does not talk HTTP (that is egress).
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import logging
+import os
+import selectors
+import signal
+import subprocess
+import threading
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from types import TracebackType
+
+from contain.boundary.model import Boundary, FileAccess
+from contain.errors import ContainError, FileTransferError, SandboxLost, SandboxStartError, UnsupportedHost
+from contain.host.facts import HostFacts, probe_host
+from contain.runtime import files as sandbox_files
+from contain.runtime.agent_build import ensure_agent_binary
+from contain.runtime.agent_channel import AgentChannel, Exited, SpawnFailed
+from contain.runtime.bwrap import (
+    ETC_PASSTHROUGH,
+    BwrapInputs,
+    default_scratch_paths,
+    generated_etc_files,
+    plan_bwrap_argv,
+)
+from contain.runtime.cgroups import SandboxCgroup
+from contain.runtime.paths import PathFacts, gather_path_facts
+from contain.runtime.plan import LayerPlan, plan_base_env, plan_layers, plan_rlimits, sandbox_host_ids
+from contain.runtime.result import Captured, RunResult, Timings, Usage, Violation
+from contain.runtime.seccomp import compile_filter
+
+__all__ = ["BACKENDS", "Sandbox"]
+
+log = logging.getLogger(__name__)
+
+BACKENDS = ("process",)
+_LOADER_PATHS = ("/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32")
+_STARTUP_TIMEOUT_S = 10.0
+_KILL_GRACE_S = 5.0
+_CPU_CHECK_INTERVAL_S = 0.1
+_DEFAULT_RESOLV_CONF = "nameserver 127.0.0.1\noptions timeout:1 attempts:1\n"
+
+
+def _egress_module() -> object | None:
+    try:
+        from contain import egress
+    except ImportError:
+        return None
+    return egress
+
+
+class Sandbox:
+    """A disposable process sandbox for one boundary.
+
+    Use as a context manager::
+
+        with Sandbox(boundary) as sb:
+            result = sb.run(["python3", "task.py"], timeout=30)
+
+    Args:
+        boundary: what the sandbox may touch; ``Boundary()`` is scratch-only with no network.
+        backend: only ``"process"`` exists today; others raise ``UnsupportedHost``.
+        facts: host facts (probed when omitted); tests pass constructed ones.
+        host_environ: where ``via: env`` credentials are read from (default ``os.environ``).
+    """
+
+    def __init__(
+        self,
+        boundary: Boundary | None = None,
+        *,
+        backend: str = "process",
+        facts: HostFacts | None = None,
+        host_environ: Mapping[str, str] | None = None,
+    ) -> None:
+        if backend not in BACKENDS:
+            raise UnsupportedHost(
+                f"backend {backend!r} is not available in this version",
+                f"use one of: {', '.join(BACKENDS)}",
+            )
+        self.boundary = boundary if boundary is not None else Boundary()
+        self.backend = backend
+        self._facts = facts
+        self._host_environ = host_environ if host_environ is not None else os.environ
+        self._lock = threading.Lock()
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._channel: AgentChannel | None = None
+        self._cgroup: SandboxCgroup | None = None
+        self._egress: object | None = None
+        self._agent_pid: int | None = None
+        self._paths: PathFacts | None = None
+        self._layers: LayerPlan | None = None
+        self._base_env: dict[str, str] = {}
+        self._setup_s = 0.0
+        self._setup_reported = False
+        self._closed = False
+        self._lost: str | None = None
+        self.scratch_paths = default_scratch_paths(self.boundary)
+        self.export_reports: dict[str, sandbox_files.ExportReport] = {}
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    def __enter__(self) -> Sandbox:
+        self.start()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        self.close()
+
+    @property
+    def layers(self) -> dict[str, str]:
+        """One line per isolation layer, as applied (empty before start)."""
+        return dict(self._layers.report) if self._layers else {}
+
+    @property
+    def agent_pid(self) -> int | None:
+        """Host pid of the sandbox's pid 1, for outside judges (``/proc/<pid>/ns/*``)."""
+        return self._agent_pid
+
+    def start(self) -> None:
+        """Build the sandbox; see the module docstring for the steps.
+
+        Raises:
+            UnsupportedHost: a layer the boundary needs is missing.
+            SandboxStartError: anything else went wrong; nothing is left behind.
+        """
+        if self._proc is not None or self._closed:
+            raise SandboxStartError("this sandbox was already started", "create a new Sandbox for a new task")
+        began = time.perf_counter()
+        facts = self._facts or probe_host()
+        egress = _egress_module() if self.boundary.allows_network else None
+        layers = plan_layers(self.boundary, facts, egress_available=egress is not None)
+        self._layers = layers
+        agent = str(ensure_agent_binary())
+        uid, gid = sandbox_host_ids(facts)
+        self._paths = gather_path_facts(self.boundary, sandbox_host_uid=uid)
+        bpf = compile_filter(arch=facts.arch, libseccomp_path=facts.libseccomp_path)
+        try:
+            if layers.cgroups:
+                self._cgroup = SandboxCgroup.create(f"{os.getpid()}-{uuid.uuid4().hex[:10]}", self.boundary.resources, facts)
+            self._spawn(facts, agent, bpf, uid, gid, layers)
+            if egress is not None:
+                self._egress = egress.start_egress(self.boundary, netns_path=f"/proc/{self._agent_pid}/ns/net")  # type: ignore[attr-defined]
+            assert self._channel is not None
+            self._channel.read_ready(_STARTUP_TIMEOUT_S)
+        except BaseException as exc:
+            stderr = self._bwrap_stderr()
+            self._teardown()
+            if isinstance(exc, ContainError):
+                if stderr and isinstance(exc, SandboxLost):
+                    raise SandboxStartError(f"the sandbox failed to start: {stderr}", "run `contain doctor` to see what this host lacks") from exc
+                raise
+            raise SandboxStartError(
+                f"the sandbox failed to start: {stderr or exc}", "run `contain doctor` to see what this host lacks"
+            ) from exc
+        egress_env = self._egress.sandbox_env() if self._egress is not None else {}  # type: ignore[attr-defined]
+        self._base_env = plan_base_env(self.boundary, host_environ=self._host_environ, egress_env=egress_env)
+        self._setup_s = time.perf_counter() - began
+
+    def _spawn(self, facts: HostFacts, agent: str, bpf: bytes, uid: int, gid: int, layers: LayerPlan) -> None:
+        assert self._paths is not None
+        owned: list[int] = []  # fds to close in the host after the spawn
+
+        def data_fd(content: bytes) -> int:
+            read_end, write_end = os.pipe()
+            # Content is small (< pipe buffer), so the write never blocks.
+            os.write(write_end, content)
+            os.close(write_end)
+            owned.append(read_end)
+            return read_end
+
+        host_sock, agent_sock = _socketpair()
+        info_r, info_w = os.pipe()
+        owned += [agent_sock, info_w]
+        resolv = _DEFAULT_RESOLV_CONF
+        if self._egress is None and self.boundary.allows_network:
+            from contain import egress as egress_module
+
+            resolv = egress_module.RESOLV_CONF_TEXT
+        etc = generated_etc_files(home=default_scratch_paths(self.boundary)[0], resolv_conf=resolv)
+        data_fds = {path: data_fd(text.encode()) for path, text in etc.items()}
+        empties = {m.sandbox_path: data_fd(b"") for b in self._paths.binds for m in b.masks if not m.exists and m.kind == "file"}
+        empties.update({p: data_fd(b"") for p, kind in self._paths.blocks.items() if kind == "file"})
+        seccomp_fd = data_fd(bpf) if len(bpf) < 65536 else None
+        if seccomp_fd is None:
+            raise SandboxStartError(f"seccomp filter of {len(bpf)} bytes exceeds the pipe buffer", "report this as a bug")
+        agent_args = ["--control-fd", str(agent_sock)]
+        if layers.landlock is not None:
+            agent_args += layers.landlock.agent_args()
+        inputs = BwrapInputs(
+            paths=self._paths,
+            loader_links={p: os.readlink(p) for p in _LOADER_PATHS if os.path.islink(p)},
+            loader_dirs=tuple(p for p in _LOADER_PATHS if os.path.isdir(p) and not os.path.islink(p)),
+            etc_present=tuple(e.path for e in ETC_PASSTHROUGH if os.path.lexists(e.path)),
+            agent_host_path=agent,
+            agent_args=tuple(agent_args),
+            data_fds=data_fds,
+            empty_file_fd_for=empties,
+            seccomp_fd=seccomp_fd,
+            info_fd=info_w,
+        )
+        argv = plan_bwrap_argv(self.boundary, inputs, bwrap=facts.bwrap_path or "bwrap")
+        log.debug("bwrap argv: %s", argv)
+        as_other = facts.is_root
+        try:
+            self._proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                pass_fds=owned,
+                env={"PATH": "/usr/bin:/bin"},
+                cwd="/",
+                close_fds=True,
+                user=uid if as_other else None,
+                group=gid if as_other else None,
+                extra_groups=[] if as_other else None,
+            )
+        except OSError as exc:
+            os.close(info_r)
+            host_sock.close()
+            raise SandboxStartError(f"cannot start bubblewrap: {exc.strerror}", "check that bwrap is installed and executable") from exc
+        finally:
+            for fd in owned:
+                os.close(fd)
+        self._channel = AgentChannel(host_sock)
+        self._agent_pid = _read_child_pid(info_r, self._proc)
+        if self._cgroup is not None:
+            self._cgroup.attach(self._agent_pid)
+
+    def _bwrap_stderr(self) -> str:
+        proc = self._proc
+        if proc is None or proc.stderr is None:
+            return ""
+        try:
+            proc.wait(timeout=1.0)
+        except subprocess.TimeoutExpired:
+            return ""
+        return proc.stderr.read(4096).decode(errors="replace").strip()
+
+    # -- runs ------------------------------------------------------------------------------------
+
+    def run(
+        self,
+        argv: Sequence[str],
+        *,
+        stdin: bytes | None = None,
+        timeout: float | None = None,
+        env: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+    ) -> RunResult:
+        """Run one command to completion inside the sandbox.
+
+        Args:
+            argv: the command; a bare name is looked up on the sandbox's PATH.
+            stdin: bytes fed to the command (default: /dev/null).
+            timeout: wall-clock seconds (default and maximum: the boundary's ``wall_s``).
+            env: variables added to this run's environment (nothing of the caller's is inherited).
+            cwd: working directory inside the sandbox (default: the first scratch path).
+
+        Returns:
+            The RunResult; a command that could not be executed has exit code 126 or 127.
+
+        Raises:
+            SandboxLost: the sandbox died or stopped answering; it cannot be used again.
+        """
+        if not argv:
+            raise ValueError("argv cannot be empty")
+        with self._lock:
+            if self._proc is None:
+                self.start()
+            if self._lost:
+                raise SandboxLost(f"this sandbox is no longer usable: {self._lost}", "start a new Sandbox")
+            return self._run_locked(list(argv), stdin, timeout, env, cwd)
+
+    def _run_locked(
+        self, argv: list[str], stdin: bytes | None, timeout: float | None, env: Mapping[str, str] | None, cwd: str | None
+    ) -> RunResult:
+        assert self._channel is not None and self._layers is not None
+        resources = self.boundary.resources
+        wall = min(timeout, resources.wall_s) if timeout is not None else resources.wall_s
+        run_env = dict(self._base_env)
+        if env:
+            run_env.update(env)
+        workdir = cwd or self.scratch_paths[0]
+        if self._egress is not None:
+            self._egress.drain_events()  # type: ignore[attr-defined]
+        before = self._cgroup.usage() if self._cgroup else None
+        if self._cgroup:
+            self._cgroup.reset_peak()
+
+        out_r, out_w = os.pipe2(os.O_CLOEXEC)
+        err_r, err_w = os.pipe2(os.O_CLOEXEC)
+        if stdin is None:
+            in_child = os.open("/dev/null", os.O_RDONLY | os.O_CLOEXEC)
+            in_host = None
+        else:
+            in_child, in_host = os.pipe2(os.O_CLOEXEC)
+        began = time.perf_counter()
+        try:
+            reply = self._channel.start(
+                argv, run_env, workdir, plan_rlimits(resources, cgroups=self._layers.cgroups), (in_child, out_w, err_w)
+            )
+        except SandboxLost as exc:
+            self._lost = exc.cause
+            for fd in (out_r, out_w, err_r, err_w, in_child, in_host):
+                if fd is not None:
+                    os.close(fd)
+            raise
+        finally:
+            pass
+        for fd in (in_child, out_w, err_w):
+            os.close(fd)
+        if isinstance(reply, SpawnFailed):
+            for fd in (out_r, err_r, in_host):
+                if fd is not None:
+                    os.close(fd)
+            return self._spawn_failed_result(argv, reply, time.perf_counter() - began)
+
+        stdout = _Capped(out_r, resources.output_bytes)
+        stderr = _Capped(err_r, resources.output_bytes)
+        feeder = _Feeder(in_host, stdin or b"") if in_host is not None else None
+        violations: list[Violation] = []
+        exited, timed_out, cpu_killed = self._wait(stdout, stderr, feeder, began + wall, before, violations)
+        run_s = time.perf_counter() - began
+        after = self._cgroup.usage() if self._cgroup else None
+
+        oom = bool(after and before and after.oom_kills > before.oom_kills)
+        if after is not None and before is not None:
+            usage = Usage(max(0.0, after.cpu_s - before.cpu_s), after.memory_peak_bytes, "cgroup")
+        else:
+            usage = Usage((exited.utime_us + exited.stime_us) / 1e6 if exited else 0.0, (exited.maxrss_kb * 1024) if exited else None, "agent rusage")
+        exit_code, sig = _decode_status(exited.status) if exited else (None, signal.SIGKILL)
+        if timed_out:
+            violations.append(Violation("timeout", f"the command ran past the {wall:g}s wall-clock limit and was killed"))
+        if cpu_killed or sig in (signal.SIGXCPU,):
+            violations.append(Violation("cpu", f"the command used its {resources.cpu_s:g}s CPU budget and was killed"))
+        if oom:
+            violations.append(Violation("memory", f"the sandbox exceeded its {resources.memory_bytes} byte memory limit; the kernel killed the largest process"))
+        if after is not None and before is not None and getattr(after, "pids_limit_hits", 0) > getattr(before, "pids_limit_hits", 0):
+            violations.append(Violation("pids", f"process creation was refused at the {resources.pids_max}-process limit"))
+        for name, cap in (("stdout", stdout), ("stderr", stderr)):
+            if cap.truncated:
+                violations.append(Violation("output", f"{name} exceeded {resources.output_bytes} bytes; it was truncated and closed"))
+        egress_events: list[dict[str, object]] = []
+        if self._egress is not None:
+            for event in self._egress.drain_events():  # type: ignore[attr-defined]
+                egress_events.append(event.to_dict())
+                message = event.violation_message()
+                if message:
+                    violations.append(Violation("egress", message, event.rule_id, {"host": event.host, "port": event.port}))
+        setup = 0.0 if self._setup_reported else self._setup_s
+        self._setup_reported = True
+        return RunResult(
+            exit_code=exit_code,
+            signal=sig,
+            timed_out=timed_out,
+            oom_killed=oom,
+            stdout=stdout.result(),
+            stderr=stderr.result(),
+            timings=Timings(setup_s=setup, run_s=run_s, teardown_s=0.0),
+            usage=usage,
+            violations=tuple(violations),
+            backend=self.backend,
+            egress=tuple(egress_events),
+            layers=self.layers,
+        )
+
+    def _wait(
+        self,
+        stdout: _Capped,
+        stderr: _Capped,
+        feeder: _Feeder | None,
+        deadline: float,
+        before: object,
+        violations: list[Violation],
+    ) -> tuple[Exited | None, bool, bool]:
+        """Pump output, feed stdin, watch the clock and CPU until the agent reports EXITED."""
+        assert self._channel is not None
+        selector = selectors.DefaultSelector()
+        for capped in (stdout, stderr):
+            selector.register(capped.fd, selectors.EVENT_READ, capped)
+        if feeder is not None:
+            selector.register(feeder.fd, selectors.EVENT_WRITE, feeder)
+        selector.register(self._channel.fileno(), selectors.EVENT_READ, None)
+        exited: Exited | None = None
+        timed_out = cpu_killed = False
+        kill_sent_at: float | None = None
+        cpu_budget = self.boundary.resources.cpu_s
+        next_cpu_check = time.monotonic() + _CPU_CHECK_INTERVAL_S
+        try:
+            while exited is None or stdout.open or stderr.open:
+                now = time.perf_counter()
+                if exited is None and kill_sent_at is None and now >= deadline:
+                    timed_out = True
+                    kill_sent_at = now
+                    self._channel.kill()
+                if kill_sent_at is not None and exited is None and now - kill_sent_at > _KILL_GRACE_S:
+                    self._lost = "the agent did not report after a kill"
+                    self._destroy()
+                    break
+                if exited is not None and now > deadline + _KILL_GRACE_S:
+                    break  # streams held open by something we cannot see; stop reading
+                wait = max(0.0, min(deadline - now if kill_sent_at is None else _KILL_GRACE_S, _CPU_CHECK_INTERVAL_S))
+                for key, _ in selector.select(wait):
+                    if key.data is None:
+                        exited = self._channel.wait_exited(0)
+                        if exited is not None:
+                            selector.unregister(key.fd)
+                    elif isinstance(key.data, _Capped):
+                        if not key.data.pump():
+                            selector.unregister(key.fd)
+                    elif isinstance(key.data, _Feeder) and not key.data.pump():
+                        selector.unregister(key.fd)
+                if (
+                    self._cgroup is not None
+                    and exited is None
+                    and kill_sent_at is None
+                    and time.monotonic() >= next_cpu_check
+                ):
+                    next_cpu_check = time.monotonic() + _CPU_CHECK_INTERVAL_S
+                    used = self._cgroup.usage().cpu_s - before.cpu_s  # type: ignore[attr-defined]
+                    if used > cpu_budget:
+                        cpu_killed = True
+                        kill_sent_at = time.perf_counter()
+                        self._channel.kill()
+        finally:
+            selector.close()
+            stdout.close()
+            stderr.close()
+            if feeder is not None:
+                feeder.close()
+        return exited, timed_out, cpu_killed
+
+    def _spawn_failed_result(self, argv: list[str], reply: SpawnFailed, elapsed: float) -> RunResult:
+        reason = os.strerror(reply.errno)
+        code = 127 if reply.errno == errno.ENOENT else 126
+        message = f"contain: cannot run {argv[0]!r} ({reply.stage}): {reason}\n".encode()
+        setup = 0.0 if self._setup_reported else self._setup_s
+        self._setup_reported = True
+        return RunResult(
+            exit_code=code,
+            signal=None,
+            timed_out=False,
+            oom_killed=False,
+            stdout=Captured(b"", False, 0),
+            stderr=Captured(message, False, len(message)),
+            timings=Timings(setup, elapsed, 0.0),
+            usage=Usage(0.0, None, "none"),
+            violations=(),
+            backend=self.backend,
+            layers=self.layers,
+        )
+
+    # -- files -----------------------------------------------------------------------------------
+
+    def _root(self) -> str:
+        if self._agent_pid is None or self._lost:
+            raise FileTransferError("the sandbox is not running", "start the sandbox first")
+        return f"/proc/{self._agent_pid}/root"
+
+    def put_file(self, path: str, data: bytes, *, mode: int = 0o644) -> None:
+        """Write ``data`` to ``path`` under a scratch path, owned by the sandbox user.
+
+        Raises:
+            FileTransferError: outside scratch, through a symlink, or over the disk budget.
+        """
+        if len(data) > self.boundary.resources.disk_bytes:
+            raise FileTransferError(f"{len(data)} bytes exceed the disk budget", "raise resources.disk_bytes")
+        if self._proc is None:
+            self.start()
+        root, relative = sandbox_files.scratch_relative(path, self.scratch_paths)
+        owner = sandbox_host_ids(self._facts or probe_host())
+        sandbox_files.write_file_in(self._root() + root, relative, data, mode=mode & 0o777, owner=owner, label=path)
+
+    def get_file(self, path: str, *, max_bytes: int | None = None) -> bytes:
+        """Read a regular file under a scratch path (symlinks are refused, never followed).
+
+        Raises:
+            FileTransferError: outside scratch, missing, a symlink, or larger than ``max_bytes``.
+        """
+        root, relative = sandbox_files.scratch_relative(path, self.scratch_paths)
+        limit = max_bytes if max_bytes is not None else self.boundary.resources.disk_bytes
+        return sandbox_files.read_file_in(self._root() + root, relative, max_bytes=limit, label=path)
+
+    def close(self) -> float:
+        """Export scratch, stop everything, and remove every trace. Idempotent.
+
+        Returns:
+            Seconds the teardown took.
+
+        Raises:
+            SandboxLost: a sandbox process survived teardown (never expected; reported loudly).
+        """
+        if self._closed:
+            return 0.0
+        began = time.perf_counter()
+        with self._lock:
+            self._closed = True
+            try:
+                if self._proc is not None and not self._lost:
+                    self._export_scratch()
+            finally:
+                self._teardown()
+        return time.perf_counter() - began
+
+    def _export_scratch(self) -> None:
+        for rule in self.boundary.files:
+            if rule.access is FileAccess.SCRATCH and rule.export:
+                try:
+                    self.export_reports[rule.path] = sandbox_files.export_tree(
+                        self._root() + rule.path, rule.export, max_bytes=self.boundary.resources.disk_bytes
+                    )
+                except (OSError, FileTransferError) as exc:
+                    log.warning("export of %s to %s failed: %s", rule.path, rule.export, exc)
+                    raise FileTransferError(f"export of {rule.path} to {rule.export} failed: {exc}", "check the export directory") from exc
+
+    def _teardown(self) -> None:
+        """Stop the agent, kill leftovers through the cgroup, remove host traces."""
+        if self._channel is not None:
+            try:
+                self._channel.exit()
+            except ContainError:
+                pass
+        proc = self._proc
+        if proc is not None:
+            try:
+                proc.wait(timeout=2.0)
+            except subprocess.TimeoutExpired:
+                self._destroy()
+                proc.wait(timeout=5.0)
+            if proc.stderr is not None:
+                proc.stderr.close()
+        if self._channel is not None:
+            self._channel.close()
+            self._channel = None
+        if self._egress is not None:
+            self._egress.close()  # type: ignore[attr-defined]
+            self._egress = None
+        if self._cgroup is not None:
+            self._cgroup.remove(timeout_s=5.0)
+            self._cgroup = None
+        if self._paths is not None:
+            _remove_placeholders(self._paths)
+        self._agent_pid = None
+
+    def _destroy(self) -> None:
+        """Kill the whole sandbox from the host: the pid namespace dies with its pid 1."""
+        for pid in (self._agent_pid, self._proc.pid if self._proc else None):
+            if pid is not None:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        if self._cgroup is not None:
+            self._cgroup.kill_all(timeout_s=5.0)
+
+
+class _Capped:
+    """Reads one output pipe, keeping at most ``cap`` bytes; past the cap the pipe is closed."""
+
+    def __init__(self, fd: int, cap: int) -> None:
+        self.fd = fd
+        self.cap = cap
+        self.chunks: list[bytes] = []
+        self.size = 0
+        self.total = 0
+        self.truncated = False
+        self.open = True
+        os.set_blocking(fd, False)
+
+    def pump(self) -> bool:
+        """Read what is available; False once the stream is finished (EOF or cap)."""
+        try:
+            data = os.read(self.fd, 65536)
+        except BlockingIOError:
+            return True
+        if not data:
+            self.close()
+            return False
+        self.total += len(data)
+        room = self.cap - self.size
+        if len(data) > room:
+            self.chunks.append(data[:room])
+            self.size = self.cap
+            self.truncated = True
+            self.close()  # the writer gets EPIPE/SIGPIPE instead of filling host memory
+            return False
+        self.chunks.append(data)
+        self.size += len(data)
+        return True
+
+    def close(self) -> None:
+        if self.open:
+            self.open = False
+            os.close(self.fd)
+
+    def result(self) -> Captured:
+        return Captured(b"".join(self.chunks), self.truncated, self.total)
+
+
+class _Feeder:
+    """Writes stdin bytes to the command without blocking the event loop."""
+
+    def __init__(self, fd: int, data: bytes) -> None:
+        self.fd = fd
+        self.view = memoryview(data)
+        self.open = True
+        os.set_blocking(fd, False)
+        if not data:
+            self.close()
+
+    def pump(self) -> bool:
+        if not self.open:
+            return False
+        try:
+            written = os.write(self.fd, self.view[:65536])
+        except BlockingIOError:
+            return True
+        except BrokenPipeError:
+            self.close()
+            return False
+        self.view = self.view[written:]
+        if not self.view:
+            self.close()
+            return False
+        return True
+
+    def close(self) -> None:
+        if self.open:
+            self.open = False
+            os.close(self.fd)
+
+
+def _socketpair() -> tuple[object, int]:
+    import socket
+
+    host, agent = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    agent_fd = agent.detach()
+    os.set_inheritable(agent_fd, True)
+    return host, agent_fd
+
+
+def _read_child_pid(info_fd: int, proc: subprocess.Popen[bytes]) -> int:
+    """Read bwrap's --info-fd JSON (written once the sandbox's pid 1 exists)."""
+    chunks = []
+    try:
+        while chunk := os.read(info_fd, 4096):
+            chunks.append(chunk)
+            try:
+                return int(json.loads(b"".join(chunks))["child-pid"])
+            except (ValueError, KeyError):
+                continue
+    finally:
+        os.close(info_fd)
+    stderr = proc.stderr.read(4096).decode(errors="replace").strip() if proc.stderr else ""
+    raise SandboxStartError(f"bubblewrap exited before the sandbox started: {stderr or 'no message'}", "run `contain doctor`")
+
+
+def _decode_status(status: int) -> tuple[int | None, int | None]:
+    if os.WIFSIGNALED(status):
+        return None, os.WTERMSIG(status)
+    if os.WIFEXITED(status):
+        return os.WEXITSTATUS(status), None
+    return None, None
+
+
+def _remove_placeholders(paths: PathFacts) -> None:
+    """Remove the empty mount points bwrap created on the host for masked paths."""
+    for mask in paths.created_placeholders():
+        try:
+            if mask.kind == "dir":
+                os.rmdir(mask.host_path)
+            elif os.path.isfile(mask.host_path) and not os.path.islink(mask.host_path) and os.path.getsize(mask.host_path) == 0:
+                os.unlink(mask.host_path)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            log.warning("could not remove placeholder %s: %s", mask.host_path, exc)
