@@ -12,17 +12,54 @@ are refused or skipped (and reported). Does not decide which paths are scratch (
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import os
 import posixpath
 import stat
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from contain.errors import FileTransferError
 
-__all__ = ["ExportReport", "export_tree", "read_file_in", "scratch_relative", "write_file_in"]
+__all__ = ["ExportReport", "as_sandbox_user", "export_tree", "read_file_in", "scratch_relative", "write_file_in"]
+
+T = TypeVar("T")
+
+
+def as_sandbox_user(uid: int, gid: int, work: Callable[[], T]) -> T:
+    """Run ``work`` in a short-lived thread whose file-system ids are the sandbox user's.
+
+    The sandbox's tmpfs mounts belong to its user namespace; the kernel refuses to create files
+    there for a host uid that is not mapped into it (EOVERFLOW), and host root is not. fsuid and
+    fsgid are per-thread on Linux, so switching them in a throwaway thread leaves the rest of the
+    process untouched. Files then also get the right owner without a chown.
+    """
+    outcome: list[T] = []
+    failure: list[BaseException] = []
+
+    def target() -> None:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.setfsgid(gid)
+        libc.setfsuid(uid)
+        # setfsuid reports the previous value, never an error: ask again to confirm.
+        if libc.setfsuid(uid) != uid or libc.setfsgid(gid) != gid:
+            failure.append(FileTransferError(f"could not switch file-system ids to {uid}:{gid}", "run contain as root or as the sandbox user"))
+            return
+        try:
+            outcome.append(work())
+        except BaseException as exc:  # re-raised in the caller's thread
+            failure.append(exc)
+
+    thread = threading.Thread(target=target, name="contain-fs-as-sandbox-user")
+    thread.start()
+    thread.join()
+    if failure:
+        raise failure[0]
+    return outcome[0]
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 

@@ -111,12 +111,45 @@ def _check_writable_by(path: str, info: os.stat_result, uid: int) -> None:
     )
 
 
-def gather_path_facts(boundary: Boundary, *, sandbox_host_uid: int) -> PathFacts:
+def _check_reachable_by(path: str, uid: int, gid: int, *, want_write: bool) -> None:
+    """Refuse early, naming the directory, when the sandbox user cannot reach a bind source."""
+    current = "/"
+    for part in [p for p in path.split("/") if p]:
+        info = os.stat(current)
+        if not _has_permission(info, uid, gid, stat.S_IXUSR, stat.S_IXGRP, stat.S_IXOTH):
+            raise SandboxStartError(
+                f"the sandbox user (host uid {uid}) cannot enter {current} (mode {stat.S_IMODE(info.st_mode):04o}) "
+                f"on the way to {path}",
+                f"bind a path outside {current}, run contain as the owner, or allow traversal (chmod o+x {current})",
+            )
+        current = os.path.join(current, part)
+    info = os.stat(path)
+    if not _has_permission(info, uid, gid, stat.S_IRUSR, stat.S_IRGRP, stat.S_IROTH):
+        raise SandboxStartError(
+            f"the sandbox user (host uid {uid}) cannot read {path} (mode {stat.S_IMODE(info.st_mode):04o})",
+            f"make it readable (chmod o+r {path}) or run contain as its owner",
+        )
+    if want_write:
+        _check_writable_by(path, info, uid)
+
+
+def _has_permission(info: os.stat_result, uid: int, gid: int, user_bit: int, group_bit: int, other_bit: int) -> bool:
+    if uid == 0:
+        return True
+    if info.st_uid == uid:
+        return bool(info.st_mode & user_bit)
+    if info.st_gid == gid:
+        return bool(info.st_mode & group_bit)
+    return bool(info.st_mode & other_bit)
+
+
+def gather_path_facts(boundary: Boundary, *, sandbox_host_uid: int, sandbox_host_gid: int) -> PathFacts:
     """Resolve every read and write bind of ``boundary``.
 
     Args:
         boundary: the validated boundary (host paths already absolute).
-        sandbox_host_uid: the host uid the sandbox runs as, for the write-permission check.
+        sandbox_host_uid: the host uid the sandbox runs as, for the permission checks.
+        sandbox_host_gid: its gid.
 
     Raises:
         SandboxStartError: a required path is missing, a protected path is a symlink, or a write
@@ -146,8 +179,8 @@ def gather_path_facts(boundary: Boundary, *, sandbox_host_uid: int) -> PathFacts
                     f"write bind {rule.host} is not a directory",
                     "bind a directory for write access; bind single files with access: read",
                 )
-            _check_writable_by(real, info, sandbox_host_uid)
             masks = _masks_for(rule, real)
+        _check_reachable_by(real, sandbox_host_uid, sandbox_host_gid, want_write=rule.access is FileAccess.WRITE)
         binds.append(BindFacts(rule, real, stat.S_ISDIR(info.st_mode), masks))
     return PathFacts(tuple(binds), tuple(skipped), _block_kinds(boundary, binds))
 

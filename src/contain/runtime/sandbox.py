@@ -157,7 +157,7 @@ class Sandbox:
         self._layers = layers
         agent = str(ensure_agent_binary())
         uid, gid = sandbox_host_ids(facts)
-        self._paths = gather_path_facts(self.boundary, sandbox_host_uid=uid)
+        self._paths = gather_path_facts(self.boundary, sandbox_host_uid=uid, sandbox_host_gid=gid)
         bpf = compile_filter(arch=facts.arch, libseccomp_path=facts.libseccomp_path)
         try:
             if layers.cgroups:
@@ -494,8 +494,14 @@ class Sandbox:
         if self._proc is None:
             self.start()
         root, relative = sandbox_files.scratch_relative(path, self.scratch_paths)
-        owner = sandbox_host_ids(self._facts or probe_host())
-        sandbox_files.write_file_in(self._root() + root, relative, data, mode=mode & 0o777, owner=owner, label=path)
+        target = self._root() + root
+        sandbox_files.as_sandbox_user(
+            *self._sandbox_ids(),
+            lambda: sandbox_files.write_file_in(target, relative, data, mode=mode & 0o777, owner=None, label=path),
+        )
+
+    def _sandbox_ids(self) -> tuple[int, int]:
+        return sandbox_host_ids(self._facts or probe_host())
 
     def get_file(self, path: str, *, max_bytes: int | None = None) -> bytes:
         """Read a regular file under a scratch path (symlinks are refused, never followed).
@@ -505,7 +511,10 @@ class Sandbox:
         """
         root, relative = sandbox_files.scratch_relative(path, self.scratch_paths)
         limit = max_bytes if max_bytes is not None else self.boundary.resources.disk_bytes
-        return sandbox_files.read_file_in(self._root() + root, relative, max_bytes=limit, label=path)
+        source = self._root() + root
+        return sandbox_files.as_sandbox_user(
+            *self._sandbox_ids(), lambda: sandbox_files.read_file_in(source, relative, max_bytes=limit, label=path)
+        )
 
     def close(self) -> float:
         """Export scratch, stop everything, and remove every trace. Idempotent.
