@@ -11,13 +11,15 @@ import json
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import yaml
 from pydantic import ValidationError
 
 from contain.boundary.model import Boundary
 from contain.errors import BoundaryInvalid
+
+if TYPE_CHECKING:
+    import yaml
 
 __all__ = ["boundary_from_mapping", "boundary_json_schema", "load_boundary"]
 
@@ -37,6 +39,8 @@ def load_boundary(path: str | os.PathLike[str]) -> Boundary:
         BoundaryInvalid: unreadable, oversize, not YAML, or failing validation; every problem
             names the file, key path and line.
     """
+    import yaml  # imported here: `contain run` without a manifest never pays for it
+
     manifest = Path(path)
     try:
         raw = manifest.read_bytes()
@@ -127,6 +131,8 @@ def _describe(error: Any, source: str, node: yaml.Node | None) -> str:
 
 def _line_of(node: yaml.Node | None, loc: Sequence[Any]) -> int | None:
     """Find the 1-based line of the deepest YAML node along ``loc``."""
+    import yaml
+
     best: int | None = node.start_mark.line + 1 if node is not None else None
     current = node
     for part in loc:

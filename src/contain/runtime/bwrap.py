@@ -142,6 +142,7 @@ def plan_bwrap_argv(boundary: Boundary, inputs: BwrapInputs, *, bwrap: str = "bw
         "--gid", str(SANDBOX_GID),
         "--hostname", "sandbox",
         "--disable-userns",
+        "--cap-drop", "ALL",
         "--die-with-parent",
         "--new-session",
         "--as-pid-1",

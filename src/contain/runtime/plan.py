@@ -17,6 +17,7 @@ from contain.errors import UnsupportedHost
 from contain.host.facts import HostFacts
 from contain.runtime.agent_channel import Rlimit
 from contain.runtime.bwrap import default_scratch_paths
+from contain.runtime.cgroups import plan_cgroup_hierarchies
 from contain.runtime.landlock import LandlockPlan, plan_landlock
 
 __all__ = [
@@ -31,7 +32,6 @@ __all__ = [
 
 # When contain runs as root the sandbox runs as this host uid, never as root.
 NOBODY_UID = 65534
-_CGROUP_CONTROLLERS = ("memory", "pids", "cpu")
 _BASE_PATH = "/usr/local/bin:/usr/bin:/bin"
 
 
@@ -61,7 +61,30 @@ def writable_paths(boundary: Boundary) -> tuple[str, ...]:
     return (*default_scratch_paths(boundary), "/tmp", "/dev/shm", "/dev", *binds)
 
 
-def plan_layers(boundary: Boundary, facts: HostFacts, *, egress_available: bool) -> LayerPlan:
+def _decide_cgroups(requirement: LayerRequirement, facts: HostFacts, delegated_root: str | None) -> tuple[bool, str]:
+    if requirement is LayerRequirement.OFF:
+        return False, "off by manifest; per-process rlimits only"
+    try:
+        hierarchies = plan_cgroup_hierarchies(facts, delegated_root=delegated_root)
+        if not facts.is_root and delegated_root is None:
+            raise UnsupportedHost(
+                "contain is not running as root and no cgroup is delegated to this user",
+                "run as root, or delegate a cgroup and name it in CONTAIN_CGROUP_ROOT",
+            )
+    except UnsupportedHost as exc:
+        if requirement is LayerRequirement.REQUIRED:
+            raise UnsupportedHost(
+                f"cgroup limits are required but {exc.cause}",
+                f"{exc.fix}; or set hardening.cgroups: off to rely on per-process rlimits only",
+            ) from exc
+        return False, f"unavailable ({exc.cause}); per-process rlimits only (auto)"
+    versions = sorted({h.version for h in hierarchies})
+    return True, f"memory, pids, cpu (cgroup v{versions[0]})"
+
+
+def plan_layers(
+    boundary: Boundary, facts: HostFacts, *, egress_available: bool, delegated_root: str | None = None
+) -> LayerPlan:
     """Decide the layers, refusing when a needed one is missing.
 
     Raises:
@@ -87,21 +110,7 @@ def plan_layers(boundary: Boundary, facts: HostFacts, *, egress_available: bool)
     else:
         report["landlock"] = f"applied (ABI {landlock.abi})"
 
-    cgroups = boundary.hardening.cgroups is not LayerRequirement.OFF
-    missing = [c for c in _CGROUP_CONTROLLERS if facts.cgroup_for(c) is None]
-    if cgroups and (missing or not facts.is_root):
-        why = f"controllers {', '.join(missing)} are not available" if missing else "contain is not running as root and no cgroup is delegated to this user"
-        if boundary.hardening.cgroups is LayerRequirement.REQUIRED:
-            raise UnsupportedHost(
-                f"cgroup limits are required but {why}",
-                "run as root on a host with memory, pids and cpu controllers, or set hardening.cgroups: off to rely on per-process rlimits only",
-            )
-        cgroups = False
-        report["cgroups"] = f"unavailable ({why}); per-process rlimits only (auto)"
-    elif cgroups:
-        report["cgroups"] = "memory, pids, cpu"
-    else:
-        report["cgroups"] = "off by manifest; per-process rlimits only"
+    cgroups, report["cgroups"] = _decide_cgroups(boundary.hardening.cgroups, facts, delegated_root)
 
     if boundary.allows_network and not egress_available:
         raise UnsupportedHost(

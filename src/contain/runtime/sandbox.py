@@ -48,6 +48,7 @@ from contain.runtime.bwrap import (
     generated_etc_files,
     plan_bwrap_argv,
 )
+from contain.runtime.cgroups import ROOT_ENV as CGROUP_ROOT_ENV
 from contain.runtime.cgroups import SandboxCgroup
 from contain.runtime.paths import PathFacts, gather_path_facts
 from contain.runtime.plan import LayerPlan, plan_base_env, plan_layers, plan_rlimits, sandbox_host_ids
@@ -153,7 +154,9 @@ class Sandbox:
         began = time.perf_counter()
         facts = self._facts or probe_host()
         egress = _egress_module() if self.boundary.allows_network else None
-        layers = plan_layers(self.boundary, facts, egress_available=egress is not None)
+        layers = plan_layers(
+            self.boundary, facts, egress_available=egress is not None, delegated_root=os.environ.get(CGROUP_ROOT_ENV) or None
+        )
         self._layers = layers
         agent = str(ensure_agent_binary())
         uid, gid = sandbox_host_ids(facts)
@@ -361,7 +364,7 @@ class Sandbox:
             violations.append(Violation("cpu", f"the command used its {resources.cpu_s:g}s CPU budget and was killed"))
         if oom:
             violations.append(Violation("memory", f"the sandbox exceeded its {resources.memory_bytes} byte memory limit; the kernel killed the largest process"))
-        if after is not None and before is not None and getattr(after, "pids_limit_hits", 0) > getattr(before, "pids_limit_hits", 0):
+        if after is not None and before is not None and after.pids_limit_hits > before.pids_limit_hits:
             violations.append(Violation("pids", f"process creation was refused at the {resources.pids_max}-process limit"))
         for name, cap in (("stdout", stdout), ("stderr", stderr)):
             if cap.truncated:

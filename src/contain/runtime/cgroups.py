@@ -1,0 +1,793 @@
+"""One cgroup per sandbox: memory, pids and CPU limits, usage accounting, and a kill that wins.
+
+What is enforced (once the sandbox agent is attached; every workload it forks inherits the cgroup):
+
+- ``Resources.memory_bytes`` as a limit on memory *including swap*. v1: ``memory.limit_in_bytes``
+  and ``memory.memsw.limit_in_bytes`` set to the same value (plus ``memory.swappiness=0``); v2:
+  ``memory.max`` with ``memory.swap.max=0``. Over the limit the kernel OOM-kills inside this cgroup
+  only.
+- ``Resources.pids_max`` as ``pids.max`` (processes *and* threads); fork() beyond it gets EAGAIN.
+- ``Resources.cpu_cores`` as a CFS bandwidth quota (``cpu.cfs_quota_us``/``cpu.max``).
+- Accounting: cumulative CPU seconds, peak memory, OOM-kill count and current pids (``usage()``).
+- ``kill_all()``: v2 ``cgroup.kill`` (atomic, races fork in the kernel's favour); elsewhere freeze,
+  SIGKILL every member, thaw, repeat until empty. A frozen task cannot fork, so a fork bomb cannot
+  outrun the loop.
+
+What is NOT enforced here:
+
+- Who may write the cgroup files. The sandbox must not see a writable cgroupfs: bwrap's mount plan
+  (``runtime/bwrap.py``) gives it none, and its user namespace maps no uid that owns these files.
+- CPU *time* (``Resources.cpu_s``) and wall time: rlimits and the launcher's timer do that; the
+  quota here only limits bandwidth. Disk and output budgets live in the mount plan and the agent.
+- I/O bandwidth, hugetlb, rdma, devices: no controller is configured for them.
+- The agent itself is not protected from the OOM killer by the cgroup; workloads run with
+  ``oom_score_adj=1000`` so the kernel picks them first (see "Decisions").
+
+Decisions (each one considered against the alternative we did not take):
+
+- **Where cgroups live.** Directories are named ``contain-<owner pid>-<name>-<random>`` inside a
+  shared ``contain`` parent. v1: the parent sits in this process's own cgroup of every hierarchy
+  (v1 has no "no internal processes" rule). v2: a cgroup that holds processes cannot enable
+  controllers for children (cgroup-v2.rst, "No Internal Process Constraint"), so the parent is a
+  *sibling* of our own cgroup (``<parent of own>/contain``), or ``/contain`` when we sit in the
+  root. ``CONTAIN_CGROUP_ROOT=/some/delegated/cgroup`` (a path inside the hierarchy, as in
+  /proc/self/cgroup) overrides the base on both versions; that is how a non-root user points us at
+  a systemd ``Delegate=yes`` subtree. We did not move our own process into a leaf to free our
+  cgroup: that would change the caller's accounting behind its back.
+- **Memory without swap accounting.** When ``memory.memsw.*`` (v1) or ``memory.swap.max`` (v2) is
+  absent the kernel cannot bound swap per cgroup. If the host has no swap at all, the RAM limit is
+  already a memory+swap limit and we proceed; if it has swap we refuse (``UnsupportedHost``). v1
+  also writes ``memory.swappiness=0`` so cgroup reclaim never pushes workload pages to swap.
+- **No memory.oom.group on v2.** With oom.group the kernel kills the whole cgroup, agent included,
+  on the first OOM; the run would end as ``SandboxLost`` instead of one workload being reported as
+  OOM-killed. We rely on per-task selection plus ``oom_score_adj=1000`` on workloads instead.
+- **CPU quota.** The period is the kernel default 100 ms; quotas under the kernel's 1 ms minimum
+  use a 1 s period (the kernel maximum), so 0.001 cores is the smallest bandwidth we can express.
+  Smaller values are refused rather than rounded up.
+- **Peak memory reset on v2.** ``memory.peak`` became resettable in Linux 6.12, per open file: the
+  reset only affects reads through the same descriptor, so ``reset_peak()`` keeps that descriptor
+  and ``usage()`` reads through it. Before 6.12 the peak stays cumulative and ``reset_peak()``
+  returns False.
+- **Pid reuse during kill_all.** Members are signalled by pid while frozen. A frozen member cannot
+  exit; one already exiting could be reaped and its pid reused only after the kernel's cyclic
+  allocator wraps ``pid_max`` in the microseconds between the read and the kill.
+- **Stale cgroups.** ``sweep_stale_cgroups`` removes only *empty* ``contain-*`` directories whose
+  owner pid is dead. It assumes every contain process sharing a parent shares a pid namespace.
+  Populated orphans are left alone and logged: killing them is a decision for a human.
+- The shared ``contain`` parent is never removed: another process may be creating a sibling.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import posixpath
+import re
+import secrets
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from contain.boundary.model import Resources
+from contain.errors import SandboxLost, SandboxStartError, UnsupportedHost
+from contain.host.facts import CgroupMount, HostFacts, errno_name
+
+__all__ = [
+    "CONTROLLER_ROWS",
+    "CgroupHierarchy",
+    "CgroupOps",
+    "CgroupUsage",
+    "ControllerRow",
+    "SandboxCgroup",
+    "parse_keyed_counters",
+    "plan_cgroup_hierarchies",
+    "plan_cgroup_limits",
+    "sweep_stale_cgroups",
+]
+
+_log = logging.getLogger(__name__)
+
+ROOT_ENV = "CONTAIN_CGROUP_ROOT"
+PARENT_NAME = "contain"
+LEAF_PREFIX = "contain-"
+_LEAF_RE = re.compile(r"^contain-(\d+)-")
+_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,31}$")
+
+# Documentation/scheduler/sched-bwc.rst: default period 100 ms; period <= 1 s; quota >= 1 ms.
+CFS_PERIOD_US = 100_000
+CFS_LONG_PERIOD_US = 1_000_000
+CFS_MIN_QUOTA_US = 1_000
+
+_POLL_S = 0.001  # first poll interval while waiting for the kernel; doubles up to _POLL_MAX_S
+_POLL_MAX_S = 0.01
+_ROUND_S = 0.05  # how long one freeze-kill-thaw round waits for killed members to leave
+
+
+@dataclass(frozen=True)
+class ControllerRow:
+    """One controller a sandbox cgroup needs, on which cgroup versions, and why."""
+
+    controller: str
+    versions: tuple[int, ...]
+    why: str
+
+
+CONTROLLER_ROWS: tuple[ControllerRow, ...] = (
+    ControllerRow("memory", (1, 2), "memory_bytes limit (incl. swap), peak memory, OOM-kill count"),
+    ControllerRow("pids", (1, 2), "pids_max limit and the current count; bounds fork bombs"),
+    ControllerRow("cpu", (1, 2), "cpu_cores as a CFS bandwidth quota"),
+    ControllerRow("cpuacct", (1,), "cumulative CPU seconds (v2: cpu.stat exists in every cgroup)"),
+    ControllerRow("freezer", (1,), "freeze a fork bomb before SIGKILL (v2: cgroup.freeze is core)"),
+)
+
+
+@dataclass(frozen=True)
+class CgroupUsage:
+    """What a sandbox cgroup used, read from the kernel's counters."""
+
+    cpu_s: float  # user+system CPU seconds since creation
+    memory_peak_bytes: int | None  # None on v2 before Linux 5.19 (no memory.peak)
+    oom_kills: int  # tasks the OOM killer killed in this cgroup
+    pids_current: int  # tasks (processes and threads) now charged, zombies included
+    pids_limit_hits: int = 0  # forks refused at pids.max ("max" in pids.events)
+
+
+@dataclass(frozen=True)
+class CgroupHierarchy:
+    """One mounted hierarchy a sandbox needs a directory in, and the shared parent there."""
+
+    version: int
+    mountpoint: str
+    base: str  # existing cgroup directory the parent goes in (own cgroup or delegated root)
+    parent: str  # the shared "contain" directory: sandbox cgroups are its children
+    controllers: tuple[str, ...]  # CONTROLLER_ROWS served by this directory
+
+
+def _kernel_mkdir(path: str) -> None:
+    os.mkdir(path, 0o755)
+
+
+@dataclass(frozen=True)
+class CgroupOps:
+    """The syscalls that differ between cgroupfs and a plain directory; tests pass fakes.
+
+    On cgroupfs ``mkdir`` makes the kernel create the control files and ``rmdir`` removes a
+    directory that still lists them; on a tmpfs fake neither happens by itself.
+    """
+
+    mkdir: Callable[[str], None] = _kernel_mkdir
+    rmdir: Callable[[str], None] = os.rmdir
+    kill: Callable[[int, int], None] = os.kill
+
+
+# --------------------------------------------------------------------------------------------------
+# Plans (pure)
+
+
+def plan_cgroup_limits(
+    resources: Resources, *, version: int, memsw_available: bool = True
+) -> dict[str, dict[str, str]]:
+    """Turn ``Resources`` into the files to write, per controller, in write order.
+
+    Args:
+        resources: the boundary's budgets.
+        version: 1 or 2.
+        memsw_available: whether the kernel accounts swap per cgroup (v1 ``memory.memsw.*``, v2
+            ``memory.swap.max``). When False the swap file is left out; the caller must only do
+            that on a host without swap (see the module docstring).
+
+    Returns:
+        ``{controller: {file: value}}``. Order matters and is kept: v1 ``memory.limit_in_bytes``
+        before ``memory.memsw.limit_in_bytes`` (memsw may never be below the RAM limit), and
+        ``cpu.cfs_period_us`` before ``cpu.cfs_quota_us``.
+
+    Raises:
+        UnsupportedHost: unknown version, or a CPU quota below the kernel's 1 ms minimum.
+    """
+    memory = str(resources.memory_bytes)
+    period, quota = _cfs_bandwidth(resources.cpu_cores)
+    if version == 1:
+        mem = {"memory.limit_in_bytes": memory}
+        if memsw_available:
+            mem["memory.memsw.limit_in_bytes"] = memory
+        mem["memory.swappiness"] = "0"
+        cpu = {"cpu.cfs_period_us": str(period), "cpu.cfs_quota_us": str(quota)}
+    elif version == 2:
+        mem = {"memory.max": memory}
+        if memsw_available:
+            mem["memory.swap.max"] = "0"
+        cpu = {"cpu.max": f"{quota} {period}"}
+    else:
+        raise UnsupportedHost(f"cgroup version {version} is unknown", "use cgroup v1 or v2")
+    return {"memory": mem, "pids": {"pids.max": str(resources.pids_max)}, "cpu": cpu}
+
+
+def _cfs_bandwidth(cores: float) -> tuple[int, int]:
+    for period in (CFS_PERIOD_US, CFS_LONG_PERIOD_US):
+        quota = round(cores * period)
+        if quota >= CFS_MIN_QUOTA_US:
+            return period, quota
+    raise UnsupportedHost(
+        f"resources.cpu_cores={cores} is below the kernel's minimum CFS quota "
+        f"({CFS_MIN_QUOTA_US} us per {CFS_LONG_PERIOD_US} us period)",
+        "set resources.cpu_cores to 0.001 or more",
+    )
+
+
+def plan_cgroup_hierarchies(
+    facts: HostFacts, *, delegated_root: str | None
+) -> tuple[CgroupHierarchy, ...]:
+    """Decide which hierarchies a sandbox cgroup spans and where its shared parent goes.
+
+    Args:
+        facts: the probed host; only ``facts.cgroups`` is used.
+        delegated_root: ``CONTAIN_CGROUP_ROOT`` (a cgroup path such as ``/user.slice/x``), or None.
+
+    Returns:
+        One entry per directory to create: v1 one per distinct mount (``cpu,cpuacct`` co-mounted
+        is one), v2 exactly one.
+
+    Raises:
+        UnsupportedHost: a needed controller is missing, or memory/pids/cpu are split between
+            v1 and v2, or ``delegated_root`` is not a normalised absolute cgroup path.
+    """
+    if delegated_root is not None:
+        _check_cgroup_path(delegated_root)
+    core = [row.controller for row in CONTROLLER_ROWS if 2 in row.versions]
+    v1 = {
+        row.controller: mount
+        for row in CONTROLLER_ROWS
+        if (mount := facts.cgroup_for(row.controller)) is not None and mount.version == 1
+    }
+    if all(controller in v1 for controller in core):
+        return _plan_v1(v1, delegated_root)
+    unified = next((m for m in facts.cgroups if m.version == 2), None)
+    if unified is None or any(c not in unified.controllers for c in core):
+        raise UnsupportedHost(
+            "sandbox cgroups need memory, pids and cpu all on cgroup v1 or all on cgroup v2; "
+            f"this host has: {_describe_controllers(facts, core)}",
+            "boot with all of them on one version (e.g. systemd.unified_cgroup_hierarchy=1), "
+            "or set hardening.cgroups: off to run without cgroup limits",
+        )
+    base = delegated_root or _v2_default_base(unified.own_path)
+    return (
+        CgroupHierarchy(
+            version=2,
+            mountpoint=unified.mountpoint,
+            base=_join(unified.mountpoint, base),
+            parent=_join(unified.mountpoint, base, PARENT_NAME),
+            controllers=tuple(core),
+        ),
+    )
+
+
+def _plan_v1(v1: dict[str, CgroupMount], delegated_root: str | None) -> tuple[CgroupHierarchy, ...]:
+    missing = [row for row in CONTROLLER_ROWS if 1 in row.versions and row.controller not in v1]
+    if missing:
+        raise UnsupportedHost(
+            "cgroup v1 hierarchies missing for: "
+            + "; ".join(f"{row.controller} ({row.why})" for row in missing),
+            "mount them (mount -t cgroup -o <controller> cgroup /sys/fs/cgroup/<controller>), "
+            "or set hardening.cgroups: off to run without cgroup limits",
+        )
+    by_mount: dict[str, list[str]] = {}
+    for row in CONTROLLER_ROWS:
+        by_mount.setdefault(v1[row.controller].mountpoint, []).append(row.controller)
+    plans = []
+    for mountpoint, controllers in by_mount.items():
+        base = delegated_root or v1[controllers[0]].own_path
+        plans.append(
+            CgroupHierarchy(
+                version=1,
+                mountpoint=mountpoint,
+                base=_join(mountpoint, base),
+                parent=_join(mountpoint, base, PARENT_NAME),
+                controllers=tuple(controllers),
+            )
+        )
+    return tuple(plans)
+
+
+def _v2_default_base(own_path: str) -> str:
+    # Our own cgroup holds us, so it cannot enable controllers for a child; its parent holds no
+    # processes (it has us as a child with controllers) and can. The root is exempt from the rule.
+    return "/" if own_path == "/" else posixpath.dirname(own_path.rstrip("/"))
+
+
+def _check_cgroup_path(path: str) -> None:
+    if not path.startswith("/") or posixpath.normpath(path) != path.rstrip("/") or ".." in path:
+        raise UnsupportedHost(
+            f"{ROOT_ENV}={path!r} is not a normalised absolute cgroup path",
+            f"set {ROOT_ENV} to a path as /proc/self/cgroup shows it, e.g. /user.slice/contain",
+        )
+
+
+def _describe_controllers(facts: HostFacts, controllers: list[str]) -> str:
+    parts = []
+    for controller in controllers:
+        mount = facts.cgroup_for(controller)
+        parts.append(f"{controller}=" + (f"v{mount.version}" if mount else "missing"))
+    return ", ".join(parts)
+
+
+def _join(mountpoint: str, *parts: str) -> str:
+    return posixpath.join(mountpoint, *(part.strip("/") for part in parts if part.strip("/")))
+
+
+def parse_keyed_counters(text: str) -> dict[str, int]:
+    """Parse ``key value`` lines (memory.oom_control, memory.events, cpu.stat) into ints.
+
+    Lines whose value is not an integer are skipped; a missing key is the caller's decision.
+    """
+    counters: dict[str, int] = {}
+    for line in text.splitlines():
+        key, _, value = line.strip().partition(" ")
+        try:
+            counters[key] = int(value)
+        except ValueError:
+            continue
+    return counters
+
+
+# --------------------------------------------------------------------------------------------------
+# Apply (thin)
+
+
+def _read(path: str) -> str:
+    with open(path, encoding="ascii") as handle:
+        return handle.read()
+
+
+def _write(path: str, value: str) -> None:
+    # No O_CREAT: a control file the kernel did not create must fail, not appear. O_TRUNC is what
+    # `echo v > file` does; cgroupfs ignores it.
+    fd = os.open(path, os.O_WRONLY | os.O_TRUNC | os.O_CLOEXEC)
+    try:
+        os.write(fd, value.encode("ascii"))
+    finally:
+        os.close(fd)
+
+
+def _host_swap_bytes() -> int:
+    for line in _read("/proc/meminfo").splitlines():
+        if line.startswith("SwapTotal:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+def _unsupported(action: str, path: str, exc: OSError) -> UnsupportedHost:
+    code = errno_name(exc.errno or 0)
+    return UnsupportedHost(
+        f"cannot {action} {path}: {code} ({exc.strerror})",
+        f"run as root, or set {ROOT_ENV} to a cgroup delegated to uid {os.getuid()} "
+        "(e.g. systemd-run --user -p Delegate=yes), or set hardening.cgroups: off",
+    )
+
+
+class SandboxCgroup:
+    """The cgroup directories of one sandbox, across every hierarchy it needs.
+
+    Build with ``create``; tear down with ``remove``. Not thread-safe.
+    """
+
+    def __init__(
+        self, *, version: int, dirs: dict[str, str], memsw: bool, ops: CgroupOps
+    ) -> None:
+        self.version = version
+        self.dirs = dirs  # controller (every CONTROLLER_ROWS name) -> directory
+        self._memsw = memsw
+        self._ops = ops
+        self._peak_fd: int | None = None
+
+    @property
+    def paths(self) -> tuple[str, ...]:
+        """Every distinct directory of this sandbox, in creation order."""
+        return tuple(dict.fromkeys(self.dirs.values()))
+
+    @classmethod
+    def create(
+        cls,
+        name: str,
+        resources: Resources,
+        facts: HostFacts,
+        *,
+        ops: CgroupOps = CgroupOps(),
+        swap_bytes: int | None = None,
+    ) -> SandboxCgroup:
+        """Create the sandbox cgroup and write every limit; nothing runs in it yet.
+
+        Args:
+            name: short label for the directory, ``[a-z0-9][a-z0-9_.-]{0,31}``.
+            resources: the limits to enforce.
+            facts: the probed host (``facts.cgroups``).
+            ops: mkdir/rmdir/kill; the kernel's by default.
+            swap_bytes: host swap size; read from /proc/meminfo when None and it matters.
+
+        Returns:
+            A cgroup with every requested limit in place (never fewer).
+
+        Raises:
+            UnsupportedHost: a controller is missing, not writable (path and errno named), or
+                swap cannot be bounded.
+        """
+        if not _NAME_RE.match(name):
+            raise SandboxStartError(
+                f"cgroup name {name!r} is not [a-z0-9][a-z0-9_.-]{{0,31}}", "pass a short label"
+            )
+        delegated_root = os.environ.get(ROOT_ENV) or None
+        hierarchies = plan_cgroup_hierarchies(facts, delegated_root=delegated_root)
+        leaf = f"{LEAF_PREFIX}{os.getpid()}-{name}-{secrets.token_hex(4)}"
+        version = hierarchies[0].version
+        cgroup = cls(version=version, dirs={}, memsw=False, ops=ops)
+        try:
+            for hierarchy in hierarchies:
+                path = _make_leaf(hierarchy, leaf, ops)
+                for controller in hierarchy.controllers:
+                    cgroup.dirs[controller] = path
+            for row in CONTROLLER_ROWS:  # v2: accounting and freezing live in the same directory
+                cgroup.dirs.setdefault(row.controller, cgroup.dirs["memory"])
+            cgroup._memsw = _swap_accounted(cgroup.dirs["memory"], version, swap_bytes)
+            plan = plan_cgroup_limits(resources, version=version, memsw_available=cgroup._memsw)
+            cgroup._apply(plan)
+            cgroup._check_oom_counter()
+        except BaseException:
+            cgroup._rmdir_all(deadline=time.monotonic() + 1.0, strict=False)
+            raise
+        _log.debug("created cgroup %s", cgroup.paths)
+        return cgroup
+
+    def _apply(self, plan: dict[str, dict[str, str]]) -> None:
+        for controller, files in plan.items():
+            for filename, value in files.items():
+                path = posixpath.join(self.dirs[controller], filename)
+                try:
+                    _write(path, value)
+                except OSError as exc:
+                    raise _unsupported(f"write {value!r} to", path, exc) from exc
+
+    def _check_oom_counter(self) -> None:
+        path = self._memory_file("memory.oom_control" if self.version == 1 else "memory.events")
+        if "oom_kill" not in parse_keyed_counters(_read(path)):
+            raise UnsupportedHost(
+                f"{path} has no oom_kill counter (Linux < 4.13)",
+                "upgrade the kernel, or set hardening.cgroups: off",
+            )
+
+    def _memory_file(self, filename: str) -> str:
+        return posixpath.join(self.dirs["memory"], filename)
+
+    def attach(self, pid: int) -> None:
+        """Move ``pid`` (and its threads) into this cgroup in every hierarchy.
+
+        Raises:
+            SandboxStartError: the pid is gone or the write was refused; the caller removes us.
+        """
+        for path in self.paths:
+            procs = posixpath.join(path, "cgroup.procs")
+            try:
+                _write(procs, str(pid))
+            except OSError as exc:
+                raise SandboxStartError(
+                    f"cannot move pid {pid} into {procs}: {errno_name(exc.errno or 0)}",
+                    "the process must exist and not be a kernel thread; remove this sandbox",
+                ) from exc
+
+    def pids(self) -> list[int]:
+        """Every process in the cgroup (union over hierarchies), sorted."""
+        members: set[int] = set()
+        for path in self.paths:
+            procs = posixpath.join(path, "cgroup.procs")
+            try:
+                members.update(int(pid) for pid in _read(procs).split() if pid != "0")
+            except FileNotFoundError:
+                continue  # already removed
+        return sorted(members)
+
+    def usage(self) -> CgroupUsage:
+        """Read the accounting counters.
+
+        Raises:
+            SandboxLost: a counter file is unreadable (the cgroup was removed under us).
+        """
+        try:
+            if self.version == 1:
+                cpu_ns = int(_read(posixpath.join(self.dirs["cpuacct"], "cpuacct.usage")))
+                peak_file = "memory.memsw.max_usage_in_bytes" if self._memsw else (
+                    "memory.max_usage_in_bytes"
+                )
+                return CgroupUsage(
+                    cpu_s=cpu_ns / 1e9,
+                    memory_peak_bytes=int(_read(self._memory_file(peak_file))),
+                    oom_kills=parse_keyed_counters(_read(self._memory_file("memory.oom_control")))[
+                        "oom_kill"
+                    ],
+                    pids_current=self._pids_current(),
+                    pids_limit_hits=self._pids_limit_hits(),
+                )
+            cpu_stat = parse_keyed_counters(_read(posixpath.join(self.dirs["cpu"], "cpu.stat")))
+            return CgroupUsage(
+                cpu_s=cpu_stat["usage_usec"] / 1e6,
+                memory_peak_bytes=self._v2_peak(),
+                oom_kills=parse_keyed_counters(_read(self._memory_file("memory.events")))["oom_kill"],
+                pids_current=self._pids_current(),
+                pids_limit_hits=self._pids_limit_hits(),
+            )
+        except (OSError, KeyError, ValueError) as exc:
+            raise SandboxLost(
+                f"cannot read usage of cgroup {self.dirs['memory']}: {exc}",
+                "the cgroup was removed or the kernel changed its format; rerun",
+            ) from exc
+
+    def _pids_current(self) -> int:
+        return int(_read(posixpath.join(self.dirs["pids"], "pids.current")))
+
+    def _pids_limit_hits(self) -> int:
+        # pids.events holds "max N" on v1 and v2 (Linux >= 4.3); absent means never counted.
+        try:
+            return parse_keyed_counters(_read(posixpath.join(self.dirs["pids"], "pids.events"))).get("max", 0)
+        except FileNotFoundError:
+            return 0
+
+    def _v2_peak(self) -> int | None:
+        if self._peak_fd is not None:
+            return int(os.pread(self._peak_fd, 64, 0))
+        try:
+            return int(_read(self._memory_file("memory.peak")))
+        except FileNotFoundError:
+            return None  # Linux < 5.19
+
+    def reset_peak(self) -> bool:
+        """Start counting peak memory from now.
+
+        Returns:
+            True when the next ``usage()`` reports the peak since this call; False when the kernel
+            only keeps a cumulative peak (v2 before Linux 6.12) and ``usage()`` still reports it.
+
+        Raises:
+            SandboxLost: v1 and the counter cannot be written (the cgroup is gone).
+        """
+        if self.version == 1:
+            files = ["memory.max_usage_in_bytes"]
+            if self._memsw:
+                files.append("memory.memsw.max_usage_in_bytes")
+            for filename in files:
+                try:
+                    _write(self._memory_file(filename), "0")
+                except OSError as exc:
+                    raise SandboxLost(
+                        f"cannot reset {self._memory_file(filename)}: {errno_name(exc.errno or 0)}",
+                        "the cgroup was removed under us; rerun",
+                    ) from exc
+            return True
+        try:
+            if self._peak_fd is None:
+                self._peak_fd = os.open(self._memory_file("memory.peak"), os.O_RDWR | os.O_CLOEXEC)
+            os.write(self._peak_fd, b"reset\n")  # resets the peak seen through this fd only
+            return True
+        except OSError as exc:
+            self._close_peak_fd()
+            _log.warning(
+                "memory.peak of %s is not resettable (%s); peak memory stays cumulative",
+                self.dirs["memory"], errno_name(exc.errno or 0),
+            )
+            return False
+
+    def _close_peak_fd(self) -> None:
+        if self._peak_fd is not None:
+            os.close(self._peak_fd)
+            self._peak_fd = None
+
+    def kill_all(self, *, timeout_s: float) -> None:
+        """SIGKILL every process in the cgroup and wait until it is empty.
+
+        Raises:
+            SandboxStartError: members remain after ``timeout_s`` (named with their pids).
+        """
+        deadline = time.monotonic() + timeout_s
+        try:
+            self._kill_until_empty(deadline)
+        except OSError as exc:
+            raise SandboxStartError(
+                f"cannot kill cgroup {self.dirs['freezer']}: {exc}",
+                "check the cgroup with `cat .../cgroup.procs`; remove it by hand once empty",
+            ) from exc
+        if self.pids():
+            raise SandboxStartError(
+                f"cgroup {self.dirs['freezer']} still holds pids {self.pids()} "
+                f"after {timeout_s} s of SIGKILL",
+                "a task may be stuck in uninterruptible sleep (D state); check the host",
+            )
+
+    def _kill_until_empty(self, deadline: float) -> None:
+        kill_file = posixpath.join(self.dirs["memory"], "cgroup.kill")
+        if self.version == 2 and os.path.exists(kill_file):
+            _write(kill_file, "1")  # the kernel also kills children forked during the write
+            if _wait_until(lambda: not self.pids(), deadline):
+                return
+        while self.pids():  # at least one round, even with a zero timeout
+            self._freeze(deadline)
+            try:
+                for pid in self.pids():  # nothing can fork while frozen
+                    try:
+                        self._ops.kill(pid, signal.SIGKILL)
+                    except ProcessLookupError:
+                        continue
+            finally:
+                self._thaw()
+            # Killed tasks die on thaw; a survivor means a fork raced the freeze: go again.
+            _wait_until(lambda: not self.pids(), min(deadline, time.monotonic() + _ROUND_S))
+            if time.monotonic() >= deadline:
+                return
+
+    def _freeze(self, deadline: float) -> None:
+        if self.version == 1:
+            state = posixpath.join(self.dirs["freezer"], "freezer.state")
+            _write(state, "FROZEN")
+            frozen = _wait_until(lambda: _read(state).strip() == "FROZEN", deadline)
+        else:
+            _write(posixpath.join(self.dirs["freezer"], "cgroup.freeze"), "1")
+            events = posixpath.join(self.dirs["freezer"], "cgroup.events")
+            frozen = _wait_until(
+                lambda: parse_keyed_counters(_read(events)).get("frozen") == 1, deadline
+            )
+        if not frozen:  # kill anyway: SIGKILL still lands, the next round catches stragglers
+            _log.warning("cgroup %s did not freeze before the deadline", self.dirs["freezer"])
+
+    def _thaw(self) -> None:
+        if self.version == 1:
+            _write(posixpath.join(self.dirs["freezer"], "freezer.state"), "THAWED")
+        else:
+            _write(posixpath.join(self.dirs["freezer"], "cgroup.freeze"), "0")
+
+    def remove(self, *, timeout_s: float) -> None:
+        """Kill every member, then remove every directory. Idempotent.
+
+        Raises:
+            SandboxStartError: a member survived or a directory could not be removed (named).
+        """
+        deadline = time.monotonic() + timeout_s
+        self._close_peak_fd()
+        if not any(os.path.isdir(path) for path in self.paths):
+            return
+        self.kill_all(timeout_s=timeout_s)
+        self._rmdir_all(deadline=deadline, strict=True)
+
+    def _rmdir_all(self, *, deadline: float, strict: bool) -> None:
+        for path in reversed(self.paths):
+            try:
+                _rmdir_retrying(path, self._ops, deadline)
+            except OSError as exc:
+                if strict:
+                    raise SandboxStartError(
+                        f"cannot remove cgroup {path}: {errno_name(exc.errno or 0)}",
+                        f"check `cat {path}/cgroup.procs`; remove it with rmdir once empty",
+                    ) from exc
+                _log.warning("leaving cgroup %s: %s", path, exc)
+
+
+def _make_leaf(hierarchy: CgroupHierarchy, leaf: str, ops: CgroupOps) -> str:
+    if hierarchy.version == 2:
+        _enable_controllers(hierarchy.base, hierarchy.controllers)
+    try:
+        ops.mkdir(hierarchy.parent)
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        raise _unsupported("create cgroup", hierarchy.parent, exc) from exc
+    if hierarchy.version == 2:
+        _enable_controllers(hierarchy.parent, hierarchy.controllers)
+    path = posixpath.join(hierarchy.parent, leaf)
+    try:
+        ops.mkdir(path)
+    except OSError as exc:
+        raise _unsupported("create cgroup", path, exc) from exc
+    if hierarchy.version == 2:
+        have = _read(posixpath.join(path, "cgroup.controllers")).split()
+        missing = [c for c in hierarchy.controllers if c not in have]
+        if missing:
+            ops.rmdir(path)
+            raise UnsupportedHost(
+                f"cgroup {path} lacks controllers {missing} after enabling them in its parents",
+                f"enable them in the subtree_control of every ancestor of {hierarchy.parent}",
+            )
+    return path
+
+
+def _enable_controllers(cgroup_dir: str, controllers: tuple[str, ...]) -> None:
+    control = posixpath.join(cgroup_dir, "cgroup.subtree_control")
+    try:
+        enabled = _read(control).split()
+        missing = [c for c in controllers if c not in enabled]
+        if missing:  # EBUSY here means cgroup_dir holds processes (no internal processes rule)
+            _write(control, " ".join(f"+{c}" for c in missing))
+    except OSError as exc:
+        raise _unsupported("enable controllers in", control, exc) from exc
+
+
+def _swap_accounted(memory_dir: str, version: int, swap_bytes: int | None) -> bool:
+    probe = "memory.memsw.limit_in_bytes" if version == 1 else "memory.swap.max"
+    if os.path.exists(posixpath.join(memory_dir, probe)):
+        return True
+    swap = _host_swap_bytes() if swap_bytes is None else swap_bytes
+    if swap > 0:
+        raise UnsupportedHost(
+            f"{memory_dir} has no {probe} (swap accounting off) and the host has "
+            f"{swap} bytes of swap, so memory_bytes cannot bound memory including swap",
+            "boot with swapaccount=1 (v1) / a kernel with CONFIG_MEMCG_SWAP, or swapoff -a",
+        )
+    return False
+
+
+def _rmdir_retrying(path: str, ops: CgroupOps, deadline: float) -> None:
+    delay = _POLL_S
+    while True:
+        try:
+            ops.rmdir(path)
+            return
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            # EBUSY: killed tasks still leaving (or exiting zombies being uncharged).
+            if exc.errno != errno.EBUSY or time.monotonic() >= deadline:
+                raise
+        time.sleep(delay)
+        delay = min(delay * 2, _POLL_MAX_S)
+
+
+def _wait_until(predicate: Callable[[], bool], deadline: float) -> bool:
+    delay = _POLL_S
+    while not predicate():
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(delay)
+        delay = min(delay * 2, _POLL_MAX_S)
+    return True
+
+
+def _is_dead(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
+
+
+def sweep_stale_cgroups(
+    facts: HostFacts,
+    *,
+    ops: CgroupOps = CgroupOps(),
+) -> list[str]:
+    """Remove empty ``contain-*`` cgroups whose owner process is dead.
+
+    Args:
+        facts: the probed host; every mounted hierarchy is swept, supported layout or not.
+        ops: rmdir (the kernel's by default).
+
+    Returns:
+        The directories removed. Populated ones are left and logged.
+    """
+    root = os.environ.get(ROOT_ENV) or None
+    removed: list[str] = []
+    for mount in facts.cgroups:
+        base = root or (_v2_default_base(mount.own_path) if mount.version == 2 else mount.own_path)
+        parent = _join(mount.mountpoint, base, PARENT_NAME)
+        try:
+            entries = sorted(os.listdir(parent))
+        except OSError:
+            continue
+        for entry in entries:
+            match = _LEAF_RE.match(entry)
+            if not match or int(match.group(1)) == os.getpid() or not _is_dead(int(match.group(1))):
+                continue
+            path = posixpath.join(parent, entry)
+            try:
+                ops.rmdir(path)
+            except OSError as exc:
+                _log.warning("stale cgroup %s not removed: %s", path, errno_name(exc.errno or 0))
+                continue
+            removed.append(path)
+    return removed

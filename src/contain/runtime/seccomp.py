@@ -1,0 +1,817 @@
+"""The seccomp layer: a syscall filter compiled with libseccomp and handed to bwrap.
+
+What is enforced
+    ``SECCOMP_RULES`` is the whole policy, one row per decision with its reason and the escape probe
+    that exercises it. ``compile_filter`` turns the rows into classic BPF; the launcher passes it to
+    ``bwrap --seccomp FD``, so the sandboxed command starts under it (bwrap installs it with
+    ``no_new_privs`` right before ``execve``; nothing here touches the current process).
+
+    The filter is a *deny-list*: its default action is ALLOW, and the rows refuse the kernel surface
+    an untrusted workload has no business with (ptrace, mounts, namespaces, io_uring, bpf, keyrings,
+    module loading, exotic socket families, TIOCSTI, personality flags, seccomp user-notification).
+    ALLOW rows record deliberate exceptions (AF_UNIX sockets, Landlock); they compile to nothing,
+    because ALLOW is the default, and the unit tests check no deny row shadows them.
+
+Architectures (a subtle decision, so here is the essay)
+    A seccomp filter sees ``(arch, nr, args)``, and the same process can enter the kernel through
+    several ABIs. On x86_64 these are: native (AUDIT_ARCH_X86_64), i386 through ``int 0x80``
+    (AUDIT_ARCH_I386, different numbers, and ``socketcall()``/``ipc()`` multiplexers that would
+    carry socket(AF_NETLINK) past an argument rule on ``socket``), and x32 (AUDIT_ARCH_X86_64
+    again, but ``nr | 0x40000000``). The filter names only the native arch, so:
+
+    - every other arch value hits the *bad-arch action*, which we set to KILL_PROCESS. We chose kill
+      over ERRNO because nothing legitimate in an x86_64 sandbox makes i386 syscalls, an errno would
+      let a probe keep trying quietly, and a SIGSYS death is visible to the caller as a signal;
+    - x32: libseccomp (checked on 2.5.4 by reading the exported BPF, and pinned by a unit test that
+      runs the BPF) emits ``if nr >= 0x40000000 and nr != -1: bad-arch`` for an x86_64-only filter,
+      so x32 numbers are killed too and no explicit rule is needed;
+    - aarch64's compat AArch32 entry (AUDIT_ARCH_ARM) likewise hits the bad-arch action.
+
+    Any arch not in ``SUPPORTED_ARCHES`` raises ``UnsupportedHost`` naming the bypass it would open
+    (i386: socketcall; s390x: clone's swapped arguments), as sandbox-runtime refuses i386.
+
+Argument tests compare what the kernel reads
+    libseccomp compares 64-bit values and refuses two comparisons on one argument in a rule, so
+    "family not in {...}" and "persona neither 0 nor 0xffffffff" become several rows. Where the
+    kernel reads only 32 bits (ioctl's request, personality's persona) the rows use MASKED_EQ on the
+    low 32 bits, so setting high bits cannot slip a value past. Where a full 64-bit compare is used
+    (socket families), a value with high bits set is *refused* (fail closed), never allowed.
+
+What is NOT enforced here (the other half lives elsewhere)
+    - Files, network reachability and resources: bwrap namespaces, Landlock, the egress proxy and
+      cgroups. AF_INET sockets are allowed; the empty network namespace is what isolates them.
+    - Syscalls newer than this table or unknown to the installed libseccomp pass the ALLOW default
+      (see docs/seccomp.md for the list we know of).
+    - Memory W^X (mmap/mprotect RWX), memfd_create + execveat: recorded policy, not filtered.
+    - Anything the syscalls that stay allowed can reach: kernel bugs in read/write/mmap paths.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import enum
+import errno
+import functools
+import logging
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from contain.errors import UnsupportedHost
+
+__all__ = [
+    "BAD_ARCH_ACTION",
+    "SECCOMP_RULES",
+    "SUPPORTED_ARCHES",
+    "Action",
+    "ArgCondition",
+    "ArgOp",
+    "FilterPlan",
+    "SeccompArch",
+    "SyscallRule",
+    "compile_filter",
+    "describe_filter_pfc",
+    "plan_filter",
+    "render_rules_markdown",
+    "seccomp_arch",
+]
+
+logger = logging.getLogger(__name__)
+
+_U64_MAX = (1 << 64) - 1
+_LOW32 = 0xFFFF_FFFF
+_LIBSECCOMP_FIX = (
+    "install or upgrade the Debian package libseccomp2 (>= 2.5): apt-get install libseccomp2"
+)
+
+
+class Action(enum.Enum):
+    """What the filter does when a row matches."""
+
+    ERRNO = "errno"  # the syscall fails with SyscallRule.errno_value and does nothing
+    KILL_PROCESS = "kill_process"  # the whole process dies with SIGSYS
+    ALLOW = "allow"  # a deliberate exception, recorded as a row; same as the filter's default
+
+
+class ArgOp(enum.IntEnum):
+    """Argument comparisons, valued as libseccomp's ``enum scmp_compare`` (seccomp.h)."""
+
+    NE = 1
+    LT = 2
+    LE = 3
+    EQ = 4
+    GE = 5
+    GT = 6
+    MASKED_EQ = 7  # (arg & mask) == value
+
+
+_OP_TEXT = {
+    ArgOp.NE: "!=",
+    ArgOp.LT: "<",
+    ArgOp.LE: "<=",
+    ArgOp.EQ: "==",
+    ArgOp.GE: ">=",
+    ArgOp.GT: ">",
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class ArgCondition:
+    """One test on one syscall argument, with libseccomp's 64-bit unsigned semantics."""
+
+    index: int  # 0..5, the syscall argument
+    op: ArgOp
+    value: int
+    mask: int = _U64_MAX  # used by MASKED_EQ only
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.index <= 5:
+            raise ValueError(f"argument index {self.index} is not 0..5")
+        if not (0 <= self.value <= _U64_MAX and 0 <= self.mask <= _U64_MAX):
+            raise ValueError("argument values and masks are unsigned 64-bit")
+        if self.op is ArgOp.MASKED_EQ and self.value & ~self.mask:
+            raise ValueError(f"value {self.value:#x} has bits outside mask {self.mask:#x}")
+        if self.op is not ArgOp.MASKED_EQ and self.mask != _U64_MAX:
+            raise ValueError("a mask is only meaningful with MASKED_EQ")
+
+    def matches(self, arg: int) -> bool:
+        """Whether a 64-bit argument value satisfies this test (as the compiled BPF does)."""
+        arg &= _U64_MAX
+        if self.op is ArgOp.MASKED_EQ:
+            return arg & self.mask == self.value
+        return {
+            ArgOp.NE: arg != self.value,
+            ArgOp.LT: arg < self.value,
+            ArgOp.LE: arg <= self.value,
+            ArgOp.EQ: arg == self.value,
+            ArgOp.GE: arg >= self.value,
+            ArgOp.GT: arg > self.value,
+        }[self.op]
+
+    def __str__(self) -> str:
+        if self.op is ArgOp.MASKED_EQ:
+            return f"arg{self.index} & {self.mask:#x} == {self.value:#x}"
+        return f"arg{self.index} {_OP_TEXT[self.op]} {self.value:#x}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class SyscallRule:
+    """One row of the policy: a syscall, when it applies, what happens, why, and its probe."""
+
+    syscall: str
+    action: Action
+    errno_value: int | None = None  # required for ERRNO, e.g. errno.EPERM
+    when: tuple[ArgCondition, ...] = ()  # all must hold (AND); empty means always
+    why: str
+    probe: str  # escape-catalogue case that exercises the row, e.g. "SY-03"
+
+    def __post_init__(self) -> None:
+        if (self.action is Action.ERRNO) != (self.errno_value is not None):
+            raise ValueError(f"{self.syscall}: an errno value goes with ERRNO and only with it")
+        if self.errno_value is not None and not 0 < self.errno_value < 4096:
+            raise ValueError(f"{self.syscall}: errno {self.errno_value} is not 1..4095")
+        if not self.why or "\n" in self.why:
+            raise ValueError(f"{self.syscall}: why must be one non-empty line")
+        if len({c.index for c in self.when}) != len(self.when):
+            raise ValueError(f"{self.syscall}: libseccomp allows one test per argument per rule")
+
+    @property
+    def is_deny(self) -> bool:
+        return self.action is not Action.ALLOW
+
+    def matches(self, args: Sequence[int]) -> bool:
+        """Whether syscall arguments ``args`` (six values) satisfy every condition of the row."""
+        return all(c.matches(args[c.index]) for c in self.when)
+
+    def describe_action(self) -> str:
+        if self.action is Action.ERRNO:
+            assert self.errno_value is not None
+            return f"ERRNO({errno.errorcode.get(self.errno_value, self.errno_value)})"
+        return self.action.name
+
+
+# --- building rows --------------------------------------------------------------------------
+
+
+def _deny(
+    syscall: str,
+    why: str,
+    probe: str,
+    *,
+    errno_value: int = errno.EPERM,
+    when: tuple[ArgCondition, ...] = (),
+) -> SyscallRule:
+    return SyscallRule(
+        syscall=syscall, action=Action.ERRNO, errno_value=errno_value, when=when, why=why,
+        probe=probe,
+    )
+
+
+def _allow(
+    syscall: str, why: str, probe: str, *, when: tuple[ArgCondition, ...] = ()
+) -> SyscallRule:
+    return SyscallRule(syscall=syscall, action=Action.ALLOW, when=when, why=why, probe=probe)
+
+
+def _deny_all(names: Iterable[str], why: str, probe: str) -> tuple[SyscallRule, ...]:
+    return tuple(_deny(name, why, probe) for name in names)
+
+
+# <linux/sched.h>. CLONE_NEWTIME (0x80) is absent: clone() reads that byte as the exit signal,
+# so only unshare() and clone3() can ask for a time namespace, and both are refused outright.
+_CLONE_NEW_FLAGS = {
+    "CLONE_NEWNS": 0x0002_0000,
+    "CLONE_NEWCGROUP": 0x0200_0000,
+    "CLONE_NEWUTS": 0x0400_0000,
+    "CLONE_NEWIPC": 0x0800_0000,
+    "CLONE_NEWUSER": 0x1000_0000,
+    "CLONE_NEWPID": 0x2000_0000,
+    "CLONE_NEWNET": 0x4000_0000,
+}
+_CLONE_NEW_ANY = functools.reduce(int.__or__, _CLONE_NEW_FLAGS.values())
+
+# <linux/socket.h>: the families a sandboxed program may open.
+_AF_UNIX, _AF_INET, _AF_INET6 = 1, 2, 10
+_ALLOWED_SOCKET_FAMILIES = {_AF_UNIX: "AF_UNIX", _AF_INET: "AF_INET", _AF_INET6: "AF_INET6"}
+
+# <uapi/linux/personality.h> PER_LINUX, and the value that only reads the persona.
+_PER_LINUX = 0x0000_0000
+_PERSONALITY_QUERY = 0xFFFF_FFFF
+
+# <uapi/asm-generic/ioctls.h>, the same on x86_64 and aarch64.
+_TIOCSTI = 0x5412
+_TIOCLINUX = 0x541C
+
+# <uapi/linux/seccomp.h>
+_SECCOMP_FILTER_FLAG_NEW_LISTENER = 1 << 3
+
+
+def _clone_namespace_rows() -> tuple[SyscallRule, ...]:
+    # libseccomp's MASKED_EQ can test one flag per rule ("any of" is not one comparison).
+    return tuple(
+        _deny(
+            "clone",
+            f"clone({name}) makes a namespace in which the workload is root",
+            "SY-01",
+            when=(ArgCondition(index=0, op=ArgOp.MASKED_EQ, value=flag, mask=flag),),
+        )
+        for name, flag in _CLONE_NEW_FLAGS.items()
+    )
+
+
+def _socket_family_rows(syscall: str, allowed: dict[int, str]) -> tuple[SyscallRule, ...]:
+    """Refuse every family but ``allowed``: one EQ row per gap value, one GT row above the top.
+
+    Full 64-bit compares: a family with high bits set is above the top and refused.
+    """
+    names = "/".join(allowed.values())
+    why = f"families other than {names} reach kernel code the netns does not isolate"
+    top = max(allowed)
+    gaps = [v for v in range(top) if v not in allowed]
+    when_rows = [ArgCondition(index=0, op=ArgOp.EQ, value=v) for v in gaps]
+    when_rows.append(ArgCondition(index=0, op=ArgOp.GT, value=top))  # NETLINK, PACKET, VSOCK...
+    return tuple(
+        _deny(syscall, why, "SY-07", errno_value=errno.EAFNOSUPPORT, when=(cond,))
+        for cond in when_rows
+    )
+
+
+def _personality_rows() -> tuple[SyscallRule, ...]:
+    """Refuse every persona but PER_LINUX (0) and the query (0xffffffff), low 32 bits only.
+
+    A 32-bit word is neither all zeros nor all ones exactly when, going round the word, some bit k
+    is 1 and bit k+1 (mod 32) is 0; one MASKED_EQ row per k covers all of them and neither allowed
+    value. (Two NE tests on one argument would say it directly; libseccomp refuses that.)
+    """
+    rows = []
+    for k in range(32):
+        mask = (1 << k) | (1 << ((k + 1) % 32))
+        rows.append(
+            _deny(
+                "personality",
+                "personality flags (ADDR_NO_RANDOMIZE, READ_IMPLIES_EXEC, ...) weaken the "
+                "workload's own hardening; only PER_LINUX and the query pass",
+                "SY-11",
+                when=(ArgCondition(index=0, op=ArgOp.MASKED_EQ, value=1 << k, mask=mask),),
+            )
+        )
+    return tuple(rows)
+
+
+SECCOMP_RULES: tuple[SyscallRule, ...] = (
+    # Other processes' memory and descriptors.
+    *_deny_all(("ptrace",), "reads and writes other processes, defeats every other layer", "PR-03"),
+    *_deny_all(
+        ("process_vm_readv", "process_vm_writev"),
+        "reads or writes another process's memory without ptrace",
+        "PR-03",
+    ),
+    *_deny_all(
+        ("pidfd_getfd", "process_madvise", "kcmp"),
+        "ptrace-mode access to other processes' descriptors, memory or kernel objects",
+        "PR-03",
+    ),
+    # Mounts: the filesystem view is bwrap's to build, never the workload's.
+    *_deny_all(
+        ("mount", "umount2", "pivot_root", "chroot", "move_mount", "open_tree", "fsopen",
+         "fsconfig", "fsmount", "fspick", "mount_setattr"),
+        "changes the mount table bwrap built; could uncover or replace hidden paths",
+        "FS-17",
+    ),
+    # Namespaces: a new user namespace gives root-in-namespace and a large kernel surface.
+    *_deny_all(("unshare", "setns"), "new or foreign namespaces give in-namespace root", "SY-01"),
+    *_clone_namespace_rows(),
+    _allow(
+        "clone",
+        "threads and fork without CLONE_NEW* flags are ordinary work",
+        "SY-01",
+        when=(ArgCondition(index=0, op=ArgOp.MASKED_EQ, value=0, mask=_CLONE_NEW_ANY),),
+    ),
+    _deny(
+        "clone3",
+        "flags sit in a struct BPF cannot read; ENOSYS makes glibc fall back to clone()",
+        "SY-02",
+        errno_value=errno.ENOSYS,
+    ),
+    # Kernel attack surface with a long CVE record and no use in a sandboxed task.
+    *_deny_all(
+        ("io_uring_setup", "io_uring_enter", "io_uring_register"),
+        "io_uring does I/O (even socket creation) without the syscalls this filter checks",
+        "SY-03",
+    ),
+    *_deny_all(("userfaultfd",), "stalls kernel page faults, a classic race-exploit aid", "SY-04"),
+    *_deny_all(
+        ("keyctl", "add_key", "request_key"),
+        "kernel keyrings are not namespaced; keys can leak across sandboxes",
+        "SY-05",
+    ),
+    *_deny_all(
+        ("bpf", "perf_event_open"),
+        "loads code into or observes the kernel; large exploit surface",
+        "SY-06",
+    ),
+    *_deny_all(
+        ("kexec_load", "kexec_file_load", "init_module", "finit_module", "delete_module"),
+        "replaces the kernel or loads and unloads kernel modules",
+        "SY-06",
+    ),
+    *_deny_all(("uselib",), "obsolete a.out loader, old exploit surface", "SY-06"),
+    *_deny_all(("iopl", "ioperm"), "raw hardware port I/O", "SY-06"),
+    # Files outside the mount namespace.
+    *_deny_all(
+        ("open_by_handle_at", "name_to_handle_at"),
+        "file handles open files by inode, bypassing the mount view (the 'shocker' escape)",
+        "FS-02",
+    ),
+    # Terminals: pushing input into the controlling terminal runs commands outside the sandbox.
+    *(
+        _deny(
+            "ioctl",
+            f"{name} injects input into a terminal; low 32 bits compared, as the kernel reads",
+            "FD-04",
+            when=(ArgCondition(index=1, op=ArgOp.MASKED_EQ, value=request, mask=_LOW32),),
+        )
+        for name, request in (("TIOCSTI", _TIOCSTI), ("TIOCLINUX", _TIOCLINUX))
+    ),
+    *_deny_all(("vhangup",), "hangs up the controlling terminal", "FD-04"),
+    # Sockets.
+    *_socket_family_rows("socket", _ALLOWED_SOCKET_FAMILIES),
+    *(
+        _allow(
+            "socket",
+            why,
+            "SY-07",
+            when=(ArgCondition(index=0, op=ArgOp.EQ, value=family),),
+        )
+        for family, why in (
+            (_AF_UNIX, "AF_UNIX: the egress proxy is a Unix socket bound into the sandbox"),
+            (_AF_INET, "AF_INET: loopback only; the empty netns, not seccomp, isolates IP"),
+            (_AF_INET6, "AF_INET6: loopback only; the empty netns, not seccomp, isolates IP"),
+        )
+    ),
+    *_socket_family_rows("socketpair", {_AF_UNIX: "AF_UNIX"}),
+    _allow(
+        "socketpair",
+        "AF_UNIX pairs: test runners, build tools and subprocess pipes need them",
+        "IP-07",
+        when=(ArgCondition(index=0, op=ArgOp.EQ, value=_AF_UNIX),),
+    ),
+    # Process hardening that the workload must not switch off.
+    *_personality_rows(),
+    *(
+        _allow(
+            "personality",
+            why,
+            "SY-11",
+            when=(ArgCondition(index=0, op=ArgOp.EQ, value=value),),
+        )
+        for value, why in (
+            (_PER_LINUX, "PER_LINUX is the default persona; setting it changes nothing"),
+            (_PERSONALITY_QUERY, "0xffffffff only reads the persona (libc, runtimes do)"),
+        )
+    ),
+    _deny(
+        "seccomp",
+        "a user-notification listener lets the workload supervise syscalls itself",
+        "SY-09",
+        when=(
+            ArgCondition(
+                index=1,
+                op=ArgOp.MASKED_EQ,
+                value=_SECCOMP_FILTER_FLAG_NEW_LISTENER,
+                mask=_SECCOMP_FILTER_FLAG_NEW_LISTENER,
+            ),
+        ),
+    ),
+    _allow(
+        "seccomp",
+        "nested filters without a listener can only restrict further (browsers, runtimes)",
+        "SY-09",
+        when=(
+            ArgCondition(
+                index=1, op=ArgOp.MASKED_EQ, value=0, mask=_SECCOMP_FILTER_FLAG_NEW_LISTENER
+            ),
+        ),
+    ),
+    *(
+        _allow(name, "Landlock only restricts; the in-sandbox agent applies it", "FS-13")
+        for name in ("landlock_create_ruleset", "landlock_add_rule", "landlock_restrict_self")
+    ),
+    *(
+        _allow(name, "memory protection keys restrict only the caller's own memory", "SY-11")
+        for name in ("pkey_alloc", "pkey_free", "pkey_mprotect")
+    ),
+    # Host administration: capability-gated in the initial namespace; refuse before the check.
+    *_deny_all(("acct",), "switches process accounting to a file", "SY-10"),
+    *_deny_all(("swapon", "swapoff"), "changes host swap devices", "SY-10"),
+    *_deny_all(("reboot",), "reboots or halts the host, or loads kexec", "SY-10"),
+    *_deny_all(
+        ("settimeofday", "clock_settime", "adjtimex", "clock_adjtime"),
+        "the clock is shared by the whole host",
+        "SY-10",
+    ),
+    *_deny_all(("syslog",), "reads or clears the kernel log (addresses, other tenants)", "PR-05"),
+    *_deny_all(("quotactl", "quotactl_fd"), "changes filesystem quotas", "SY-10"),
+    *_deny_all(("lookup_dcookie",), "resolves kernel dentry cookies to host paths", "SY-10"),
+    *_deny_all(("nfsservctl",), "removed NFS server control, old exploit surface", "SY-10"),
+    *_deny_all(
+        ("fanotify_init",), "filesystem-wide event monitoring beyond the sandbox", "SY-10"
+    ),
+)
+
+
+# --- architectures --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SeccompArch:
+    """An architecture the table is written for, and what its bad-arch action catches."""
+
+    name: str  # as platform.machine() spells it
+    audit_arch: int  # AUDIT_ARCH_* from <linux/audit.h>, libseccomp's SCMP_ARCH_* token
+    other_abis: str  # entry points that are not this arch and so hit KILL_PROCESS
+
+
+SUPPORTED_ARCHES: tuple[SeccompArch, ...] = (
+    SeccompArch(
+        "x86_64",
+        0xC000_003E,
+        "i386 via int 0x80 (AUDIT_ARCH_I386) and x32 (nr | 0x40000000) are killed",
+    ),
+    SeccompArch("aarch64", 0xC000_00B7, "AArch32 compat tasks (AUDIT_ARCH_ARM) are killed"),
+)
+
+_BYPASS_ON_ARCH = {
+    "i386": "socketcall() and ipc() multiplex socket and SysV calls past the argument rules",
+    "i686": "socketcall() and ipc() multiplex socket and SysV calls past the argument rules",
+    "armv7l": "socketcall() and ARM private syscalls are not covered by this table",
+    "s390x": "clone() swaps its first two arguments, so the CLONE_NEW* rules test the wrong one",
+}
+BAD_ARCH_ACTION = Action.KILL_PROCESS  # see the module docstring: kill, not errno
+
+
+def seccomp_arch(arch: str) -> SeccompArch:
+    """The ``SUPPORTED_ARCHES`` row for ``arch``.
+
+    Raises:
+        UnsupportedHost: ``arch`` is not a supported architecture; the cause names the bypass.
+    """
+    for row in SUPPORTED_ARCHES:
+        if row.name == arch:
+            return row
+    bypass = _BYPASS_ON_ARCH.get(
+        arch, "syscall numbers, multiplexers and argument order were never checked for it"
+    )
+    raise UnsupportedHost(
+        f"seccomp filter not available for architecture {arch!r}: {bypass}",
+        "run on " + " or ".join(a.name for a in SUPPORTED_ARCHES),
+    )
+
+
+# --- libseccomp through ctypes ----------------------------------------------------------------
+
+_SCMP_ACT_KILL_PROCESS = 0x8000_0000
+_SCMP_ACT_ALLOW = 0x7FFF_0000
+_SCMP_ACT_ERRNO = 0x0005_0000
+_SCMP_FLTATR_ACT_BADARCH = 2
+_SCMP_FLTATR_CTL_OPTIMIZE = 8  # 2 = binary tree: O(log n) compares for the allowed majority
+_NR_SCMP_ERROR = -1
+
+
+class _ScmpArgCmp(ctypes.Structure):
+    _fields_ = (
+        ("arg", ctypes.c_uint),
+        ("op", ctypes.c_int),
+        ("datum_a", ctypes.c_uint64),
+        ("datum_b", ctypes.c_uint64),
+    )
+
+
+class _ScmpVersion(ctypes.Structure):
+    _fields_ = (("major", ctypes.c_uint), ("minor", ctypes.c_uint), ("micro", ctypes.c_uint))
+
+
+_PROTOTYPES: dict[str, tuple[object, list[object]]] = {
+    "seccomp_version": (ctypes.POINTER(_ScmpVersion), []),
+    "seccomp_init": (ctypes.c_void_p, [ctypes.c_uint32]),
+    "seccomp_release": (None, [ctypes.c_void_p]),
+    "seccomp_arch_add": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_uint32]),
+    "seccomp_arch_remove": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_uint32]),
+    "seccomp_arch_native": (ctypes.c_uint32, []),
+    "seccomp_attr_set": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_int, ctypes.c_uint32]),
+    "seccomp_syscall_resolve_name_arch": (ctypes.c_int, [ctypes.c_uint32, ctypes.c_char_p]),
+    "seccomp_syscall_resolve_name": (ctypes.c_int, [ctypes.c_char_p]),
+    "seccomp_rule_add_exact_array": (
+        ctypes.c_int,
+        [ctypes.c_void_p, ctypes.c_uint32, ctypes.c_int, ctypes.c_uint,
+         ctypes.POINTER(_ScmpArgCmp)],
+    ),
+    "seccomp_export_bpf": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_int]),
+    "seccomp_export_pfc": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_int]),
+}
+
+
+def _find_by_ldconfig() -> str | None:
+    return ctypes.util.find_library("seccomp")
+
+
+@functools.cache
+def _libseccomp(path: str | None) -> ctypes.CDLL:
+    """Load libseccomp once per path and declare the prototypes we call (lazy: first use)."""
+    # By soname first (a dlopen search, no subprocess); ctypes.util runs ldconfig, so last.
+    candidates = [lambda: path] if path else [lambda: "libseccomp.so.2", _find_by_ldconfig]
+    failure = "not found"
+    for find in candidates:
+        candidate = find()
+        if not candidate:
+            continue
+        try:
+            lib = ctypes.CDLL(candidate, use_errno=True)
+        except OSError as exc:
+            failure = str(exc)
+            continue
+        try:
+            for name, (restype, argtypes) in _PROTOTYPES.items():
+                func = getattr(lib, name)
+                func.restype = restype
+                func.argtypes = argtypes
+        except AttributeError as exc:
+            raise UnsupportedHost(
+                f"libseccomp at {candidate} lacks {exc.name or exc}", _LIBSECCOMP_FIX
+            ) from exc
+        return lib
+    raise UnsupportedHost(
+        f"cannot load libseccomp ({path or 'libseccomp.so.2'}): {failure}", _LIBSECCOMP_FIX
+    )
+
+
+def _version(lib: ctypes.CDLL) -> str:
+    v = lib.seccomp_version().contents
+    return f"{v.major}.{v.minor}.{v.micro}"
+
+
+def _check(rc: int, call: str) -> None:
+    """libseccomp returns -errno on failure; translate it where it enters."""
+    if rc < 0:
+        code = -rc
+        raise UnsupportedHost(
+            f"libseccomp {call} failed: {errno.errorcode.get(code, code)} ({os.strerror(code)})",
+            _LIBSECCOMP_FIX,
+        )
+
+
+# --- plan, then compile ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FilterPlan:
+    """The rows that become BPF on one arch, with their syscall numbers; pure data."""
+
+    arch: SeccompArch
+    denies: tuple[tuple[SyscallRule, int], ...]  # rows compiled, with the arch's syscall number
+    allows: tuple[SyscallRule, ...]  # deliberate exceptions; ALLOW is the default, nothing to add
+    absent_on_arch: tuple[SyscallRule, ...]  # the arch has no such syscall: nothing to refuse
+
+
+def _refuse_conflicts(rules: Sequence[SyscallRule]) -> None:
+    """Raise on rows libseccomp would merge silently (it keeps the first and drops the other).
+
+    Two rows conflict when they name the same syscall, differ in outcome, and either have the
+    same conditions or one of them has none. Partial overlaps are left to the unit tests, which
+    run every row's witness arguments through the compiled BPF.
+    """
+    by_syscall: dict[str, list[SyscallRule]] = {}
+    for rule in rules:
+        for other in by_syscall.setdefault(rule.syscall, []):
+            same_outcome = (other.action, other.errno_value) == (rule.action, rule.errno_value)
+            overlap = other.when == rule.when or not other.when or not rule.when
+            if overlap and not same_outcome:
+                raise ValueError(
+                    f"rows for {rule.syscall} conflict: {other.describe_action()} "
+                    f"({other.why}) and {rule.describe_action()} ({rule.why})"
+                )
+        by_syscall[rule.syscall].append(rule)
+
+
+def plan_filter(
+    rules: Sequence[SyscallRule] = SECCOMP_RULES,
+    *,
+    arch: str,
+    libseccomp_path: str | None = None,
+) -> FilterPlan:
+    """Resolve each row's syscall on ``arch`` and sort the rows into what compiles and what not.
+
+    A syscall the arch lacks (libseccomp knows it, as a negative pseudo number) cannot be called
+    there, so its row is recorded in ``absent_on_arch`` and logged. A syscall libseccomp does not
+    know at all is an error: the row must not silently vanish.
+
+    Raises:
+        UnsupportedHost: unsupported arch, libseccomp missing, or a syscall unknown to it.
+        ValueError: two rows for one syscall conflict (see ``_refuse_conflicts``).
+    """
+    target = seccomp_arch(arch)
+    _refuse_conflicts(rules)
+    lib = _libseccomp(libseccomp_path)
+    denies: list[tuple[SyscallRule, int]] = []
+    allows: list[SyscallRule] = []
+    absent: list[SyscallRule] = []
+    numbers: dict[str, int] = {}
+    for rule in rules:
+        if rule.syscall not in numbers:
+            numbers[rule.syscall] = lib.seccomp_syscall_resolve_name_arch(
+                target.audit_arch, rule.syscall.encode("ascii")
+            )
+        nr = numbers[rule.syscall]
+        if nr == _NR_SCMP_ERROR:
+            raise UnsupportedHost(
+                f"libseccomp {_version(lib)} does not know syscall {rule.syscall!r} "
+                f"(rule: {rule.why})",
+                _LIBSECCOMP_FIX,
+            )
+        if nr < 0:
+            absent.append(rule)
+        elif rule.action is Action.ALLOW:
+            allows.append(rule)
+        else:
+            denies.append((rule, nr))
+    if absent:
+        logger.debug(
+            "seccomp: %s has no %s; rows skipped", arch, sorted({r.syscall for r in absent})
+        )
+    return FilterPlan(target, tuple(denies), tuple(allows), tuple(absent))
+
+
+def _action_token(action: Action, errno_value: int | None = None) -> int:
+    if action is Action.ERRNO:
+        assert errno_value is not None
+        return _SCMP_ACT_ERRNO | errno_value
+    if action is Action.KILL_PROCESS:
+        return _SCMP_ACT_KILL_PROCESS
+    raise ValueError("ALLOW is the filter's default and compiles to nothing")
+
+
+def _export(plan: FilterPlan, libseccomp_path: str | None, *, export: str) -> bytes:
+    """Build a libseccomp context from ``plan`` and export it (``bpf`` or ``pfc``) via a memfd."""
+    lib = _libseccomp(libseccomp_path)
+    ctx = lib.seccomp_init(_SCMP_ACT_ALLOW)
+    if not ctx:
+        raise UnsupportedHost("libseccomp seccomp_init failed", _LIBSECCOMP_FIX)
+    try:
+        native = lib.seccomp_arch_native()
+        if native != plan.arch.audit_arch:
+            _check(lib.seccomp_arch_add(ctx, plan.arch.audit_arch), "seccomp_arch_add")
+            _check(lib.seccomp_arch_remove(ctx, native), "seccomp_arch_remove")
+        _check(
+            lib.seccomp_attr_set(ctx, _SCMP_FLTATR_ACT_BADARCH, _action_token(BAD_ARCH_ACTION)),
+            "seccomp_attr_set(ACT_BADARCH)",
+        )
+        _check(
+            lib.seccomp_attr_set(ctx, _SCMP_FLTATR_CTL_OPTIMIZE, 2),
+            "seccomp_attr_set(CTL_OPTIMIZE)",
+        )
+        for rule, nr in plan.denies:
+            if native != plan.arch.audit_arch:
+                # Rules take the *native* number (or a pseudo number); libseccomp translates it
+                # for each arch in the filter. Passing the target's own number would be wrong.
+                nr = lib.seccomp_syscall_resolve_name(rule.syscall.encode("ascii"))
+            conds = (_ScmpArgCmp * max(len(rule.when), 1))(
+                *(_ScmpArgCmp(c.index, int(c.op), *_datums(c)) for c in rule.when)
+            )
+            rc = lib.seccomp_rule_add_exact_array(
+                ctx, _action_token(rule.action, rule.errno_value), nr, len(rule.when), conds
+            )
+            _check(rc, f"seccomp_rule_add_exact_array({rule.syscall})")
+        fd = os.memfd_create(f"contain-seccomp-{export}", os.MFD_CLOEXEC)
+        try:
+            _check(getattr(lib, f"seccomp_export_{export}")(ctx, fd), f"seccomp_export_{export}")
+            size = os.lseek(fd, 0, os.SEEK_CUR)
+            return os.pread(fd, size, 0)
+        finally:
+            os.close(fd)
+    finally:
+        lib.seccomp_release(ctx)
+
+
+def _datums(cond: ArgCondition) -> tuple[int, int]:
+    # libseccomp: MASKED_EQ takes (mask, value); the other ops take (value, unused).
+    if cond.op is ArgOp.MASKED_EQ:
+        return cond.mask, cond.value
+    return cond.value, 0
+
+
+@functools.lru_cache(maxsize=16)
+def _compile_cached(
+    rules: tuple[SyscallRule, ...], arch: str, libseccomp_path: str | None
+) -> bytes:
+    plan = plan_filter(rules, arch=arch, libseccomp_path=libseccomp_path)
+    bpf = _export(plan, libseccomp_path, export="bpf")
+    if not bpf or len(bpf) % 8:
+        raise UnsupportedHost(
+            f"libseccomp seccomp_export_bpf produced {len(bpf)} bytes, not whole instructions",
+            _LIBSECCOMP_FIX,
+        )
+    return bpf
+
+
+def compile_filter(
+    rules: Sequence[SyscallRule] = SECCOMP_RULES,
+    *,
+    arch: str,
+    libseccomp_path: str | None = None,
+) -> bytes:
+    """Compile ``rules`` into raw BPF (``struct sock_filter[]``) for ``bwrap --seccomp FD``.
+
+    Results are cached per (rules, arch, library), so repeated sandboxes do not recompile.
+
+    Args:
+        rules: the table; the default is the project's policy.
+        arch: the target architecture, e.g. ``HostFacts.arch``.
+        libseccomp_path: ``HostFacts.libseccomp_path``; None loads ``libseccomp.so.2`` by soname.
+
+    Returns:
+        The filter program, a non-empty multiple of 8 bytes; other arches are killed.
+
+    Raises:
+        UnsupportedHost: unsupported arch, libseccomp missing or too old, or a seccomp_* call
+            failed.
+        ValueError: two rows for one syscall conflict.
+    """
+    return _compile_cached(tuple(rules), arch, libseccomp_path)
+
+
+def describe_filter_pfc(
+    rules: Sequence[SyscallRule] = SECCOMP_RULES,
+    *,
+    arch: str,
+    libseccomp_path: str | None = None,
+) -> str:
+    """The filter as libseccomp's pseudo filter code (``seccomp_export_pfc``), for debugging.
+
+    Raises:
+        UnsupportedHost: as ``compile_filter``.
+    """
+    plan = plan_filter(tuple(rules), arch=arch, libseccomp_path=libseccomp_path)
+    return _export(plan, libseccomp_path, export="pfc").decode("utf-8", errors="replace")
+
+
+# --- documentation -------------------------------------------------------------------------------
+
+_MAX_CONDITIONS_SHOWN = 12
+
+
+def render_rules_markdown(rules: Sequence[SyscallRule] = SECCOMP_RULES) -> str:
+    """The table as Markdown, a line per (syscall, action, why, probe); docs/seccomp.md has it."""
+    groups: dict[tuple[str, str, str, str], list[SyscallRule]] = {}
+    for rule in rules:
+        key = (rule.syscall, rule.describe_action(), rule.why, rule.probe)
+        groups.setdefault(key, []).append(rule)
+    lines = ["| syscall | action | when | why | probe |", "|---|---|---|---|---|"]
+    for (syscall, action, why, probe), members in groups.items():
+        conds = [" and ".join(str(c) for c in r.when) or "always" for r in members]
+        if len(conds) > _MAX_CONDITIONS_SHOWN:
+            when = f"any of {len(conds)} tests, e.g. `{conds[0]}`"
+        else:
+            when = " or ".join(f"`{c}`" if c != "always" else c for c in conds)
+        lines.append(f"| `{syscall}` | {action} | {when} | {why} | {probe} |")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,209 @@
+"""Live cgroup tests: real processes against the limits SandboxCgroup writes on this host.
+
+Each workload is a ``python3 -c`` child that blocks on stdin until the test has attached it, so it
+is inside the cgroup before it allocates, forks or spins. Needs root (or a delegated cgroup) and
+the controllers in ``CONTROLLER_ROWS``; a missing controller skips, naming it.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from contain.boundary.model import Resources
+from contain.errors import UnsupportedHost
+from contain.host.facts import HostFacts, probe_host
+from contain.runtime.cgroups import CONTROLLER_ROWS, SandboxCgroup, plan_cgroup_hierarchies
+
+pytestmark = pytest.mark.needs_root
+
+MiB = 1024**2
+LIMITS = Resources(memory_bytes=64 * MiB, pids_max=16, cpu_cores=1.0)
+WAIT_FOR_GO = "import sys; sys.stdin.read(1)\n"
+MakeCgroup = Callable[..., SandboxCgroup]
+
+
+@pytest.fixture(scope="module")
+def facts() -> HostFacts:
+    facts = probe_host()
+    try:
+        plan_cgroup_hierarchies(facts, delegated_root=os.environ.get("CONTAIN_CGROUP_ROOT"))
+    except UnsupportedHost:
+        rows = CONTROLLER_ROWS
+        missing = [row.controller for row in rows if facts.cgroup_for(row.controller) is None]
+        if missing:
+            pytest.skip(f"cgroup controllers missing on this host: {', '.join(missing)}")
+        raise
+    if os.geteuid() != 0 and "CONTAIN_CGROUP_ROOT" not in os.environ:
+        pytest.skip("creating cgroups needs root or a delegated CONTAIN_CGROUP_ROOT")
+    return facts
+
+
+@pytest.fixture
+def make_cgroup(facts: HostFacts) -> Iterator[MakeCgroup]:
+    made: list[SandboxCgroup] = []
+
+    def make(resources: Resources = LIMITS) -> SandboxCgroup:
+        cgroup = SandboxCgroup.create("itest", resources, facts)
+        made.append(cgroup)
+        return cgroup
+
+    yield make
+    for cgroup in made:
+        cgroup.remove(timeout_s=5.0)
+        assert not any(os.path.exists(path) for path in cgroup.paths)
+
+
+def start_attached(cgroup: SandboxCgroup, body: str) -> subprocess.Popen[bytes]:
+    """Start ``python3 -c body``, attach it, then let it run (pipe handshake)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", WAIT_FOR_GO + body],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )
+    try:
+        cgroup.attach(proc.pid)
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        raise
+    assert proc.stdin is not None
+    proc.stdin.write(b"g")
+    proc.stdin.close()
+    proc.stdin = None  # so communicate() does not flush the closed pipe
+    return proc
+
+
+def test_memory_hog_is_oom_killed_and_peak_stays_under_the_limit(make_cgroup: MakeCgroup) -> None:
+    cgroup = make_cgroup()
+    proc = start_attached(cgroup, "x = b'x' * (200 * 1024 * 1024)\nprint('survived')\n")
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == -9, out
+    usage = cgroup.usage()
+    assert usage.oom_kills >= 1
+    assert usage.memory_peak_bytes is not None
+    assert usage.memory_peak_bytes <= LIMITS.memory_bytes + 1 * MiB
+
+
+def test_fork_bomb_is_held_at_pids_max(make_cgroup: MakeCgroup) -> None:
+    cgroup = make_cgroup()
+    bomb = (
+        "import os, time\n"
+        "forks = 0\n"
+        "for _ in range(200):\n"
+        "    try:\n"
+        "        pid = os.fork()\n"
+        "    except BlockingIOError:\n"
+        "        continue\n"
+        "    if pid == 0:\n"
+        "        time.sleep(120)\n"
+        "        os._exit(0)\n"
+        "    forks += 1\n"
+        "print(forks, flush=True)\n"
+        "time.sleep(120)\n"
+    )
+    proc = start_attached(cgroup, bomb)
+    assert proc.stdout is not None
+    forks = int(proc.stdout.readline())
+    assert 1 <= forks < LIMITS.pids_max
+    assert cgroup.usage().pids_current <= LIMITS.pids_max
+    assert len(cgroup.pids()) == forks + 1
+    cgroup.kill_all(timeout_s=5.0)
+    assert cgroup.pids() == []
+    proc.wait(timeout=5)
+    proc.stdout.close()
+    assert proc.stderr is not None
+    proc.stderr.close()
+
+
+def test_kill_all_wins_against_a_churning_fork_bomb(make_cgroup: MakeCgroup) -> None:
+    cgroup = make_cgroup()
+    # Every process forks forever; one that hits pids.max exits, freeing a slot for the others.
+    churn = (
+        "import os, signal\n"
+        "signal.signal(signal.SIGCHLD, signal.SIG_IGN)\n"
+        "print('go', flush=True)\n"
+        "while True:\n"
+        "    try:\n"
+        "        os.fork()\n"
+        "    except BlockingIOError:\n"
+        "        os._exit(0)\n"
+    )
+    proc = start_attached(cgroup, churn)
+    assert proc.stdout is not None
+    assert proc.stdout.readline() == b"go\n"
+    deadline = time.monotonic() + 10
+    while cgroup.usage().pids_current < LIMITS.pids_max and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert cgroup.usage().pids_current == LIMITS.pids_max
+    cgroup.kill_all(timeout_s=5.0)
+    assert cgroup.pids() == []
+    proc.wait(timeout=5)
+    proc.stdout.close()
+
+
+def test_cpu_quota_of_a_fifth_core_yields_about_a_fifth_cpu_second_per_wall_second(
+    make_cgroup: MakeCgroup,
+) -> None:
+    cgroup = make_cgroup(Resources(memory_bytes=64 * MiB, pids_max=16, cpu_cores=0.2))
+    spin = "import time\nt = time.monotonic()\nwhile time.monotonic() - t < 1.5:\n    pass\n"
+    started = time.monotonic()
+    proc = start_attached(cgroup, spin)
+    proc.communicate(timeout=30)
+    wall = time.monotonic() - started
+    cpu = cgroup.usage().cpu_s
+    assert proc.returncode == 0
+    assert 0.08 * wall <= cpu <= 0.35 * wall, (cpu, wall)
+
+
+def test_kill_all_kills_a_double_forked_daemon_that_left_its_session(
+    make_cgroup: MakeCgroup,
+) -> None:
+    cgroup = make_cgroup()
+    daemonize = (
+        "import os, sys, time\n"
+        "if os.fork() == 0:\n"
+        "    os.setsid()\n"
+        "    if os.fork() == 0:\n"
+        "        print(os.getpid(), flush=True)\n"
+        "        time.sleep(120)\n"
+        "    os._exit(0)\n"
+        "os.wait()\n"
+    )
+    proc = start_attached(cgroup, daemonize)
+    assert proc.stdout is not None
+    daemon = int(proc.stdout.readline())
+    proc.wait(timeout=10)
+    assert cgroup.pids() == [daemon]  # its parents are gone; only the cgroup still knows it
+    cgroup.kill_all(timeout_s=5.0)
+    assert cgroup.pids() == []
+    with open(f"/proc/{daemon}/stat", encoding="ascii") as stat:
+        state = stat.read().rsplit(")", 1)[1].split()[0]
+    assert state in ("Z", "X")
+
+
+def test_reset_peak_restarts_the_peak_from_current_usage(make_cgroup: MakeCgroup) -> None:
+    cgroup = make_cgroup()
+    body = "x = b'x' * (32 * 1024 * 1024)\ndel x\nprint('freed', flush=True)\nsys.stdout.close()\n"
+    proc = start_attached(cgroup, body + "import time; time.sleep(60)\n")
+    assert proc.stdout is not None
+    assert proc.stdout.readline() == b"freed\n"
+    assert (cgroup.usage().memory_peak_bytes or 0) >= 32 * MiB
+    assert cgroup.reset_peak() is True
+    assert (cgroup.usage().memory_peak_bytes or 0) < 32 * MiB
+    cgroup.remove(timeout_s=5.0)
+    proc.wait(timeout=5)
+    proc.stdout.close()
+
+
+def test_remove_leaves_no_directory_and_is_idempotent(make_cgroup: MakeCgroup) -> None:
+    cgroup = make_cgroup()
+    proc = start_attached(cgroup, "import time; time.sleep(60)\n")
+    cgroup.remove(timeout_s=5.0)
+    assert not any(os.path.exists(path) for path in cgroup.paths)
+    cgroup.remove(timeout_s=5.0)
+    assert proc.wait(timeout=5) == -9
