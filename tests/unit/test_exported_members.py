@@ -6,7 +6,7 @@ import pytest
 
 import contain
 
-PACKAGES = ["contain", "contain.boundary", "contain.runtime", "contain.errors"]
+PACKAGES = ["contain", "contain.boundary", "contain.runtime", "contain.errors", "contain.host", "contain.egress", "contain.inventory", "contain.bench"]
 
 
 @pytest.mark.parametrize("name", PACKAGES)

@@ -23,6 +23,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "schema": ("contain.cli.manifest", "print the boundary manifest's JSON Schema"),
     "check-manifest": ("contain.cli.manifest", "validate a boundary manifest"),
     "bench": ("contain.cli.bench", "measure sandbox start-up and throughput on this host"),
+    "inventory": ("contain.cli.inventory", "list what a task started here could reach"),
+    "check": ("contain.cli.check", "lint a boundary manifest against its declared threats"),
 }
 
 

@@ -17,9 +17,17 @@ import os
 import platform
 import shutil
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
-__all__ = ["CgroupMount", "HostFacts", "probe_host", "probe_landlock_abi"]
+__all__ = [
+    "CgroupMount",
+    "HostFacts",
+    "parse_cgroup_mounts",
+    "parse_own_cgroups",
+    "probe_host",
+    "probe_landlock_abi",
+]
 
 # landlock_create_ruleset(NULL, 0, LANDLOCK_CREATE_RULESET_VERSION) returns the ABI version.
 _SYS_LANDLOCK_CREATE_RULESET = {"x86_64": 444, "aarch64": 444}
@@ -66,7 +74,8 @@ def probe_landlock_abi(arch: str | None = None) -> int:
     if number is None:
         return 0
     libc = ctypes.CDLL(None, use_errno=True)
-    abi = libc.syscall(number, None, ctypes.c_size_t(0), ctypes.c_uint32(_LANDLOCK_CREATE_RULESET_VERSION))
+    flags = ctypes.c_uint32(_LANDLOCK_CREATE_RULESET_VERSION)
+    abi = libc.syscall(number, None, ctypes.c_size_t(0), flags)
     return int(abi) if abi > 0 else 0
 
 
@@ -95,37 +104,79 @@ def _seccomp_available() -> bool:
     return any(line.startswith("Seccomp:") for line in status.splitlines())
 
 
-def _cgroup_mounts() -> tuple[CgroupMount, ...]:
+_V1_CONTROLLERS = ("memory", "pids", "cpu", "cpuacct", "freezer")
+
+
+def parse_own_cgroups(text: str) -> dict[str, str]:
+    """/proc/self/cgroup -> {controller: path}; the v2 entry (``0::/path``) is under "".
+
+    A v1 line names every controller of its hierarchy (``4:cpu,cpuacct:/x``), so each one maps
+    to the path on its own: a hierarchy co-mounting a controller we do not use still resolves.
+    """
     own: dict[str, str] = {}
-    for line in (_read("/proc/self/cgroup") or "").splitlines():
+    for line in text.splitlines():
         parts = line.split(":", 2)
-        if len(parts) == 3:
-            own[parts[1]] = parts[2]
+        if len(parts) != 3:
+            continue
+        for name in parts[1].split(",") if parts[1] else [""]:
+            own[name] = parts[2]
+    return own
+
+
+def _inside_mount(path: str, mount_root: str) -> str:
+    # mountinfo's 4th field is the cgroup the mount shows as its root (e.g. /docker/<id> when a
+    # container sees only its own subtree); our path in /proc/self/cgroup is from the hierarchy
+    # root, so strip the mount root to get a path under the mountpoint.
+    if mount_root in ("", "/"):
+        return path
+    if path == mount_root:
+        return "/"
+    if path.startswith(mount_root.rstrip("/") + "/"):
+        return path[len(mount_root.rstrip("/")) :]
+    return path
+
+
+def parse_cgroup_mounts(
+    mountinfo: str, own_cgroups: str, read: Callable[[str], str | None]
+) -> tuple[CgroupMount, ...]:
+    """cgroup and cgroup2 mounts from /proc/self/mountinfo, with our own path in each.
+
+    ``read`` reads ``<mountpoint>/cgroup.controllers`` for v2 (injected so tests need no host).
+    """
+    own = parse_own_cgroups(own_cgroups)
     mounts: list[CgroupMount] = []
-    for line in (_read("/proc/self/mountinfo") or "").splitlines():
+    for line in mountinfo.splitlines():
         left, _, right = line.partition(" - ")
         fields = left.split()
         rest = right.split()
         if len(fields) < 5 or len(rest) < 3:
             continue
-        fstype, options, mountpoint = rest[0], rest[2], fields[4]
+        fstype, options, mount_root, mountpoint = rest[0], rest[2], fields[3], fields[4]
         if fstype == "cgroup2":
-            enabled = (_read(os.path.join(mountpoint, "cgroup.controllers")) or "").split()
-            mounts.append(CgroupMount(2, mountpoint, tuple(enabled), own.get("", "/")))
+            enabled = (read(os.path.join(mountpoint, "cgroup.controllers")) or "").split()
+            own_path = _inside_mount(own.get("", "/"), mount_root)
+            mounts.append(CgroupMount(2, mountpoint, tuple(enabled), own_path))
         elif fstype == "cgroup":
-            controllers = tuple(
-                opt for opt in options.split(",") if opt in ("memory", "pids", "cpu", "cpuacct", "freezer")
-            )
+            controllers = tuple(opt for opt in options.split(",") if opt in _V1_CONTROLLERS)
             if controllers:
-                mounts.append(CgroupMount(1, mountpoint, controllers, own.get(",".join(sorted(controllers)), own.get(controllers[0], "/"))))
+                own_path = _inside_mount(own.get(controllers[0], "/"), mount_root)
+                mounts.append(CgroupMount(1, mountpoint, controllers, own_path))
     return tuple(mounts)
+
+
+def _cgroup_mounts() -> tuple[CgroupMount, ...]:
+    return parse_cgroup_mounts(
+        _read("/proc/self/mountinfo") or "", _read("/proc/self/cgroup") or "", _read
+    )
 
 
 def _bwrap_version(path: str | None) -> str | None:
     if path is None:
         return None
     try:
-        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=5, check=False)
+        out = subprocess.run(
+            [path, "--version"], capture_output=True, text=True, timeout=5, check=False
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     return out.stdout.strip().removeprefix("bubblewrap ").strip() or None

@@ -417,6 +417,13 @@ class Sandbox:
         next_cpu_check = time.monotonic() + _CPU_CHECK_INTERVAL_S
         try:
             while exited is None or stdout.open or stderr.open:
+                if exited is None:
+                    # EXITED may already sit in the channel's buffer (it often arrives in the same
+                    # read as STARTED), where the socket's readability would never show it.
+                    exited = self._channel.wait_exited(0)
+                    if exited is not None:
+                        selector.unregister(self._channel.fileno())
+                        continue
                 now = time.perf_counter()
                 if exited is None and kill_sent_at is None and now >= deadline:
                     timed_out = True

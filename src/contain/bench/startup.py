@@ -1,0 +1,177 @@
+"""Start-up cost of a sandbox on this host, measured beside its baselines in one run.
+
+Variants, interleaved round by round so that noise on this shared machine hits all of them alike:
+  - ``bare``: the command run directly (fork + exec from Python);
+  - ``bwrap``: raw ``bwrap --unshare-all`` with the same system binds contain uses, no seccomp,
+    no agent, no cgroup, started as the same host user contain's sandbox runs as;
+  - ``contain-api``: ``Sandbox(Boundary())`` with full policy (seccomp, Landlock, cgroups, the
+    agent), started, one run, closed: the whole life of a one-shot sandbox;
+  - ``contain-cli``: ``contain run -- CMD`` as a shell would start it (a new interpreter each time).
+Throughput: N sandboxed commands at a given concurrency, against the same commands run bare.
+
+Reports medians and p95 and the ratios the targets are stated in. Does not assert anything:
+benchmarks report; tests judge.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from contain.boundary import Boundary
+from contain.host.facts import probe_host
+from contain.runtime import Sandbox
+from contain.runtime.plan import sandbox_host_ids
+
+__all__ = ["StartupReport", "Summary", "measure_startup", "measure_throughput", "render_startup"]
+
+COMMANDS: dict[str, list[str]] = {"true": ["/bin/true"], "python": ["/usr/bin/python3", "-c", "pass"]}
+
+
+@dataclass(frozen=True)
+class Summary:
+    """Percentiles of one variant, in seconds."""
+
+    name: str
+    samples: int
+    median_s: float
+    p95_s: float
+
+    def to_dict(self) -> dict[str, object]:
+        return {"name": self.name, "samples": self.samples, "median_ms": self.median_s * 1e3, "p95_ms": self.p95_s * 1e3}
+
+
+@dataclass(frozen=True)
+class StartupReport:
+    """All variants for all commands, plus throughput."""
+
+    summaries: dict[str, Summary]
+    throughput: dict[str, float]
+
+    def ratio(self, numerator: str, denominator: str) -> float:
+        return self.summaries[numerator].median_s / self.summaries[denominator].median_s
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "summaries": {k: v.to_dict() for k, v in self.summaries.items()},
+            "ratios": {
+                "api_true_over_bwrap_true": self.ratio("contain-api/true", "bwrap/true"),
+                "api_python_over_bwrap_python": self.ratio("contain-api/python", "bwrap/python"),
+            },
+            "throughput": self.throughput,
+        }
+
+
+def _summarise(name: str, samples: Sequence[float]) -> Summary:
+    ordered = sorted(samples)
+    p95 = ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
+    return Summary(name, len(ordered), statistics.median(ordered), p95)
+
+
+def _raw_bwrap_argv(command: list[str]) -> list[str]:
+    argv = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--ro-bind", "/usr", "/usr"]
+    for link in ("/bin", "/sbin", "/lib", "/lib64"):
+        if os.path.islink(link):
+            argv += ["--symlink", os.readlink(link), link]
+    argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", "/work", "--", *command]
+    return argv
+
+
+def _timed(action: Callable[[], object]) -> float:
+    began = time.perf_counter()
+    action()
+    return time.perf_counter() - began
+
+
+def measure_startup(*, rounds: int, contain_cli: str | None, include_cli: bool = True) -> dict[str, Summary]:
+    """Interleave every variant ``rounds`` times and summarise each.
+
+    Args:
+        rounds: samples per variant.
+        contain_cli: path of the `contain` executable for the CLI variant.
+        include_cli: measure the CLI variant (a new interpreter per sample).
+    """
+    facts = probe_host()
+    uid, gid = sandbox_host_ids(facts)
+    as_user = {"user": uid, "group": gid, "extra_groups": []} if facts.is_root else {}
+    boundary = Boundary()
+
+    def bare(cmd: list[str]) -> None:
+        subprocess.run(cmd, check=True, stdin=subprocess.DEVNULL)
+
+    def bwrap(cmd: list[str]) -> None:
+        subprocess.run(_raw_bwrap_argv(cmd), check=True, stdin=subprocess.DEVNULL, **as_user)  # type: ignore[call-overload]
+
+    def api(cmd: list[str]) -> None:
+        with Sandbox(boundary) as sandbox:
+            result = sandbox.run(cmd)
+        if result.exit_code != 0:
+            raise RuntimeError(f"sandboxed {cmd} failed: {result.stderr.data!r}")
+
+    def cli(cmd: list[str]) -> None:
+        subprocess.run([contain_cli or "contain", "run", "--", *cmd], check=True, stdin=subprocess.DEVNULL)
+
+    variants: dict[str, Callable[[list[str]], None]] = {"bare": bare, "bwrap": bwrap, "contain-api": api}
+    if include_cli:
+        variants["contain-cli"] = cli
+    samples: dict[str, list[float]] = {f"{v}/{c}": [] for v in variants for c in COMMANDS}
+    for variant, command in [(v, c) for v in variants for c in COMMANDS]:  # warm caches once
+        variants[variant](COMMANDS[command])
+    for _ in range(rounds):
+        for variant, run in variants.items():
+            for command, argv in COMMANDS.items():
+                samples[f"{variant}/{command}"].append(_timed(lambda run=run, argv=argv: run(argv)))
+    return {name: _summarise(name, values) for name, values in samples.items()}
+
+
+def measure_throughput(*, count: int, concurrency: int) -> dict[str, float]:
+    """Commands per second for ``python3 -c pass``: bare vs one-shot sandboxes, same pool size."""
+    command = COMMANDS["python"]
+    boundary = Boundary()
+
+    def sandboxed(_: int) -> None:
+        with Sandbox(boundary) as sandbox:
+            sandbox.run(command)
+
+    def bare(_: int) -> None:
+        subprocess.run(command, check=True)
+
+    rates: dict[str, float] = {}
+    for name, job in (("bare", bare), ("contain", sandboxed), ("bare-again", bare)):
+        with ThreadPoolExecutor(max_workers=concurrency) as pool:
+            began = time.perf_counter()
+            list(pool.map(job, range(count)))
+            rates[name] = count / (time.perf_counter() - began)
+    baseline = (rates.pop("bare") + rates.pop("bare-again")) / 2  # bare measured before and after
+    return {"bare_per_s": baseline, "contain_per_s": rates["contain"], "ratio": rates["contain"] / baseline}
+
+
+def render_startup(report: StartupReport) -> str:
+    """A plain-text table with the target ratios."""
+    lines = [f"{'variant':<22} {'n':>4} {'median ms':>10} {'p95 ms':>9}"]
+    for summary in report.summaries.values():
+        lines.append(f"{summary.name:<22} {summary.samples:>4} {summary.median_s * 1e3:>10.2f} {summary.p95_s * 1e3:>9.2f}")
+    lines.append("")
+    lines.append(f"contain-api/true vs bwrap/true: {report.ratio('contain-api/true', 'bwrap/true'):.2f}x (target <= 2x)")
+    lines.append(f"contain-api/python vs bwrap/python: {report.ratio('contain-api/python', 'bwrap/python'):.2f}x")
+    if "contain-cli/true" in report.summaries:
+        lines.append(f"contain-cli/true median: {report.summaries['contain-cli/true'].median_s * 1e3:.1f} ms (target <= 120 ms)")
+    if report.throughput:
+        t = report.throughput
+        lines.append(
+            f"throughput python3 -c pass: contain {t['contain_per_s']:.1f}/s vs bare {t['bare_per_s']:.1f}/s "
+            f"= {t['ratio']:.2f}x (target >= 0.6x)"
+        )
+    return "\n".join(lines)
+
+
+def default_contain_cli() -> str:
+    """The `contain` next to the running interpreter (the venv's), else whatever PATH finds."""
+    candidate = os.path.join(os.path.dirname(sys.executable), "contain")
+    return candidate if os.path.exists(candidate) else "contain"

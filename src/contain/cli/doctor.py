@@ -1,0 +1,59 @@
+"""`contain doctor [--json] [--build-agent]`: what this host offers and how to fix each gap.
+
+Exit status: 0 when the process backend works on this host, 1 when it does not. With --json,
+stdout is exactly one JSON object. ``--build-agent`` only builds (or finds) the sandbox agent,
+prints what it did and exits 0 on success, 1 on failure; ``scripts/bootstrap.sh`` uses it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
+    parser.add_argument("--json", action="store_true", help="print the report as one JSON object")
+    parser.add_argument(
+        "--build-agent",
+        action="store_true",
+        help="build the in-sandbox agent if needed, say what was done, and exit",
+    )
+
+
+def execute(args: argparse.Namespace) -> int:
+    from contain.host.doctor import build_report, observe_host, render_json, render_text
+    from contain.host.facts import probe_host
+
+    if args.build_agent:
+        return _build_agent(as_json=args.json)
+    facts = probe_host()
+    report = build_report(facts, observe_host(facts))
+    sys.stdout.write(render_json(report) if args.json else render_text(report))
+    return report.exit_code
+
+
+def _build_agent(*, as_json: bool) -> int:
+    from contain.host.doctor import observe_agent
+
+    agent = observe_agent(build=True)
+    if agent.path is None:
+        action, message = "failed", f"agent: not built: {agent.error}"
+    elif agent.built_now:
+        action, message = "built", f"agent: built {agent.path} in {agent.seconds:.1f} s"
+    else:
+        action, message = "found", f"agent: already built at {agent.path}"
+    if as_json:
+        document = {
+            "action": action,
+            "path": agent.path,
+            "error": agent.error,
+            "fix": agent.fix,
+            "seconds": round(agent.seconds, 3),
+        }
+        sys.stdout.write(json.dumps(document) + "\n")
+    else:
+        print(message)
+        if agent.path is None and agent.fix:
+            print(f"  fix: {agent.fix}")
+    return 0 if agent.path is not None else 1

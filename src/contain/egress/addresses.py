@@ -1,0 +1,322 @@
+"""IP literals in every spelling, and the table of address ranges egress refuses by default.
+
+What this module enforces:
+
+* ``parse_ip_literal`` reads a host string the way the most permissive parser in the chain would
+  (``inet_aton``: ``127.1``, ``0177.0.0.1``, ``0x7f000001``, ``2130706433``, ``0x7f.0.0.01``;
+  bracketed and bare IPv6, IPv4-mapped IPv6, zone ids). Anything that *looks* numeric but does
+  not parse is reported as an unreadable literal, so the caller can refuse it instead of handing
+  it to a resolver that might read it differently.
+* ``SPECIAL_RANGES`` is the table of destinations a name may not resolve to unless the manifest
+  names them: metadata services, loopback, link-local, private and unique-local space, CGNAT,
+  multicast, unspecified, broadcast, reserved space and translation prefixes that embed an
+  IPv4 address. Each row carries the reason and whether a ``network.hosts`` override that the
+  manifest also allows may relax it (``relaxable_by_hosts``; see ``contain.egress.resolve``).
+* ``classify_address`` returns the first row that contains an address (IPv4-mapped IPv6 is
+  unwrapped first), and ``local_interface_addresses`` reads this host's own addresses, which are
+  refused like loopback.
+
+What it does not do: decide policy (``policy.py``) or resolve names (``resolve.py``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = [
+    "SPECIAL_RANGES",
+    "IPAddress",
+    "IPNetwork",
+    "SpecialRange",
+    "UnreadableLiteral",
+    "classify_address",
+    "local_interface_addresses",
+    "looks_like_ip_literal",
+    "parse_ip_literal",
+]
+
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+_NUMERIC_PART = re.compile(r"^(0[xX][0-9a-fA-F]*|[0-9]+)$")
+_IPV6_SHAPE = re.compile(r"^[0-9a-fA-F:.]*:[0-9a-fA-F:.]*(%[^%\]]*)?$")
+
+
+class UnreadableLiteral(ValueError):
+    """A host string that looks like an IP address but is not a valid one (e.g. 999.1.1.1)."""
+
+
+@dataclass(frozen=True)
+class SpecialRange:
+    """One address range refused by default, with the reason and the rule id that refuses it."""
+
+    network: IPNetwork
+    name: str
+    why: str
+    relaxable_by_hosts: bool
+
+    @property
+    def rule_id(self) -> str:
+        return f"egress.special_address.{self.name}"
+
+
+def _row(cidr: str, name: str, why: str, *, relaxable_by_hosts: bool) -> SpecialRange:
+    return SpecialRange(ipaddress.ip_network(cidr), name, why, relaxable_by_hosts)
+
+
+# Order matters: the first containing row names the refusal, so the specific metadata rows come
+# before the broader ranges that contain them (169.254/16, 100.64/10, fd00::/8).
+# Sources: RFC 6890 (special-purpose registries), RFC 6598 (CGNAT), RFC 4193 (ULA), cloud
+# provider documentation for the metadata endpoints.
+SPECIAL_RANGES: tuple[SpecialRange, ...] = (
+    _row(
+        "169.254.169.254/32",
+        "metadata",
+        "cloud instance metadata (AWS, GCP, Azure, OpenStack)",
+        relaxable_by_hosts=False,
+    ),
+    _row(
+        "169.254.170.2/32",
+        "metadata",
+        "AWS ECS task metadata and credentials",
+        relaxable_by_hosts=False,
+    ),
+    _row(
+        "100.100.100.200/32",
+        "metadata",
+        "Alibaba Cloud instance metadata",
+        relaxable_by_hosts=False,
+    ),
+    _row(
+        "fd00:ec2::254/128", "metadata", "AWS instance metadata over IPv6", relaxable_by_hosts=False
+    ),
+    _row(
+        "0.0.0.0/8",
+        "unspecified",
+        "'this network'; 0.0.0.0 reaches the local host",
+        relaxable_by_hosts=False,
+    ),
+    _row(
+        "::/128",
+        "unspecified",
+        "the unspecified address reaches the local host",
+        relaxable_by_hosts=False,
+    ),
+    _row("127.0.0.0/8", "loopback", "services on this host's loopback", relaxable_by_hosts=True),
+    _row("::1/128", "loopback", "services on this host's loopback", relaxable_by_hosts=True),
+    _row(
+        "169.254.0.0/16",
+        "link_local",
+        "link-local: metadata, gateways and neighbours",
+        relaxable_by_hosts=False,
+    ),
+    _row(
+        "fe80::/10", "link_local", "link-local: gateways and neighbours", relaxable_by_hosts=False
+    ),
+    _row("10.0.0.0/8", "private", "private network (RFC 1918)", relaxable_by_hosts=True),
+    _row("172.16.0.0/12", "private", "private network (RFC 1918)", relaxable_by_hosts=True),
+    _row("192.168.0.0/16", "private", "private network (RFC 1918)", relaxable_by_hosts=True),
+    _row(
+        "fc00::/7",
+        "unique_local",
+        "unique-local IPv6, the private ranges' twin (RFC 4193)",
+        relaxable_by_hosts=True,
+    ),
+    _row(
+        "100.64.0.0/10",
+        "cgnat",
+        "carrier-grade NAT space, often the provider's internal network",
+        relaxable_by_hosts=True,
+    ),
+    _row(
+        "224.0.0.0/4",
+        "multicast",
+        "multicast reaches every listener on a segment",
+        relaxable_by_hosts=False,
+    ),
+    _row(
+        "ff00::/8",
+        "multicast",
+        "multicast reaches every listener on a segment",
+        relaxable_by_hosts=False,
+    ),
+    _row("255.255.255.255/32", "broadcast", "limited broadcast", relaxable_by_hosts=False),
+    _row("240.0.0.0/4", "reserved", "reserved for future use (RFC 1112)", relaxable_by_hosts=False),
+    _row(
+        "192.0.0.0/24", "reserved", "IETF protocol assignments (RFC 6890)", relaxable_by_hosts=False
+    ),
+    _row(
+        "198.18.0.0/15",
+        "reserved",
+        "benchmarking networks, often lab-internal (RFC 2544)",
+        relaxable_by_hosts=True,
+    ),
+    _row(
+        "192.0.2.0/24",
+        "documentation",
+        "TEST-NET-1, never a public service (RFC 5737)",
+        relaxable_by_hosts=True,
+    ),
+    _row(
+        "198.51.100.0/24",
+        "documentation",
+        "TEST-NET-2, never a public service (RFC 5737)",
+        relaxable_by_hosts=True,
+    ),
+    _row(
+        "203.0.113.0/24",
+        "documentation",
+        "TEST-NET-3, never a public service (RFC 5737)",
+        relaxable_by_hosts=True,
+    ),
+    _row(
+        "2001:db8::/32",
+        "documentation",
+        "IPv6 documentation prefix (RFC 3849)",
+        relaxable_by_hosts=True,
+    ),
+    _row(
+        "::/96",
+        "translation",
+        "IPv4-compatible IPv6 embeds an IPv4 address",
+        relaxable_by_hosts=False,
+    ),
+    _row(
+        "64:ff9b::/96",
+        "translation",
+        "NAT64 reaches the embedded IPv4 address",
+        relaxable_by_hosts=False,
+    ),
+    _row(
+        "64:ff9b:1::/48",
+        "translation",
+        "local NAT64 reaches an embedded IPv4 address",
+        relaxable_by_hosts=False,
+    ),
+    _row(
+        "2002::/16",
+        "translation",
+        "6to4 reaches the embedded IPv4 address",
+        relaxable_by_hosts=False,
+    ),
+    _row(
+        "2001::/32",
+        "translation",
+        "Teredo tunnels to an embedded IPv4 address",
+        relaxable_by_hosts=False,
+    ),
+    _row("100::/64", "reserved", "discard-only prefix (RFC 6666)", relaxable_by_hosts=False),
+)
+
+HOST_ADDRESS_ROW = SpecialRange(
+    ipaddress.ip_network("0.0.0.0/32"),
+    "host_address",
+    "an address of this host: services bound to it are the host's, not the internet's",
+    True,
+)
+
+
+def looks_like_ip_literal(text: str) -> bool:
+    """True when a resolver or socket layer could read ``text`` as an address, valid or not."""
+    body = text[:-1] if text.endswith(".") else text
+    if body.startswith("[") or _IPV6_SHAPE.match(body):
+        return True
+    parts = body.split(".")
+    return 1 <= len(parts) <= 4 and all(_NUMERIC_PART.match(p) for p in parts)
+
+
+def _inet_aton_part(part: str) -> int:
+    if part[:2] in ("0x", "0X"):
+        return int(part[2:] or "0", 16)
+    if len(part) > 1 and part.startswith("0"):
+        return int(part, 8)  # raises ValueError for 8 and 9, as inet_aton refuses them
+    return int(part, 10)
+
+
+def parse_ip_literal(text: str) -> IPAddress | None:
+    """Read ``text`` as an IP address in any spelling a C library would accept.
+
+    Args:
+        text: a host as a client sent it (bracketed IPv6 allowed, one trailing dot allowed).
+
+    Returns:
+        The address, or ``None`` when ``text`` is not numeric at all (a hostname).
+
+    Raises:
+        UnreadableLiteral: ``text`` looks like an address but is not a valid one.
+    """
+    if not looks_like_ip_literal(text):
+        return None
+    body = text[:-1] if text.endswith(".") else text
+    if body.startswith("[") or _IPV6_SHAPE.match(body):
+        inner = body[1:-1] if body.startswith("[") and body.endswith("]") else body
+        try:
+            addr = ipaddress.IPv6Address(inner)
+        except ValueError as exc:
+            raise UnreadableLiteral(f"{text!r} is not a valid IPv6 address") from exc
+        return addr.ipv4_mapped or addr
+    parts = body.split(".")
+    try:
+        values = [_inet_aton_part(p) for p in parts]
+    except ValueError as exc:
+        raise UnreadableLiteral(f"{text!r} is not a valid IPv4 address") from exc
+    # inet_aton: a.b.c.d, a.b.c (c is 16 bits), a.b (b is 24 bits), a (32 bits).
+    last_bits = 32 - 8 * (len(values) - 1)
+    if any(v > 255 for v in values[:-1]) or values[-1] >= 1 << last_bits:
+        raise UnreadableLiteral(f"{text!r} has a part out of range for an IPv4 address")
+    number = values[-1]
+    for index, value in enumerate(values[:-1]):
+        number |= value << (24 - 8 * index)
+    return ipaddress.IPv4Address(number)
+
+
+def classify_address(
+    address: IPAddress, *, host_addresses: frozenset[IPAddress] = frozenset()
+) -> SpecialRange | None:
+    """Return the first ``SPECIAL_RANGES`` row containing ``address``, or ``None`` if public.
+
+    IPv4-mapped IPv6 (``::ffff:a.b.c.d``) is classified as the IPv4 address it reaches. An address
+    in ``host_addresses`` (this host's interfaces) is refused like loopback.
+    """
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    if isinstance(address, ipaddress.IPv6Address) and address.scope_id:
+        address = ipaddress.IPv6Address(str(address).split("%", 1)[0])
+    for row in SPECIAL_RANGES:
+        if address.version == row.network.version and address in row.network:
+            return row
+    if address in host_addresses:
+        return HOST_ADDRESS_ROW
+    return None
+
+
+def local_interface_addresses(proc: Path = Path("/proc/net")) -> frozenset[IPAddress]:
+    """This host's own addresses, read from ``fib_trie`` (IPv4) and ``if_inet6`` (IPv6).
+
+    A fact probed once per egress session. Unreadable files give an empty set for that family;
+    the loopback and private rows still cover the usual interface addresses.
+    """
+    found: set[IPAddress] = set()
+    try:
+        lines = (proc / "fib_trie").read_text().splitlines()
+    except OSError:
+        lines = []
+    previous = ""
+    for line in lines:
+        if line.strip() == "/32 host LOCAL" and previous.strip().startswith("|--"):
+            with contextlib.suppress(ValueError):
+                found.add(ipaddress.IPv4Address(previous.strip()[3:].strip()))
+        previous = line
+    try:
+        v6_lines = (proc / "if_inet6").read_text().splitlines()
+    except OSError:
+        v6_lines = []
+    for line in v6_lines:
+        hexaddr = line.split(" ", 1)[0]
+        if len(hexaddr) == 32:
+            found.add(ipaddress.IPv6Address(int(hexaddr, 16)))
+    return frozenset(found)

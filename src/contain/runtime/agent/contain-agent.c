@@ -1,0 +1,1124 @@
+/*
+ * contain-agent: pid 1 of a contain sandbox.
+ *
+ * One bubblewrap instance per sandbox runs this program as pid 1 of the sandbox's pid namespace
+ * (`bwrap --as-pid-1 ... -- /.contain/agent --control-fd N ...`). The host talks to it over a
+ * Unix SOCK_STREAM socket (fd N, inherited through bwrap); docs/agent-protocol.md is the
+ * protocol. For each RUN the agent forks and execs one workload with the three stdio fds the
+ * host sent (SCM_RIGHTS). When the workload's main process exits, the agent sends SIGKILL to
+ * every other process of the namespace (kill(-1) from pid 1), reaps them all and reports
+ * EXITED, so nothing a run started survives into the next run.
+ *
+ * What it enforces:
+ *   - it refuses to start unless it is pid 1 (kill(-1, SIGKILL) anywhere else would kill every
+ *     process of this user on the host);
+ *   - PR_SET_DUMPABLE 0, so the workload cannot open /proc/1/mem or /proc/1/fd/N, and the
+ *     launcher's environment is wiped from /proc/1/environ;
+ *   - per workload: fresh session, oom_score_adj 1000, rlimits, no_new_privs, no capabilities
+ *     (even when bwrap, run by root, left the agent all of them), the Landlock
+ *     ruleset built once at start (plus Landlock signal / abstract-socket scoping on ABI >= 6,
+ *     so a workload cannot signal the agent), no fd but 0/1/2 survives exec;
+ *   - teardown: SIGKILL to the whole namespace after every run, on KILL, on EXIT and on EOF.
+ *
+ * What it does not enforce: namespaces, mounts and the seccomp filter are bubblewrap's job
+ * (set up before this program runs); memory / pid budgets across processes are cgroups' job.
+ * The agent trusts the host but still bounds every length it reads.
+ *
+ * Build: cc -O2 -static -Wall -Wextra -Werror -std=gnu11 (see contain.runtime.agent_build).
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <linux/capability.h>
+#include <linux/securebits.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define EXIT_REFUSED 125
+#define MAX_FRAME_BYTES (1u << 20) /* protocol bound, docs/agent-protocol.md */
+#define MAX_ITEM_TEXT 4096         /* one formatted reply item */
+#define CMSG_FD_CAPACITY 16        /* room to receive (and then reject) surplus fds */
+#define MAX_RLIMITS 16
+
+/* ---- Landlock UAPI ----------------------------------------------------------------------
+ * Defined here, not taken from <linux/landlock.h>: build hosts' headers lag the kernel (Debian 12
+ * ships 6.1 headers, without TRUNCATE, IOCTL_DEV or scoped). Values from the kernel's
+ * include/uapi/linux/landlock.h; syscall numbers are the same on every architecture. */
+#ifndef __NR_landlock_create_ruleset
+#define __NR_landlock_create_ruleset 444
+#endif
+#ifndef __NR_landlock_add_rule
+#define __NR_landlock_add_rule 445
+#endif
+#ifndef __NR_landlock_restrict_self
+#define __NR_landlock_restrict_self 446
+#endif
+
+struct cl_ruleset_attr {
+    uint64_t handled_access_fs;
+    uint64_t handled_access_net; /* ABI 4; the network namespace already cuts the network */
+    uint64_t scoped;             /* ABI 6 */
+};
+
+struct cl_path_beneath_attr {
+    uint64_t allowed_access;
+    int32_t parent_fd;
+} __attribute__((packed));
+
+#define CL_CREATE_RULESET_VERSION (1U << 0)
+#define CL_RULE_PATH_BENEATH 1
+
+#define CL_FS_EXECUTE (1ULL << 0)
+#define CL_FS_WRITE_FILE (1ULL << 1)
+#define CL_FS_READ_FILE (1ULL << 2)
+#define CL_FS_READ_DIR (1ULL << 3)
+#define CL_FS_REMOVE_DIR (1ULL << 4)
+#define CL_FS_REMOVE_FILE (1ULL << 5)
+#define CL_FS_MAKE_CHAR (1ULL << 6)
+#define CL_FS_MAKE_DIR (1ULL << 7)
+#define CL_FS_MAKE_REG (1ULL << 8)
+#define CL_FS_MAKE_SOCK (1ULL << 9)
+#define CL_FS_MAKE_FIFO (1ULL << 10)
+#define CL_FS_MAKE_BLOCK (1ULL << 11)
+#define CL_FS_MAKE_SYM (1ULL << 12)
+#define CL_FS_REFER (1ULL << 13)     /* ABI 2 */
+#define CL_FS_TRUNCATE (1ULL << 14)  /* ABI 3 */
+#define CL_FS_IOCTL_DEV (1ULL << 15) /* ABI 5 */
+#define CL_ABI1_FS ((1ULL << 13) - 1)
+/* Rights that make sense on a non-directory; landlock_add_rule() rejects others (EINVAL). */
+#define CL_FS_FILE_RIGHTS \
+    (CL_FS_EXECUTE | CL_FS_WRITE_FILE | CL_FS_READ_FILE | CL_FS_TRUNCATE | CL_FS_IOCTL_DEV)
+#define CL_FS_READ_RIGHTS (CL_FS_READ_FILE | CL_FS_READ_DIR | CL_FS_EXECUTE)
+#define CL_SCOPE_ABSTRACT_UNIX_SOCKET (1ULL << 0) /* ABI 6 */
+#define CL_SCOPE_SIGNAL (1ULL << 1)               /* ABI 6 */
+#define CL_MAX_KNOWN_ABI 7
+
+/* NOROOT, NO_SETUID_FIXUP and NO_CAP_AMBIENT_RAISE on, KEEP_CAPS off, all locked: uid 0 gets no
+ * implicit capabilities from exec, and nothing can turn that back. */
+#define CL_SECBITS_LOCKED_NOROOT                                                           \
+    (SECBIT_NOROOT | SECBIT_NOROOT_LOCKED | SECBIT_NO_SETUID_FIXUP |                       \
+     SECBIT_NO_SETUID_FIXUP_LOCKED | SECBIT_KEEP_CAPS_LOCKED | SECBIT_NO_CAP_AMBIENT_RAISE | \
+     SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED)
+
+/* ---- state ------------------------------------------------------------------------------ */
+
+enum landlock_mode { LANDLOCK_OFF, LANDLOCK_AUTO, LANDLOCK_REQUIRED };
+
+struct config {
+    int control_fd;
+    int landlock_abi;
+    enum landlock_mode landlock_mode;
+    const char **read_paths;
+    size_t n_read;
+    const char **write_paths;
+    size_t n_write;
+};
+
+struct run_state {
+    int active;
+    pid_t main_pid;
+    int main_reaped;
+    int main_status;
+    uint64_t utime_us;
+    uint64_t stime_us;
+    long maxrss_kb;
+};
+
+static struct run_state g_run;
+static int g_ctl = -1;
+
+/* Spawn failure stages, sent as SPAWN_FAILED stage=... */
+enum stage { ST_FORK = 1, ST_SETUP, ST_RLIMIT, ST_CAPS, ST_LANDLOCK, ST_CHDIR, ST_EXEC };
+static const char *stage_name(int32_t st) {
+    switch (st) {
+    case ST_FORK: return "fork";
+    case ST_SETUP: return "setup";
+    case ST_RLIMIT: return "rlimit";
+    case ST_CAPS: return "caps";
+    case ST_LANDLOCK: return "landlock";
+    case ST_CHDIR: return "chdir";
+    case ST_EXEC: return "exec";
+    default: return "setup";
+    }
+}
+
+static void logmsg(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void logmsg(const char *fmt, ...) {
+    char buf[MAX_ITEM_TEXT];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        return;
+    dprintf(STDERR_FILENO, "contain-agent: %s\n", buf);
+}
+
+/* ---- outgoing frames -------------------------------------------------------------------- */
+
+struct outframe {
+    char data[4 + 4 * MAX_ITEM_TEXT];
+    size_t len; /* includes the 4-byte header */
+};
+
+static void out_begin(struct outframe *f, const char *type) {
+    f->len = 4;
+    size_t n = strlen(type) + 1;
+    memcpy(f->data + f->len, type, n);
+    f->len += n;
+}
+
+/* Append one item; truncated to fit (replies are short and formatted by us). */
+static void out_add(struct outframe *f, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void out_add(struct outframe *f, const char *fmt, ...) {
+    char buf[MAX_ITEM_TEXT];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        return;
+    size_t len = strlen(buf) + 1; /* vsnprintf truncates at sizeof buf - 1 */
+    if (len > sizeof f->data - f->len)
+        return; /* no room: drop the item rather than overflow */
+    memcpy(f->data + f->len, buf, len);
+    f->len += len;
+}
+
+/* Returns 0, or -1 when the host is gone (the caller tears down). */
+static int out_send(struct outframe *f) {
+    uint32_t payload = (uint32_t)(f->len - 4);
+    f->data[0] = (char)(payload & 0xff);
+    f->data[1] = (char)((payload >> 8) & 0xff);
+    f->data[2] = (char)((payload >> 16) & 0xff);
+    f->data[3] = (char)((payload >> 24) & 0xff);
+    size_t off = 0;
+    while (off < f->len) {
+        ssize_t n = send(g_ctl, f->data + off, f->len - off, MSG_NOSIGNAL);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            logmsg("control socket send failed: %s", strerror(errno));
+            return -1;
+        }
+        off += (size_t)n;
+    }
+    return 0;
+}
+
+static int reply_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int reply_error(const char *fmt, ...) {
+    char buf[MAX_ITEM_TEXT - 16];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        buf[0] = '\0';
+    struct outframe f;
+    out_begin(&f, "ERROR");
+    out_add(&f, "message=%s", buf);
+    return out_send(&f);
+}
+
+/* ---- teardown --------------------------------------------------------------------------- */
+
+static void account(pid_t pid, int status, const struct rusage *ru) {
+    if (!g_run.active)
+        return;
+    g_run.utime_us += (uint64_t)ru->ru_utime.tv_sec * 1000000u + (uint64_t)ru->ru_utime.tv_usec;
+    g_run.stime_us += (uint64_t)ru->ru_stime.tv_sec * 1000000u + (uint64_t)ru->ru_stime.tv_usec;
+    if (ru->ru_maxrss > g_run.maxrss_kb)
+        g_run.maxrss_kb = ru->ru_maxrss;
+    if (pid == g_run.main_pid) {
+        g_run.main_reaped = 1;
+        g_run.main_status = status;
+    }
+}
+
+/* Reap whatever has exited, without blocking. */
+static void reap_available(void) {
+    for (;;) {
+        int status;
+        struct rusage ru;
+        pid_t pid = wait4(-1, &status, WNOHANG | __WALL, &ru);
+        if (pid > 0) {
+            account(pid, status, &ru);
+            continue;
+        }
+        if (pid < 0 && errno == EINTR)
+            continue;
+        return; /* 0: children left but none exited; ECHILD: no children */
+    }
+}
+
+/* SIGKILL every process of the namespace but us, and reap until none is left. A fork racing
+ * with kill(-1) either lands in the kernel's task list before the walk or fails because the
+ * forking parent already has SIGKILL pending; the kill is repeated per reap anyway. */
+static void kill_and_reap_all(void) {
+    for (;;) {
+        if (kill(-1, SIGKILL) < 0 && errno != ESRCH)
+            logmsg("kill(-1, SIGKILL) failed: %s", strerror(errno));
+        int status;
+        struct rusage ru;
+        pid_t pid = wait4(-1, &status, __WALL, &ru);
+        if (pid > 0) {
+            account(pid, status, &ru);
+            continue;
+        }
+        if (errno == EINTR)
+            continue;
+        if (errno != ECHILD)
+            logmsg("wait4 failed: %s", strerror(errno));
+        return;
+    }
+}
+
+static void shutdown_and_exit(int code) {
+    kill_and_reap_all();
+    _exit(code);
+}
+
+/* The main child is reaped: end the run and report. */
+static void finish_run(void) {
+    kill_and_reap_all();
+    struct outframe f;
+    out_begin(&f, "EXITED");
+    out_add(&f, "status=%d", g_run.main_status);
+    out_add(&f, "utime_us=%llu", (unsigned long long)g_run.utime_us);
+    out_add(&f, "stime_us=%llu", (unsigned long long)g_run.stime_us);
+    out_add(&f, "maxrss_kb=%ld", g_run.maxrss_kb);
+    memset(&g_run, 0, sizeof g_run);
+    if (out_send(&f) < 0)
+        shutdown_and_exit(1);
+}
+
+/* ---- argument parsing ------------------------------------------------------------------- */
+
+static int parse_int(const char *s, long lo, long hi, long *out) {
+    if (s == NULL || *s == '\0')
+        return -1;
+    char *end = NULL;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno != 0 || end == NULL || *end != '\0' || v < lo || v > hi)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+static int parse_args(int argc, char **argv, struct config *cfg) {
+    memset(cfg, 0, sizeof *cfg);
+    cfg->control_fd = -1;
+    cfg->read_paths = calloc((size_t)argc, sizeof(char *));
+    cfg->write_paths = calloc((size_t)argc, sizeof(char *));
+    if (cfg->read_paths == NULL || cfg->write_paths == NULL) {
+        logmsg("out of memory");
+        return -1;
+    }
+    int saw_mode = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *next = i + 1 < argc ? argv[i + 1] : NULL;
+        long v;
+        if (strcmp(a, "--control-fd") == 0) {
+            if (parse_int(next, 0, INT_MAX, &v) < 0) {
+                logmsg("--control-fd needs a descriptor number");
+                return -1;
+            }
+            cfg->control_fd = (int)v;
+            i++;
+        } else if (strcmp(a, "--landlock-abi") == 0) {
+            if (parse_int(next, 1, 1000, &v) < 0) {
+                logmsg("--landlock-abi needs a positive ABI version");
+                return -1;
+            }
+            cfg->landlock_abi = (int)v;
+            i++;
+        } else if (strcmp(a, "--landlock-required") == 0 || strcmp(a, "--landlock-auto") == 0) {
+            if (saw_mode) {
+                logmsg("give one of --landlock-required / --landlock-auto, once");
+                return -1;
+            }
+            saw_mode = 1;
+            cfg->landlock_mode = a[11] == 'r' ? LANDLOCK_REQUIRED : LANDLOCK_AUTO;
+        } else if (strcmp(a, "--landlock-read") == 0 || strcmp(a, "--landlock-write") == 0) {
+            if (next == NULL || next[0] != '/') {
+                logmsg("%s needs an absolute path", a);
+                return -1;
+            }
+            if (a[11] == 'r')
+                cfg->read_paths[cfg->n_read++] = next;
+            else
+                cfg->write_paths[cfg->n_write++] = next;
+            i++;
+        } else {
+            logmsg("unknown argument %.200s", a);
+            return -1;
+        }
+    }
+    if (cfg->control_fd < 0) {
+        logmsg("--control-fd is required");
+        return -1;
+    }
+    if ((cfg->landlock_abi != 0) != (cfg->landlock_mode != LANDLOCK_OFF)) {
+        logmsg("--landlock-abi and --landlock-required/--landlock-auto go together");
+        return -1;
+    }
+    if (cfg->landlock_mode == LANDLOCK_OFF && (cfg->n_read || cfg->n_write)) {
+        logmsg("--landlock-read/--landlock-write need --landlock-abi");
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- Landlock --------------------------------------------------------------------------- */
+
+static uint64_t handled_fs_for_abi(int abi) {
+    uint64_t h = CL_ABI1_FS;
+    if (abi >= 2)
+        h |= CL_FS_REFER;
+    if (abi >= 3)
+        h |= CL_FS_TRUNCATE;
+    if (abi >= 5)
+        h |= CL_FS_IOCTL_DEV;
+    return h;
+}
+
+static uint64_t scoped_for_abi(int abi) {
+    return abi >= 6 ? (CL_SCOPE_ABSTRACT_UNIX_SOCKET | CL_SCOPE_SIGNAL) : 0;
+}
+
+struct landlock_result {
+    int ruleset_fd; /* -1 when not applied */
+    int abi;        /* ABI used, when applied */
+    const char *state; /* "applied" | "off" | "unavailable" */
+    const char *skipped[64];
+    size_t n_skipped;
+};
+
+static int add_path_rule(int ruleset_fd, const char *path, uint64_t allowed, uint64_t handled,
+                         char *err, size_t errlen) {
+    int fd = open(path, O_PATH | O_CLOEXEC);
+    if (fd < 0) {
+        snprintf(err, errlen, "cannot open Landlock path %.1024s: %s", path, strerror(errno));
+        return -1;
+    }
+    struct stat st;
+    if (fstat(fd, &st) < 0) {
+        snprintf(err, errlen, "cannot stat Landlock path %.1024s: %s", path, strerror(errno));
+        close(fd);
+        return -1;
+    }
+    struct cl_path_beneath_attr rule;
+    rule.allowed_access = allowed & handled;
+    if (!S_ISDIR(st.st_mode))
+        rule.allowed_access &= CL_FS_FILE_RIGHTS;
+    rule.parent_fd = fd;
+    long rc = syscall(__NR_landlock_add_rule, ruleset_fd, CL_RULE_PATH_BENEATH, &rule, 0);
+    int saved = errno;
+    close(fd);
+    if (rc < 0) {
+        snprintf(err, errlen, "landlock_add_rule(%.1024s) failed: %s", path, strerror(saved));
+        return -1;
+    }
+    return 0;
+}
+
+/* Returns 0 (result filled in), or -1 with err set when a required layer cannot be built. */
+static int setup_landlock(const struct config *cfg, struct landlock_result *res, char *err,
+                          size_t errlen) {
+    memset(res, 0, sizeof *res);
+    res->ruleset_fd = -1;
+    res->state = "off";
+    if (cfg->landlock_mode == LANDLOCK_OFF)
+        return 0;
+    int required = cfg->landlock_mode == LANDLOCK_REQUIRED;
+    long kabi = syscall(__NR_landlock_create_ruleset, NULL, 0, CL_CREATE_RULESET_VERSION);
+    if (kabi <= 0) {
+        if (required) {
+            snprintf(err, errlen, "Landlock is required but the kernel offers none: %s",
+                     strerror(errno));
+            return -1;
+        }
+        res->state = "unavailable";
+        return 0;
+    }
+    int abi = cfg->landlock_abi;
+    if (kabi < abi) {
+        if (required) {
+            snprintf(err, errlen, "Landlock ABI %d is required but the kernel offers ABI %ld",
+                     abi, kabi);
+            return -1;
+        }
+        abi = (int)kabi;
+    }
+    if (abi > CL_MAX_KNOWN_ABI)
+        abi = CL_MAX_KNOWN_ABI; /* rights of later ABIs are unknown to this build */
+    struct cl_ruleset_attr attr;
+    memset(&attr, 0, sizeof attr);
+    attr.handled_access_fs = handled_fs_for_abi(abi);
+    attr.scoped = scoped_for_abi(abi);
+    long fd = syscall(__NR_landlock_create_ruleset, &attr, sizeof attr, 0);
+    if (fd < 0) {
+        if (required) {
+            snprintf(err, errlen, "landlock_create_ruleset failed: %s", strerror(errno));
+            return -1;
+        }
+        res->state = "unavailable";
+        return 0;
+    }
+    for (int pass = 0; pass < 2; pass++) {
+        const char **paths = pass == 0 ? cfg->read_paths : cfg->write_paths;
+        size_t n = pass == 0 ? cfg->n_read : cfg->n_write;
+        uint64_t allowed = pass == 0 ? CL_FS_READ_RIGHTS : attr.handled_access_fs;
+        for (size_t i = 0; i < n; i++) {
+            char why[MAX_ITEM_TEXT / 2];
+            if (add_path_rule((int)fd, paths[i], allowed, attr.handled_access_fs, why,
+                              sizeof why) == 0)
+                continue;
+            if (required) {
+                snprintf(err, errlen, "%s", why);
+                close((int)fd);
+                return -1;
+            }
+            /* auto: a path we cannot grant is left out: less access, never more. */
+            logmsg("%s (skipped: landlock is auto)", why);
+            if (res->n_skipped < sizeof res->skipped / sizeof res->skipped[0])
+                res->skipped[res->n_skipped++] = paths[i];
+        }
+    }
+    res->ruleset_fd = (int)fd;
+    res->abi = abi;
+    res->state = "applied";
+    return 0;
+}
+
+/* ---- incoming frames -------------------------------------------------------------------- */
+
+struct inframe {
+    char *payload; /* len + 1 bytes, NUL-terminated for safety */
+    uint32_t len;
+    int fds[3];
+    int nfds;
+    int fd_error; /* more than 3 fds, or truncated control data */
+};
+
+static void inframe_close_fds(struct inframe *fr) {
+    for (int i = 0; i < fr->nfds; i++)
+        close(fr->fds[i]);
+    fr->nfds = 0;
+}
+
+/* Read exactly len bytes, collecting any SCM_RIGHTS fds. Returns 1, 0 on EOF before the first
+ * byte, -1 on error or EOF mid-way. */
+static int recv_exact(char *buf, size_t len, struct inframe *fr) {
+    size_t off = 0;
+    while (off < len) {
+        union {
+            char buf[CMSG_SPACE(sizeof(int) * CMSG_FD_CAPACITY)];
+            struct cmsghdr align;
+        } ctl;
+        struct iovec iov = {.iov_base = buf + off, .iov_len = len - off};
+        struct msghdr msg;
+        memset(&msg, 0, sizeof msg);
+        msg.msg_iov = &iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = ctl.buf;
+        msg.msg_controllen = sizeof ctl.buf;
+        ssize_t n = recvmsg(g_ctl, &msg, MSG_CMSG_CLOEXEC);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            logmsg("control socket recv failed: %s", strerror(errno));
+            return -1;
+        }
+        if (msg.msg_flags & MSG_CTRUNC)
+            fr->fd_error = 1;
+        for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c != NULL; c = CMSG_NXTHDR(&msg, c)) {
+            if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
+                continue;
+            size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+            const unsigned char *data = CMSG_DATA(c);
+            for (size_t k = 0; k < count; k++) {
+                int fd;
+                memcpy(&fd, data + k * sizeof(int), sizeof fd);
+                if (fr->nfds < 3) {
+                    fr->fds[fr->nfds++] = fd;
+                } else {
+                    close(fd);
+                    fr->fd_error = 1;
+                }
+            }
+        }
+        if (n == 0)
+            return off == 0 ? 0 : -1;
+        off += (size_t)n;
+    }
+    return 1;
+}
+
+/* Returns 1 with a frame, 0 on clean EOF, -1 on a protocol error that breaks framing. */
+static int read_frame(struct inframe *fr) {
+    memset(fr, 0, sizeof *fr);
+    unsigned char hdr[4];
+    int rc = recv_exact((char *)hdr, sizeof hdr, fr);
+    if (rc <= 0) {
+        inframe_close_fds(fr);
+        return rc;
+    }
+    uint32_t len = (uint32_t)hdr[0] | (uint32_t)hdr[1] << 8 | (uint32_t)hdr[2] << 16 |
+                   (uint32_t)hdr[3] << 24;
+    if (len > MAX_FRAME_BYTES) {
+        inframe_close_fds(fr);
+        reply_error("frame of %u bytes exceeds the %u byte limit", len, MAX_FRAME_BYTES);
+        return -1;
+    }
+    fr->payload = malloc((size_t)len + 1);
+    if (fr->payload == NULL) {
+        inframe_close_fds(fr);
+        reply_error("out of memory reading a %u byte frame", len);
+        return -1;
+    }
+    fr->len = len;
+    if (len > 0 && recv_exact(fr->payload, len, fr) <= 0) {
+        inframe_close_fds(fr);
+        free(fr->payload);
+        fr->payload = NULL;
+        return -1;
+    }
+    fr->payload[len] = '\0';
+    return 1;
+}
+
+/* Split the payload into items. Returns the count, or -1 when the payload is not a sequence of
+ * NUL-terminated items. *items is malloc'd and points into the payload. */
+static long split_items(struct inframe *fr, char ***items) {
+    *items = NULL;
+    if (fr->len == 0 || fr->payload[fr->len - 1] != '\0')
+        return -1;
+    size_t count = 0;
+    for (uint32_t i = 0; i < fr->len; i++)
+        count += fr->payload[i] == '\0';
+    char **out = calloc(count + 1, sizeof(char *));
+    if (out == NULL)
+        return -1;
+    size_t k = 0;
+    char *p = fr->payload;
+    char *end = fr->payload + fr->len;
+    while (p < end && k < count) {
+        out[k++] = p;
+        p += strlen(p) + 1;
+    }
+    *items = out;
+    return (long)k;
+}
+
+/* ---- RUN -------------------------------------------------------------------------------- */
+
+struct rlimit_name {
+    const char *name;
+    int resource;
+};
+
+static const struct rlimit_name RLIMIT_NAMES[] = {
+    {"AS", RLIMIT_AS},         {"CORE", RLIMIT_CORE},       {"CPU", RLIMIT_CPU},
+    {"DATA", RLIMIT_DATA},     {"FSIZE", RLIMIT_FSIZE},     {"MEMLOCK", RLIMIT_MEMLOCK},
+    {"MSGQUEUE", RLIMIT_MSGQUEUE}, {"NOFILE", RLIMIT_NOFILE}, {"NPROC", RLIMIT_NPROC},
+    {"SIGPENDING", RLIMIT_SIGPENDING}, {"STACK", RLIMIT_STACK},
+};
+
+struct run_rlimit {
+    int resource;
+    struct rlimit value;
+};
+
+struct run_request {
+    const char *cwd;
+    char **argv; /* NULL-terminated */
+    char **envp; /* NULL-terminated */
+    struct run_rlimit rlimits[MAX_RLIMITS];
+    size_t n_rlimits;
+};
+
+static int parse_limit_value(const char *s, size_t len, rlim_t *out) {
+    if (len == 3 && memcmp(s, "inf", 3) == 0) {
+        *out = RLIM_INFINITY;
+        return 0;
+    }
+    if (len == 0 || len > 20)
+        return -1;
+    unsigned long long v = 0;
+    for (size_t i = 0; i < len; i++) {
+        if (s[i] < '0' || s[i] > '9')
+            return -1;
+        unsigned d = (unsigned)(s[i] - '0');
+        if (v > (ULLONG_MAX - d) / 10)
+            return -1;
+        v = v * 10 + d;
+    }
+    if ((rlim_t)v == RLIM_INFINITY)
+        return -1; /* spell unlimited as inf */
+    *out = (rlim_t)v;
+    return 0;
+}
+
+/* NAME:SOFT:HARD */
+static int parse_rlimit(const char *spec, struct run_rlimit *out, char *err, size_t errlen) {
+    const char *c1 = strchr(spec, ':');
+    const char *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+    if (c1 == NULL || c2 == NULL) {
+        snprintf(err, errlen, "rlimit %.200s is not NAME:SOFT:HARD", spec);
+        return -1;
+    }
+    size_t nlen = (size_t)(c1 - spec);
+    int found = 0;
+    for (size_t i = 0; i < sizeof RLIMIT_NAMES / sizeof RLIMIT_NAMES[0]; i++) {
+        if (strlen(RLIMIT_NAMES[i].name) == nlen && memcmp(RLIMIT_NAMES[i].name, spec, nlen) == 0) {
+            out->resource = RLIMIT_NAMES[i].resource;
+            found = 1;
+        }
+    }
+    if (!found) {
+        snprintf(err, errlen, "unknown rlimit name in %.200s", spec);
+        return -1;
+    }
+    if (parse_limit_value(c1 + 1, (size_t)(c2 - c1 - 1), &out->value.rlim_cur) < 0 ||
+        parse_limit_value(c2 + 1, strlen(c2 + 1), &out->value.rlim_max) < 0) {
+        snprintf(err, errlen, "rlimit %.200s: values are decimal or inf", spec);
+        return -1;
+    }
+    if (out->value.rlim_cur > out->value.rlim_max) {
+        snprintf(err, errlen, "rlimit %.200s: soft limit above hard limit", spec);
+        return -1;
+    }
+    return 0;
+}
+
+static int parse_run(char **items, long n, struct run_request *rq, char *err, size_t errlen) {
+    memset(rq, 0, sizeof *rq);
+    rq->argv = calloc((size_t)n + 1, sizeof(char *));
+    rq->envp = calloc((size_t)n + 1, sizeof(char *));
+    if (rq->argv == NULL || rq->envp == NULL) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    size_t nargs = 0, nenv = 0;
+    for (long i = 1; i < n; i++) {
+        char *it = items[i];
+        if (strncmp(it, "arg=", 4) == 0) {
+            rq->argv[nargs++] = it + 4;
+        } else if (strncmp(it, "env=", 4) == 0) {
+            char *eq = strchr(it + 4, '=');
+            if (eq == NULL || eq == it + 4) {
+                snprintf(err, errlen, "env item %.200s is not env=KEY=VALUE", it);
+                return -1;
+            }
+            rq->envp[nenv++] = it + 4;
+        } else if (strncmp(it, "cwd=", 4) == 0) {
+            if (rq->cwd != NULL || it[4] != '/') {
+                snprintf(err, errlen, "cwd must be given once, as an absolute path");
+                return -1;
+            }
+            rq->cwd = it + 4;
+        } else if (strncmp(it, "rlimit=", 7) == 0) {
+            if (rq->n_rlimits >= MAX_RLIMITS) {
+                snprintf(err, errlen, "more than %d rlimit items", MAX_RLIMITS);
+                return -1;
+            }
+            if (parse_rlimit(it + 7, &rq->rlimits[rq->n_rlimits], err, errlen) < 0)
+                return -1;
+            for (size_t k = 0; k < rq->n_rlimits; k++) {
+                if (rq->rlimits[k].resource == rq->rlimits[rq->n_rlimits].resource) {
+                    snprintf(err, errlen, "rlimit %.200s given twice", it + 7);
+                    return -1;
+                }
+            }
+            rq->n_rlimits++;
+        } else {
+            snprintf(err, errlen, "unknown RUN item %.200s", it);
+            return -1;
+        }
+    }
+    if (nargs == 0 || rq->cwd == NULL) {
+        snprintf(err, errlen, "RUN needs cwd= and at least one arg=");
+        return -1;
+    }
+    return 0;
+}
+
+struct spawn_error {
+    int32_t stage;
+    int32_t err;
+};
+
+static void __attribute__((noreturn)) child_fail(int errfd, int stage, int err) {
+    struct spawn_error e = {.stage = stage, .err = err};
+    ssize_t n = write(errfd, &e, sizeof e);
+    (void)n; /* nothing left to report to if this fails; the parent sees a short read */
+    _exit(127);
+}
+
+static const char *env_lookup(char **envp, const char *key) {
+    size_t klen = strlen(key);
+    for (size_t i = 0; envp[i] != NULL; i++) {
+        if (strncmp(envp[i], key, klen) == 0 && envp[i][klen] == '=')
+            return envp[i] + klen + 1;
+    }
+    return NULL;
+}
+
+/* execvpe() semantics, but searching the request's PATH, never the agent's. Empty PATH
+ * elements are skipped (they would mean "the current directory"). */
+static void __attribute__((noreturn)) exec_search(struct run_request *rq, int errfd) {
+    const char *file = rq->argv[0];
+    if (file[0] == '\0')
+        child_fail(errfd, ST_EXEC, ENOENT);
+    if (strchr(file, '/') != NULL) {
+        execve(file, rq->argv, rq->envp);
+        child_fail(errfd, ST_EXEC, errno);
+    }
+    const char *path = env_lookup(rq->envp, "PATH");
+    if (path == NULL)
+        path = "/usr/local/bin:/usr/bin:/bin";
+    size_t flen = strlen(file);
+    int saw_eacces = 0;
+    int last = ENOENT;
+    while (*path != '\0') {
+        const char *colon = strchr(path, ':');
+        size_t dlen = colon ? (size_t)(colon - path) : strlen(path);
+        char buf[PATH_MAX];
+        if (dlen > 0) {
+            if (dlen + 1 + flen + 1 > sizeof buf) {
+                last = ENAMETOOLONG;
+            } else {
+                memcpy(buf, path, dlen);
+                buf[dlen] = '/';
+                memcpy(buf + dlen + 1, file, flen + 1);
+                execve(buf, rq->argv, rq->envp);
+                switch (errno) {
+                case EACCES: saw_eacces = 1; break;
+                case ENOENT: case ENOTDIR: case ESTALE: case ELOOP: case ENAMETOOLONG:
+                case ENODEV: case ETIMEDOUT: last = errno; break;
+                default: child_fail(errfd, ST_EXEC, errno);
+                }
+            }
+        }
+        if (colon == NULL)
+            break;
+        path = colon + 1;
+    }
+    child_fail(errfd, ST_EXEC, saw_eacces ? EACCES : (last == ENAMETOOLONG ? ENOENT : last));
+}
+
+/* Leave the workload with no capability at all, whatever bwrap left the agent (bwrap run by
+ * root keeps every capability inside the sandbox's user namespace unless told --cap-drop ALL).
+ * With no_new_privs set, exec can never give back what is dropped here: the kernel intersects
+ * the new permitted set with the old one (security/commoncap.c, cap_bprm_creds_from_file), which
+ * also covers uid 0's implicit file capabilities. The securebits and bounding-set steps need
+ * CAP_SETPCAP and are best-effort on top of that; the capset and the final check are not. */
+static int drop_all_capabilities(void) {
+    if (prctl(PR_SET_SECUREBITS, CL_SECBITS_LOCKED_NOROOT, 0, 0, 0) < 0 && errno != EPERM)
+        return -1;
+    for (int cap = 0; cap < 64; cap++) {
+        int has = prctl(PR_CAPBSET_READ, cap, 0, 0, 0);
+        if (has < 0)
+            break; /* EINVAL: past the last capability this kernel knows */
+        if (has == 1 && prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) < 0 && errno != EPERM)
+            return -1;
+    }
+    if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) < 0 && errno != EINVAL)
+        return -1;
+    struct __user_cap_header_struct hdr = {.version = _LINUX_CAPABILITY_VERSION_3, .pid = 0};
+    struct __user_cap_data_struct data[2];
+    memset(data, 0, sizeof data);
+    if (syscall(SYS_capset, &hdr, data) < 0)
+        return -1;
+    if (syscall(SYS_capget, &hdr, data) < 0)
+        return -1;
+    for (int i = 0; i < 2; i++) {
+        if (data[i].effective || data[i].permitted || data[i].inheritable) {
+            errno = EPERM;
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* In the forked child: set up and exec, or report the stage and errno on errfd and exit. */
+static void __attribute__((noreturn)) child_exec(struct run_request *rq, const int fds[3],
+                                                 int errfd, int ruleset_fd) {
+    sigset_t empty;
+    sigemptyset(&empty);
+    if (sigprocmask(SIG_SETMASK, &empty, NULL) < 0)
+        child_fail(errfd, ST_SETUP, errno);
+    for (int sig = 1; sig < NSIG; sig++)
+        signal(sig, SIG_DFL); /* EINVAL for SIGKILL/SIGSTOP/libc-reserved: nothing to reset */
+    if (setsid() < 0)
+        child_fail(errfd, ST_SETUP, errno);
+    /* The agent is non-dumpable, which makes the files of /proc/self root-owned; the workload is
+     * dumpable again after execve anyway, so restore it now to be able to write oom_score_adj.
+     * Nothing else runs in the namespace at this point (the previous run was killed), so no
+     * process can use the window to open this child's /proc files. */
+    if (prctl(PR_SET_DUMPABLE, 1, 0, 0, 0) < 0)
+        child_fail(errfd, ST_SETUP, errno);
+    /* The workload goes first when the sandbox runs out of memory, never the agent. */
+    int oom = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
+    if (oom < 0)
+        child_fail(errfd, ST_SETUP, errno);
+    if (write(oom, "1000", 4) != 4)
+        child_fail(errfd, ST_SETUP, errno ? errno : EIO);
+    close(oom);
+    /* bwrap already set no_new_privs; set it again so this does not depend on bwrap. */
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
+        child_fail(errfd, ST_SETUP, errno);
+    if (ruleset_fd >= 0 && syscall(__NR_landlock_restrict_self, ruleset_fd, 0) < 0)
+        child_fail(errfd, ST_LANDLOCK, errno);
+    /* Move the stdio fds above 2 first so that dup2 cannot clobber one with another. */
+    int high[3];
+    for (int i = 0; i < 3; i++) {
+        high[i] = fcntl(fds[i], F_DUPFD_CLOEXEC, 3);
+        if (high[i] < 0)
+            child_fail(errfd, ST_SETUP, errno);
+    }
+    for (int i = 0; i < 3; i++) {
+        if (dup2(high[i], i) < 0) /* dup2 clears FD_CLOEXEC on the new fd */
+            child_fail(errfd, ST_SETUP, errno);
+    }
+    /* Only 0, 1, 2 and errfd (CLOEXEC) survive: the control socket, the ruleset, other
+     * requests' fds must not reach the workload. */
+    if (errfd > 3 && syscall(SYS_close_range, 3U, (unsigned)errfd - 1, 0U) < 0)
+        child_fail(errfd, ST_SETUP, errno);
+    if (syscall(SYS_close_range, (unsigned)errfd + 1, ~0U, 0U) < 0)
+        child_fail(errfd, ST_SETUP, errno);
+    for (size_t i = 0; i < rq->n_rlimits; i++) {
+        if (setrlimit(rq->rlimits[i].resource, &rq->rlimits[i].value) < 0)
+            child_fail(errfd, ST_RLIMIT, errno);
+    }
+    /* After the rlimits, so a hard limit may still be raised when the agent holds
+     * CAP_SYS_RESOURCE; before exec, so the workload never holds a capability. */
+    if (drop_all_capabilities() < 0)
+        child_fail(errfd, ST_CAPS, errno);
+    if (chdir(rq->cwd) < 0)
+        child_fail(errfd, ST_CHDIR, errno);
+    exec_search(rq, errfd);
+}
+
+static int reply_spawn_failed(int stage, int err) {
+    struct outframe f;
+    out_begin(&f, "SPAWN_FAILED");
+    out_add(&f, "stage=%s", stage_name(stage));
+    out_add(&f, "errno=%d", err);
+    return out_send(&f);
+}
+
+/* Returns -1 when the host is gone. */
+static int handle_run(struct inframe *fr, char **items, long n, int ruleset_fd) {
+    char err[MAX_ITEM_TEXT / 2];
+    struct run_request rq;
+    memset(&rq, 0, sizeof rq);
+    int rc = 0;
+    if (g_run.active) {
+        rc = reply_error("a run is already active (pid %d)", (int)g_run.main_pid);
+        goto out;
+    }
+    if (fr->nfds != 3 || fr->fd_error) {
+        rc = reply_error("RUN needs exactly 3 fds (stdin, stdout, stderr), got %d%s", fr->nfds,
+                         fr->fd_error ? " and more" : "");
+        goto out;
+    }
+    if (parse_run(items, n, &rq, err, sizeof err) < 0) {
+        rc = reply_error("%s", err);
+        goto out;
+    }
+    int errpipe[2];
+    if (pipe2(errpipe, O_CLOEXEC) < 0) {
+        rc = reply_spawn_failed(ST_FORK, errno);
+        goto out;
+    }
+    pid_t pid = fork();
+    if (pid < 0) {
+        int e = errno;
+        close(errpipe[0]);
+        close(errpipe[1]);
+        rc = reply_spawn_failed(ST_FORK, e);
+        goto out;
+    }
+    if (pid == 0) {
+        close(errpipe[0]);
+        child_exec(&rq, fr->fds, errpipe[1], ruleset_fd);
+    }
+    close(errpipe[1]);
+    inframe_close_fds(fr);
+    struct spawn_error se;
+    ssize_t got;
+    do {
+        got = read(errpipe[0], &se, sizeof se);
+    } while (got < 0 && errno == EINTR);
+    close(errpipe[0]);
+    if (got == 0) {
+        memset(&g_run, 0, sizeof g_run);
+        g_run.active = 1;
+        g_run.main_pid = pid;
+        struct outframe f;
+        out_begin(&f, "STARTED");
+        out_add(&f, "pid=%d", (int)pid);
+        rc = out_send(&f);
+    } else {
+        /* The child failed before exec and exits: reap it here, it is not a run. */
+        int status;
+        while (waitpid(pid, &status, __WALL) < 0 && errno == EINTR) {
+        }
+        if (got == (ssize_t)sizeof se)
+            rc = reply_spawn_failed(se.stage, se.err);
+        else
+            rc = reply_spawn_failed(ST_SETUP, got < 0 ? errno : EIO);
+    }
+out:
+    inframe_close_fds(fr);
+    free(rq.argv);
+    free(rq.envp);
+    return rc;
+}
+
+/* Returns 0 to go on, -1 to shut down cleanly (EOF, EXIT), -2 to shut down on an error. */
+static int handle_request(int ruleset_fd) {
+    struct inframe fr;
+    int rc = read_frame(&fr);
+    if (rc == 0)
+        return -1; /* EOF: the host is gone or done */
+    if (rc < 0)
+        return -2; /* framing is lost; nothing after this can be trusted */
+    char **items = NULL;
+    long n = split_items(&fr, &items);
+    int out = 0;
+    if (n <= 0) {
+        inframe_close_fds(&fr);
+        out = reply_error("frame is not a sequence of NUL-terminated items");
+    } else if (strcmp(items[0], "RUN") == 0) {
+        out = handle_run(&fr, items, n, ruleset_fd);
+    } else if (fr.nfds != 0 || fr.fd_error) {
+        inframe_close_fds(&fr);
+        out = reply_error("%.64s carries no fds", items[0]);
+    } else if (strcmp(items[0], "KILL") == 0 && n == 1) {
+        if (kill(-1, SIGKILL) < 0 && errno != ESRCH)
+            logmsg("kill(-1, SIGKILL) failed: %s", strerror(errno));
+    } else if (strcmp(items[0], "EXIT") == 0 && n == 1) {
+        free(items);
+        free(fr.payload);
+        return -1;
+    } else {
+        out = reply_error("unknown request %.64s", items[0]);
+    }
+    free(items);
+    free(fr.payload);
+    return out < 0 ? -2 : 0; /* a reply could not be sent: the host is gone */
+}
+
+/* ---- main ------------------------------------------------------------------------------- */
+
+int main(int argc, char **argv) {
+    /* First, before anything else: kill(-1, SIGKILL) outside a pid namespace of our own would
+     * kill every process this user may signal on the host. */
+    if (getpid() != 1) {
+        dprintf(STDERR_FILENO, "contain-agent: refusing to start: not pid 1 of a pid namespace "
+                               "(run it only as bwrap --as-pid-1 --unshare-pid)\n");
+        return EXIT_REFUSED;
+    }
+    /* The launcher's environment reached us through bwrap unless it passed --clearenv. Nothing
+     * here reads it; wipe the strings in place so /proc/1/environ shows none of them. */
+    for (char **env = environ; env != NULL && *env != NULL; env++)
+        memset(*env, 0, strlen(*env));
+    environ = NULL;
+    if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) < 0) {
+        logmsg("prctl(PR_SET_DUMPABLE, 0) failed: %s", strerror(errno));
+        return EXIT_REFUSED;
+    }
+    struct config cfg;
+    if (parse_args(argc, argv, &cfg) < 0)
+        return EXIT_REFUSED;
+    struct stat st;
+    if (fstat(cfg.control_fd, &st) < 0 || !S_ISSOCK(st.st_mode)) {
+        logmsg("--control-fd %d is not an open socket", cfg.control_fd);
+        return EXIT_REFUSED;
+    }
+    g_ctl = cfg.control_fd;
+    if (fcntl(g_ctl, F_SETFD, FD_CLOEXEC) < 0) {
+        logmsg("fcntl(control fd) failed: %s", strerror(errno));
+        return EXIT_REFUSED;
+    }
+    if (signal(SIGPIPE, SIG_IGN) == SIG_ERR) {
+        logmsg("signal(SIGPIPE) failed: %s", strerror(errno));
+        return EXIT_REFUSED;
+    }
+    sigset_t chld;
+    sigemptyset(&chld);
+    sigaddset(&chld, SIGCHLD);
+    if (sigprocmask(SIG_BLOCK, &chld, NULL) < 0) {
+        logmsg("sigprocmask failed: %s", strerror(errno));
+        return EXIT_REFUSED;
+    }
+    int sfd = signalfd(-1, &chld, SFD_NONBLOCK | SFD_CLOEXEC);
+    if (sfd < 0) {
+        logmsg("signalfd failed: %s", strerror(errno));
+        return EXIT_REFUSED;
+    }
+    char err[MAX_ITEM_TEXT / 2];
+    struct landlock_result ll;
+    if (setup_landlock(&cfg, &ll, err, sizeof err) < 0) {
+        logmsg("%s", err);
+        reply_error("%s", err);
+        return EXIT_REFUSED;
+    }
+    struct outframe f;
+    out_begin(&f, "READY");
+    out_add(&f, "pid=%d", (int)getpid());
+    if (ll.ruleset_fd >= 0)
+        out_add(&f, "landlock=applied:%d", ll.abi);
+    else
+        out_add(&f, "landlock=%s", ll.state);
+    for (size_t i = 0; i < ll.n_skipped; i++)
+        out_add(&f, "landlock_skipped=%.1024s", ll.skipped[i]);
+    if (out_send(&f) < 0)
+        shutdown_and_exit(1);
+
+    for (;;) {
+        struct pollfd pfd[2] = {{.fd = g_ctl, .events = POLLIN}, {.fd = sfd, .events = POLLIN}};
+        if (poll(pfd, 2, -1) < 0) {
+            if (errno == EINTR)
+                continue;
+            logmsg("poll failed: %s", strerror(errno));
+            shutdown_and_exit(1);
+        }
+        if (pfd[1].revents & POLLIN) {
+            struct signalfd_siginfo si;
+            while (read(sfd, &si, sizeof si) == (ssize_t)sizeof si) {
+            }
+        }
+        /* Reap on every wake-up: pid 1 inherits every orphan of the namespace. */
+        reap_available();
+        if (g_run.active && g_run.main_reaped)
+            finish_run();
+        if (pfd[0].revents & (POLLIN | POLLHUP | POLLERR)) {
+            int rc = handle_request(ll.ruleset_fd);
+            if (rc < 0)
+                shutdown_and_exit(rc == -1 ? 0 : 1);
+        }
+    }
+}

@@ -1,0 +1,580 @@
+"""The in-sandbox agent as pid 1 of a real bwrap sandbox, driven through AgentChannel.
+
+Each test starts one minimal bwrap (not the product launcher: this tests the agent and its
+channel alone) with the agent compiled by ``ensure_agent_binary`` into a temporary cache.
+Process checks are made from the host, by pid namespace, never by asking the sandbox.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+import signal
+import socket
+import stat
+import statistics
+import struct
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from contain.boundary import LayerRequirement
+from contain.errors import SandboxLost, SandboxStartError, UnsupportedHost
+from contain.host.facts import probe_landlock_abi
+from contain.runtime.agent_build import ensure_agent_binary, expected_agent_path
+from contain.runtime.agent_channel import (
+    AgentChannel,
+    AgentErrorReply,
+    Exited,
+    Ready,
+    Rlimit,
+    SpawnFailed,
+    Started,
+    encode_run,
+)
+from contain.runtime.landlock import plan_landlock
+
+pytestmark = pytest.mark.needs_bwrap
+
+BWRAP = shutil.which("bwrap")
+ENV = {"PATH": "/usr/bin:/bin", "LANG": "C"}
+BASE_BWRAP = (
+    "--unshare-all",
+    "--as-pid-1",
+    "--die-with-parent",
+    "--new-session",
+    "--ro-bind", "/usr", "/usr",
+    "--symlink", "usr/lib64", "/lib64",
+    "--symlink", "usr/lib", "/lib",
+    "--symlink", "usr/bin", "/bin",
+    "--proc", "/proc",
+    "--dev", "/dev",
+    "--tmpfs", "/tmp",
+)  # fmt: skip
+
+
+@pytest.fixture(scope="session")
+def agent_binary(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    if BWRAP is None:
+        pytest.skip("bubblewrap is not installed")
+    probe = subprocess.run(
+        [BWRAP, *BASE_BWRAP, "--", "/usr/bin/true"], capture_output=True, text=True, check=False
+    )
+    if probe.returncode != 0:
+        pytest.skip(f"bwrap cannot create namespaces here: {probe.stderr.strip()}")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("CONTAIN_CACHE_DIR", str(tmp_path_factory.mktemp("agent-cache")))
+        return ensure_agent_binary()
+
+
+@dataclass
+class RunOutcome:
+    reply: Started | SpawnFailed
+    exited: Exited | None
+    stdout: bytes
+    stderr: bytes
+
+
+@dataclass
+class AgentSandbox:
+    proc: subprocess.Popen[bytes]
+    channel: AgentChannel
+    ready: Ready
+
+    @property
+    def agent_host_pid(self) -> int:
+        """The agent's pid on the host: bwrap's only child (bwrap --as-pid-1 execs the agent)."""
+        children = Path(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children").read_text()
+        pids = [int(p) for p in children.split()]
+        assert len(pids) == 1, pids
+        return pids[0]
+
+    def run(
+        self,
+        argv: Sequence[str],
+        *,
+        env: Mapping[str, str] = ENV,
+        cwd: str = "/",
+        rlimits: Sequence[Rlimit] = (),
+        stdin: bytes = b"",
+        timeout_s: float = 30.0,
+    ) -> RunOutcome:
+        pipes = [os.pipe() for _ in range(3)]
+        os.write(pipes[0][1], stdin)
+        os.close(pipes[0][1])
+        child_ends = (pipes[0][0], pipes[1][1], pipes[2][1])
+        try:
+            reply = self.channel.start(argv, env, cwd, rlimits, child_ends)
+        finally:
+            for fd in child_ends:
+                os.close(fd)
+        exited = self.channel.wait_exited(timeout_s) if isinstance(reply, Started) else None
+        outputs = [_read_all(pipes[i][0]) for i in (1, 2)]
+        return RunOutcome(reply, exited, outputs[0], outputs[1])
+
+
+def _read_all(fd: int) -> bytes:
+    chunks = []
+    while chunk := os.read(fd, 65536):
+        chunks.append(chunk)
+    os.close(fd)
+    return b"".join(chunks)
+
+
+def start_agent(
+    agent: Path,
+    *,
+    extra_bwrap: Sequence[str] = (),
+    agent_args: Sequence[str] = (),
+    user: int | None = None,
+) -> AgentSandbox:
+    assert BWRAP is not None
+    host_end, agent_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    fd = agent_end.fileno()
+    argv = [
+        BWRAP, *BASE_BWRAP, *extra_bwrap, "--ro-bind", str(agent), "/.contain/agent",
+        "--", "/.contain/agent", "--control-fd", str(fd), *agent_args,
+    ]  # fmt: skip
+    proc = subprocess.Popen(argv, pass_fds=[fd], user=user)
+    agent_end.close()
+    channel = AgentChannel(host_end)
+    return AgentSandbox(proc, channel, channel.read_ready(10))
+
+
+@pytest.fixture
+def sandbox(agent_binary: Path) -> Iterator[AgentSandbox]:
+    sb = start_agent(agent_binary)
+    yield sb
+    _stop(sb)
+
+
+def _stop(sb: AgentSandbox) -> None:
+    sb.channel.close()
+    try:
+        sb.proc.wait(10)
+    except subprocess.TimeoutExpired:
+        sb.proc.kill()
+        sb.proc.wait()
+        raise
+
+
+def pids_in_namespace_of(pid: int) -> list[int]:
+    """Every host pid whose pid namespace is the one ``pid`` lives in."""
+    target = os.readlink(f"/proc/{pid}/ns/pid")
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            if os.readlink(f"/proc/{entry}/ns/pid") == target:
+                found.append(int(entry))
+        except OSError:
+            continue  # exited meanwhile
+    return sorted(found)
+
+
+def _landlock_abi_or_skip(minimum: int) -> int:
+    abi = probe_landlock_abi()
+    if abi < minimum:
+        pytest.skip(f"kernel Landlock ABI {abi} < {minimum} (CONFIG_SECURITY_LANDLOCK / lsm=)")
+    return abi
+
+
+# ---- basic runs --------------------------------------------------------------------------------
+
+
+def test_agent_is_pid_1_and_echo_output_reaches_the_host(sandbox: AgentSandbox) -> None:
+    assert sandbox.ready == Ready(pid=1, landlock="off", landlock_abi=0)
+    out = sandbox.run(["/bin/echo", "hi"])
+    assert isinstance(out.reply, Started)
+    assert out.reply.pid > 1
+    assert out.exited is not None and out.exited.exit_code == 0
+    assert out.stdout == b"hi\n"
+    assert out.stderr == b""
+
+
+def test_stdin_env_and_cwd_are_exactly_what_the_request_gives(sandbox: AgentSandbox) -> None:
+    out = sandbox.run(["cat"], stdin=b"from host")
+    assert out.stdout == b"from host"
+    out = sandbox.run(["env"], env={"PATH": "/usr/bin", "ONLY": "this"})
+    assert out.stdout.decode().splitlines() == ["PATH=/usr/bin", "ONLY=this"]
+    out = sandbox.run(["pwd"], cwd="/proc")
+    assert out.stdout == b"/proc\n"
+
+
+def test_workload_inherits_only_stdio_fds(sandbox: AgentSandbox) -> None:
+    out = sandbox.run(["sh", "-c", "ls /proc/$$/fd"])
+    assert out.stdout.split() == [b"0", b"1", b"2"]
+
+
+def test_workload_holds_no_capabilities_even_when_the_agent_does(sandbox: AgentSandbox) -> None:
+    out = sandbox.run(["grep", "^Cap", "/proc/self/status"])
+    caps = dict(line.split(":\t") for line in out.stdout.decode().splitlines())
+    assert caps == {
+        name: "0000000000000000" for name in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb")
+    }
+    if os.geteuid() == 0:  # positive control: bwrap run by root leaves the agent every capability
+        agent_status = Path(f"/proc/{sandbox.agent_host_pid}/status").read_text()
+        assert "CapEff:\t0000000000000000" not in agent_status
+
+
+def test_workload_cannot_reach_the_agents_proc_files(sandbox: AgentSandbox) -> None:
+    for path in ("/proc/1/environ", "/proc/1/mem", "/proc/1/fd/3"):
+        out = sandbox.run(["sh", "-c", f"cat {path} > /dev/null"])
+        assert out.exited is not None and out.exited.exit_code != 0, path
+        assert b"Permission denied" in out.stderr, path
+    # The launcher's environment reached the agent through bwrap; the agent wiped it.
+    environ = Path(f"/proc/{sandbox.agent_host_pid}/environ").read_bytes()
+    assert len(environ) > 0  # positive control: there was an environment to wipe
+    assert environ.strip(b"\0") == b""
+
+
+def test_exit_code_and_signal_are_decoded(sandbox: AgentSandbox) -> None:
+    out = sandbox.run(["sh", "-c", "exit 3"])
+    assert out.exited is not None
+    assert (out.exited.exit_code, out.exited.signal) == (3, None)
+    out = sandbox.run(["sh", "-c", "kill -TERM $$"])
+    assert out.exited is not None
+    assert (out.exited.exit_code, out.exited.signal) == (None, signal.SIGTERM)
+
+
+def test_second_run_reuses_the_same_sandbox(sandbox: AgentSandbox) -> None:
+    first = sandbox.run(["sh", "-c", "echo kept > /tmp/state"])
+    second = sandbox.run(["cat", "/tmp/state"])
+    assert first.exited is not None and first.exited.exit_code == 0
+    assert second.stdout == b"kept\n"
+
+
+def test_a_second_run_while_one_is_active_gets_an_error_reply(sandbox: AgentSandbox) -> None:
+    r, w = os.pipe()
+    started = sandbox.channel.start(["sleep", "1000"], ENV, "/", (), (r, w, w))
+    assert isinstance(started, Started)
+    sandbox.channel.send_request(encode_run(["true"], ENV, "/", ()), fds=(r, w, w))
+    os.close(r)
+    os.close(w)
+    reply = sandbox.channel.read_reply(10)
+    assert isinstance(reply, AgentErrorReply)
+    assert "already active" in reply.message
+    sandbox.channel.kill()
+    exited = sandbox.channel.wait_exited(10)
+    assert exited is not None and exited.signal == signal.SIGKILL
+
+
+def _frame(*items: str) -> bytes:
+    payload = b"".join(item.encode() + b"\0" for item in items)
+    return struct.pack("<I", len(payload)) + payload
+
+
+@pytest.mark.parametrize(
+    ("frame", "nfds", "message"),
+    [
+        (_frame("HELLO"), 0, "unknown request"),
+        (struct.pack("<I", 3) + b"RUN", 0, "NUL-terminated"),
+        (_frame("KILL"), 3, "carries no fds"),
+        (_frame("RUN", "cwd=/", "arg=true"), 2, "exactly 3 fds"),
+        (_frame("RUN", "cwd=/", "arg=true"), 4, "exactly 3 fds"),
+        (_frame("RUN", "arg=true"), 3, "cwd"),
+        (_frame("RUN", "cwd=relative", "arg=true"), 3, "absolute"),
+        (_frame("RUN", "cwd=/"), 3, "at least one arg"),
+        (_frame("RUN", "cwd=/", "arg=true", "env=NOEQUALS"), 3, "KEY=VALUE"),
+        (_frame("RUN", "cwd=/", "arg=true", "rlimit=CPU:2:1"), 3, "soft limit above hard"),
+        (_frame("RUN", "cwd=/", "arg=true", "rlimit=CPU:1"), 3, "NAME:SOFT:HARD"),
+        (_frame("RUN", "cwd=/", "arg=true", "rlimit=BOGUS:1:1"), 3, "unknown rlimit"),
+        (_frame("RUN", "cwd=/", "arg=true", "rlimit=CPU:-1:1"), 3, "decimal or inf"),
+        (_frame("RUN", "cwd=/", "arg=true", "rlimit=CPU:1:1", "rlimit=CPU:1:1"), 3, "twice"),
+        (_frame("RUN", "cwd=/", "arg=true", "color=red"), 3, "unknown RUN item"),
+    ],
+)
+def test_bad_requests_get_an_error_and_the_agent_carries_on(
+    sandbox: AgentSandbox, frame: bytes, nfds: int, message: str
+) -> None:
+    r, w = os.pipe()
+    sandbox.channel.send_request(frame, fds=[w] * nfds)
+    os.close(r)
+    os.close(w)
+    reply = sandbox.channel.read_reply(10)
+    assert isinstance(reply, AgentErrorReply)
+    assert message in reply.message
+    after = sandbox.run(["/bin/echo", "still here"])
+    assert after.stdout == b"still here\n"
+
+
+def test_an_oversize_frame_ends_the_sandbox(sandbox: AgentSandbox) -> None:
+    sandbox.channel.send_request(struct.pack("<I", (1 << 20) + 1))
+    reply = sandbox.channel.read_reply(10)
+    assert isinstance(reply, AgentErrorReply) and "exceeds" in reply.message
+    with pytest.raises(SandboxLost):
+        sandbox.channel.read_reply(10)
+    assert sandbox.proc.wait(10) == 1
+
+
+# ---- teardown ----------------------------------------------------------------------------------
+
+
+def test_daemon_left_behind_is_killed_before_exited(sandbox: AgentSandbox) -> None:
+    # setsid forks (the workload is already a session leader), so the daemon is an orphan in a
+    # session of its own by the time the main process exits.
+    script = (
+        "setsid sh -c 'sleep 1000 & echo $! > /tmp/daemon'; "
+        "while [ ! -s /tmp/daemon ]; do :; done; cat /tmp/daemon"
+    )
+    out = sandbox.run(["sh", "-c", script])
+    assert out.exited is not None and out.exited.exit_code == 0
+    assert int(out.stdout) > 1  # positive control: the daemon did start
+    assert pids_in_namespace_of(sandbox.agent_host_pid) == [sandbox.agent_host_pid]
+
+
+def test_kill_ends_a_long_sleep_promptly(sandbox: AgentSandbox) -> None:
+    r, w = os.pipe()
+    started = sandbox.channel.start(["sleep", "1000"], ENV, "/", (), (r, w, w))
+    os.close(r)
+    os.close(w)
+    assert isinstance(started, Started)
+    assert sandbox.channel.wait_exited(0.2) is None  # still running
+    began = time.monotonic()
+    sandbox.channel.kill()
+    exited = sandbox.channel.wait_exited(10)
+    assert exited is not None and exited.signal == signal.SIGKILL
+    assert time.monotonic() - began < 2.0
+    assert pids_in_namespace_of(sandbox.agent_host_pid) == [sandbox.agent_host_pid]
+
+
+def test_closing_the_channel_kills_everything_and_ends_the_sandbox(agent_binary: Path) -> None:
+    sb = start_agent(agent_binary)
+    agent_pid = sb.agent_host_pid
+    r, w = os.pipe()
+    assert isinstance(sb.channel.start(["sleep", "1000"], ENV, "/", (), (r, w, w)), Started)
+    os.close(r)
+    os.close(w)
+    assert len(pids_in_namespace_of(agent_pid)) == 2  # positive control: agent + sleep
+    sb.channel.close()
+    assert sb.proc.wait(10) == 0
+    assert not os.path.exists(f"/proc/{agent_pid}")
+
+
+def test_exit_request_ends_the_sandbox(agent_binary: Path) -> None:
+    sb = start_agent(agent_binary)
+    sb.channel.exit()
+    assert sb.proc.wait(10) == 0
+    sb.channel.close()
+
+
+# ---- spawn failures ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("argv", "env"),
+    [
+        (["/no/such/program"], ENV),
+        (["no-such-program"], ENV),
+        (["true"], {"PATH": "/nonexistent"}),  # PATH comes from the request, not the agent
+    ],
+)
+def test_missing_program_fails_at_exec_with_enoent(
+    sandbox: AgentSandbox, argv: list[str], env: dict[str, str]
+) -> None:
+    out = sandbox.run(argv, env=env)
+    assert out.reply == SpawnFailed(stage="exec", errno=errno.ENOENT)
+    assert out.exited is None
+
+
+def test_missing_cwd_fails_at_chdir(sandbox: AgentSandbox) -> None:
+    out = sandbox.run(["true"], cwd="/no/such/dir")
+    assert out.reply == SpawnFailed(stage="chdir", errno=errno.ENOENT)
+    after = sandbox.run(["true"])  # the agent carries on
+    assert after.exited is not None and after.exited.exit_code == 0
+
+
+# ---- rlimits -----------------------------------------------------------------------------------
+
+
+def test_cpu_rlimit_stops_a_busy_loop(sandbox: AgentSandbox) -> None:
+    out = sandbox.run(["sh", "-c", "while :; do :; done"], rlimits=[Rlimit("CPU", 1, 2)])
+    assert out.exited is not None
+    assert out.exited.signal in (signal.SIGXCPU, signal.SIGKILL)
+    assert out.exited.utime_us + out.exited.stime_us >= 900_000
+
+
+def test_nproc_rlimit_stops_forks_for_an_unprivileged_sandbox(agent_binary: Path) -> None:
+    # RLIMIT_NPROC never applies to host uid 0, so this sandbox runs as nobody (65534), with a
+    # copy of the agent where nobody can reach it (pytest's tmp dirs are 0700).
+    with tempfile.TemporaryDirectory(prefix="contain-agent-nproc-") as shared:
+        os.chmod(shared, 0o755)
+        agent_copy = Path(shared) / "agent"
+        shutil.copy(agent_binary, agent_copy)
+        os.chmod(agent_copy, 0o755)
+        sb = start_agent(agent_copy, user=65534)
+    try:
+        script = "for i in 1 2 3 4 5 6 7 8; do sleep 5 & done; echo forked"
+        free = sb.run(["sh", "-c", script])
+        assert free.stdout == b"forked\n"  # positive control: 8 forks work without the limit
+        limited = sb.run(["sh", "-c", script], rlimits=[Rlimit("NPROC", 4, 4)])
+    finally:
+        _stop(sb)
+    assert limited.exited is not None and limited.exited.exit_code != 0
+    assert limited.stdout == b""
+    assert b"Cannot fork" in limited.stderr  # dash's words for fork() failing with EAGAIN
+
+
+# ---- Landlock ----------------------------------------------------------------------------------
+
+
+def _landlock_sandbox(agent: Path, abi: int, *, landlock: bool) -> AgentSandbox:
+    args: list[str] = []
+    if landlock:
+        plan = plan_landlock(abi=abi, write_paths=["/tmp"], requirement=LayerRequirement.REQUIRED)
+        assert plan is not None
+        args = plan.agent_args()
+    return start_agent(agent, extra_bwrap=["--tmpfs", "/work"], agent_args=args)
+
+
+@pytest.mark.parametrize("landlock", [True, False], ids=["landlock", "control-without-landlock"])
+def test_landlock_keeps_writes_to_the_write_paths(agent_binary: Path, landlock: bool) -> None:
+    abi = _landlock_abi_or_skip(1)
+    sb = _landlock_sandbox(agent_binary, abi, landlock=landlock)
+    try:
+        assert sb.ready.landlock == ("applied" if landlock else "off")
+        in_tmp = sb.run(["sh", "-c", "echo x > /tmp/x && echo y > /dev/null"])
+        in_work = sb.run(["sh", "-c", "echo y > /work/y"])
+        read_back = sb.run(["cat", "/tmp/x"])
+    finally:
+        _stop(sb)
+    assert in_tmp.exited is not None and in_tmp.exited.exit_code == 0
+    assert read_back.stdout == b"x\n"
+    assert in_work.exited is not None
+    if landlock:
+        assert in_work.exited.exit_code != 0
+        assert b"Permission denied" in in_work.stderr  # EACCES, not EROFS: Landlock said no
+    else:
+        assert in_work.exited.exit_code == 0
+
+
+@pytest.mark.parametrize("landlock", [True, False], ids=["landlock", "control-without-landlock"])
+def test_landlock_scoping_keeps_the_workload_from_signalling_the_agent(
+    agent_binary: Path, landlock: bool
+) -> None:
+    abi = _landlock_abi_or_skip(6)
+    sb = _landlock_sandbox(agent_binary, abi, landlock=landlock)
+    try:
+        out = sb.run(["sh", "-c", "kill -0 1"])
+    finally:
+        _stop(sb)
+    assert out.exited is not None
+    assert (out.exited.exit_code != 0) is landlock
+
+
+def test_required_landlock_with_a_missing_path_refuses_to_start(agent_binary: Path) -> None:
+    abi = _landlock_abi_or_skip(1)
+    args = ["--landlock-abi", str(abi), "--landlock-required", "--landlock-read", "/",
+            "--landlock-write", "/no/such/path"]  # fmt: skip
+    with pytest.raises(SandboxStartError, match="/no/such/path"):
+        start_agent(agent_binary, agent_args=args)
+
+
+def test_auto_landlock_with_a_missing_path_reports_it_skipped(agent_binary: Path) -> None:
+    abi = _landlock_abi_or_skip(1)
+    args = ["--landlock-abi", str(abi), "--landlock-auto", "--landlock-read", "/",
+            "--landlock-write", "/no/such/path"]  # fmt: skip
+    sb = start_agent(agent_binary, agent_args=args)
+    _stop(sb)
+    assert sb.ready == Ready(
+        pid=1, landlock="applied", landlock_abi=min(abi, 7), landlock_skipped=("/no/such/path",)
+    )
+
+
+# ---- safety ------------------------------------------------------------------------------------
+
+
+def test_agent_refuses_to_start_when_not_pid_1(agent_binary: Path) -> None:
+    canary = subprocess.Popen(["sleep", "1000"])
+    host_end, agent_end = socket.socketpair()
+    try:
+        done = subprocess.run(
+            [str(agent_binary), "--control-fd", str(agent_end.fileno())],
+            pass_fds=[agent_end.fileno()],
+            capture_output=True,
+            timeout=10,
+            check=False,
+        )
+        assert done.returncode == 125
+        assert b"not pid 1" in done.stderr
+        assert canary.poll() is None  # nothing was killed
+    finally:
+        canary.kill()
+        canary.wait()
+        host_end.close()
+        agent_end.close()
+
+
+# ---- measurement -------------------------------------------------------------------------------
+
+
+def test_measure_run_round_trip_through_a_running_agent(sandbox: AgentSandbox) -> None:
+    """Reports the median RUN of /bin/true (start, exec, exit, teardown, EXITED); no bound."""
+    samples = []
+    for _ in range(200):
+        began = time.perf_counter()
+        out = sandbox.run(["/bin/true"])
+        samples.append(time.perf_counter() - began)
+        assert out.exited is not None and out.exited.exit_code == 0
+    median_ms = statistics.median(samples) * 1000
+    p90_ms = statistics.quantiles(samples, n=10)[-1] * 1000
+    print(f"\nagent RUN /bin/true round trip: median {median_ms:.2f} ms, p90 {p90_ms:.2f} ms")
+
+
+# ---- the cached build --------------------------------------------------------------------------
+
+
+def test_agent_binary_is_built_once_as_0755_and_reused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CONTAIN_CACHE_DIR", str(tmp_path / "cache"))
+    first = ensure_agent_binary()
+    assert first.parent == tmp_path / "cache"
+    assert first.name.startswith("contain-agent-") and len(first.name) == len("contain-agent-") + 16
+    assert stat.S_IMODE(first.stat().st_mode) == 0o755
+    assert [p.name for p in first.parent.iterdir()] == [first.name]  # no temp file left behind
+    assert ensure_agent_binary() == first
+    assert expected_agent_path() == first
+    assert stat.S_IMODE(first.parent.stat().st_mode) == 0o755  # another uid may run bwrap
+
+
+def test_group_writable_cache_dir_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    os.chmod(cache, 0o775)
+    monkeypatch.setenv("CONTAIN_CACHE_DIR", str(cache))
+    with pytest.raises(SandboxStartError, match="group or world writable"):
+        ensure_agent_binary()
+    assert list(cache.iterdir()) == []
+
+
+def test_a_cached_binary_with_a_loose_mode_is_refused(
+    agent_binary: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    swapped = cache / agent_binary.name
+    shutil.copy(agent_binary, swapped)
+    os.chmod(swapped, 0o777)
+    monkeypatch.setenv("CONTAIN_CACHE_DIR", str(cache))
+    with pytest.raises(SandboxStartError, match="mode 777"):
+        ensure_agent_binary()
+
+
+def test_no_compiler_is_an_unsupported_host_with_the_fix(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CONTAIN_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    with pytest.raises(UnsupportedHost) as caught:
+        ensure_agent_binary()
+    assert "apt-get install gcc libc6-dev" in caught.value.fix
