@@ -13,7 +13,20 @@ def _userns_works() -> bool:
     if shutil.which("bwrap") is None:
         return False
     probe = subprocess.run(
-        ["bwrap", "--unshare-user", "--ro-bind", "/usr", "/usr", "--symlink", "usr/lib64", "/lib64", "--symlink", "usr/lib", "/lib", "/usr/bin/true"],
+        [
+            "bwrap",
+            "--unshare-user",
+            "--ro-bind",
+            "/usr",
+            "/usr",
+            "--symlink",
+            "usr/lib64",
+            "/lib64",
+            "--symlink",
+            "usr/lib",
+            "/lib",
+            "/usr/bin/true",
+        ],
         capture_output=True,
         check=False,
     )
@@ -27,9 +40,13 @@ IS_ROOT = os.geteuid() == 0
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         if "needs_bwrap" in item.keywords and not USERNS:
-            item.add_marker(pytest.mark.skip(reason="bubblewrap or unprivileged user namespaces are not available on this host"))
+            item.add_marker(
+                pytest.mark.skip(reason="bubblewrap or unprivileged user namespaces are not available on this host")
+            )
         if "needs_root" in item.keywords and not IS_ROOT:
-            item.add_marker(pytest.mark.skip(reason="needs root: cgroup creation and running the sandbox as another uid"))
+            item.add_marker(
+                pytest.mark.skip(reason="needs root: cgroup creation and running the sandbox as another uid")
+            )
 
 
 @pytest.fixture

@@ -35,7 +35,18 @@ _WHERE = {
     "Sandbox": "contain.runtime",
 }
 
-__all__ = sorted(_WHERE)
+__all__ = [
+    "Boundary",
+    "BoundaryInvalid",
+    "ContainError",
+    "FileTransferError",
+    "RunResult",
+    "Sandbox",
+    "SandboxLost",
+    "SandboxStartError",
+    "UnsupportedHost",
+    "load_boundary",
+]
 __version__ = "0.1.0"
 
 

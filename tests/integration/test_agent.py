@@ -63,9 +63,7 @@ BASE_BWRAP = (
 def agent_binary(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if BWRAP is None:
         pytest.skip("bubblewrap is not installed")
-    probe = subprocess.run(
-        [BWRAP, *BASE_BWRAP, "--", "/usr/bin/true"], capture_output=True, text=True, check=False
-    )
+    probe = subprocess.run([BWRAP, *BASE_BWRAP, "--", "/usr/bin/true"], capture_output=True, text=True, check=False)
     if probe.returncode != 0:
         pytest.skip(f"bwrap cannot create namespaces here: {probe.stderr.strip()}")
     with pytest.MonkeyPatch.context() as patch:
@@ -216,9 +214,7 @@ def test_workload_inherits_only_stdio_fds(sandbox: AgentSandbox) -> None:
 def test_workload_holds_no_capabilities_even_when_the_agent_does(sandbox: AgentSandbox) -> None:
     out = sandbox.run(["grep", "^Cap", "/proc/self/status"])
     caps = dict(line.split(":\t") for line in out.stdout.decode().splitlines())
-    assert caps == {
-        name: "0000000000000000" for name in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb")
-    }
+    assert caps == {name: "0000000000000000" for name in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb")}
     if os.geteuid() == 0:  # positive control: bwrap run by root leaves the agent every capability
         agent_status = Path(f"/proc/{sandbox.agent_host_pid}/status").read_text()
         assert "CapEff:\t0000000000000000" not in agent_status
@@ -321,8 +317,7 @@ def test_daemon_left_behind_is_killed_before_exited(sandbox: AgentSandbox) -> No
     # setsid forks (the workload is already a session leader), so the daemon is an orphan in a
     # session of its own by the time the main process exits.
     script = (
-        "setsid sh -c 'sleep 1000 & echo $! > /tmp/daemon'; "
-        "while [ ! -s /tmp/daemon ]; do :; done; cat /tmp/daemon"
+        "setsid sh -c 'sleep 1000 & echo $! > /tmp/daemon'; while [ ! -s /tmp/daemon ]; do :; done; cat /tmp/daemon"
     )
     out = sandbox.run(["sh", "-c", script])
     assert out.exited is not None and out.exited.exit_code == 0
@@ -376,9 +371,7 @@ def test_exit_request_ends_the_sandbox(agent_binary: Path) -> None:
         (["true"], {"PATH": "/nonexistent"}),  # PATH comes from the request, not the agent
     ],
 )
-def test_missing_program_fails_at_exec_with_enoent(
-    sandbox: AgentSandbox, argv: list[str], env: dict[str, str]
-) -> None:
+def test_missing_program_fails_at_exec_with_enoent(sandbox: AgentSandbox, argv: list[str], env: dict[str, str]) -> None:
     out = sandbox.run(argv, env=env)
     assert out.reply == SpawnFailed(stage="exec", errno=errno.ENOENT)
     assert out.exited is None
@@ -456,9 +449,7 @@ def test_landlock_keeps_writes_to_the_write_paths(agent_binary: Path, landlock: 
 
 
 @pytest.mark.parametrize("landlock", [True, False], ids=["landlock", "control-without-landlock"])
-def test_landlock_scoping_keeps_the_workload_from_signalling_the_agent(
-    agent_binary: Path, landlock: bool
-) -> None:
+def test_landlock_scoping_keeps_the_workload_from_signalling_the_agent(agent_binary: Path, landlock: bool) -> None:
     abi = _landlock_abi_or_skip(6)
     sb = _landlock_sandbox(agent_binary, abi, landlock=landlock)
     try:
@@ -483,9 +474,7 @@ def test_auto_landlock_with_a_missing_path_reports_it_skipped(agent_binary: Path
             "--landlock-write", "/no/such/path"]  # fmt: skip
     sb = start_agent(agent_binary, agent_args=args)
     _stop(sb)
-    assert sb.ready == Ready(
-        pid=1, landlock="applied", landlock_abi=min(abi, 7), landlock_skipped=("/no/such/path",)
-    )
+    assert sb.ready == Ready(pid=1, landlock="applied", landlock_abi=min(abi, 7), landlock_skipped=("/no/such/path",))
 
 
 # ---- safety ------------------------------------------------------------------------------------
@@ -531,9 +520,7 @@ def test_measure_run_round_trip_through_a_running_agent(sandbox: AgentSandbox) -
 # ---- the cached build --------------------------------------------------------------------------
 
 
-def test_agent_binary_is_built_once_as_0755_and_reused(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_agent_binary_is_built_once_as_0755_and_reused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CONTAIN_CACHE_DIR", str(tmp_path / "cache"))
     first = ensure_agent_binary()
     assert first.parent == tmp_path / "cache"
@@ -545,9 +532,7 @@ def test_agent_binary_is_built_once_as_0755_and_reused(
     assert stat.S_IMODE(first.parent.stat().st_mode) == 0o755  # another uid may run bwrap
 
 
-def test_group_writable_cache_dir_is_refused(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_group_writable_cache_dir_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     cache = tmp_path / "cache"
     cache.mkdir()
     os.chmod(cache, 0o775)
@@ -570,9 +555,7 @@ def test_a_cached_binary_with_a_loose_mode_is_refused(
         ensure_agent_binary()
 
 
-def test_no_compiler_is_an_unsupported_host_with_the_fix(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_no_compiler_is_an_unsupported_host_with_the_fix(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CONTAIN_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
     with pytest.raises(UnsupportedHost) as caught:

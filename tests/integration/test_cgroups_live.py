@@ -63,7 +63,9 @@ def start_attached(cgroup: SandboxCgroup, body: str) -> subprocess.Popen[bytes]:
     """Start ``python3 -c body``, attach it, then let it run (pipe handshake)."""
     proc = subprocess.Popen(
         [sys.executable, "-c", WAIT_FOR_GO + body],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
     )
     try:
         cgroup.attach(proc.pid)

@@ -103,9 +103,7 @@ def test_kvm_check_direct_matches_one_of_three():
 
 def test_kvm_check_of_a_non_kvm_device_is_unavailable_with_the_errno():
     result = check_kvm_guest(device="/dev/null")
-    assert result == KvmGuestResult(
-        KvmStatus.UNAVAILABLE, "ENOTTY (Inappropriate ioctl for device)"
-    )
+    assert result == KvmGuestResult(KvmStatus.UNAVAILABLE, "ENOTTY (Inappropriate ioctl for device)")
 
 
 def test_a_checker_that_never_finishes_is_killed_and_reported_as_hanging():
@@ -113,9 +111,7 @@ def test_a_checker_that_never_finishes_is_killed_and_reported_as_hanging():
     result = run_checker([sys.executable, "-c", "import time; time.sleep(60)"], timeout_s=0.3)
     assert time.monotonic() - started < 3.0
     assert result.status is KvmStatus.HANGS
-    assert result.verdict == (
-        "hangs (timed out after 0.3 s): use software emulation (QEMU -accel tcg)"
-    )
+    assert result.verdict == ("hangs (timed out after 0.3 s): use software emulation (QEMU -accel tcg)")
 
 
 def test_build_agent_builds_once_then_says_already_built(tmp_path):

@@ -263,9 +263,7 @@ def need(tool: str) -> str:
 
 def curl(world: World, *args: str, proxy: bool = True) -> subprocess.CompletedProcess[str]:
     need("curl")
-    return world.inside(
-        "curl", "-sS", "-i", "--max-time", "10", "--cacert", str(world.cert), *args, proxy=proxy
-    )
+    return world.inside("curl", "-sS", "-i", "--max-time", "10", "--cacert", str(world.cert), *args, proxy=proxy)
 
 
 def raw_proxy(world: World, request: bytes) -> bytes:
@@ -364,16 +362,11 @@ def test_other_hosts_are_refused_with_the_rule_header(world: World) -> None:
     assert f"blocked.test:{port} is not in network.allow" in result.stdout
     assert _Recorder.seen == before  # the canary request never reached the server
     denied = [e for e in events_after(world, 2) if e.verdict == "deny"]
-    assert [e.violation_message() for e in denied] == [
-        f"blocked.test:{port} is not in network.allow"
-    ]
+    assert [e.violation_message() for e in denied] == [f"blocked.test:{port} is not in network.allow"]
 
 
 def test_other_ports_of_an_allowed_host_are_refused(world: World) -> None:
-    assert (
-        "200 Connection established"
-        in curl(world, "-p", f"https://allowed.test:{world.ports['https']}/").stdout
-    )
+    assert "200 Connection established" in curl(world, "-p", f"https://allowed.test:{world.ports['https']}/").stdout
     result = curl(world, "-p", f"https://allowed.test:{world.ports['literal']}/")
     assert "403" in result.stdout and "Contain-Denied-By: egress.port_not_allowed" in result.stdout
     # transparent: no listener on that placeholder port, so the kernel refuses
@@ -384,20 +377,14 @@ def test_other_ports_of_an_allowed_host_are_refused(world: World) -> None:
 
 @pytest.mark.parametrize("spelling", [*LOOPBACK_SPELLINGS, "[::1]", "[::ffff:7f00:1]"])
 def test_ip_literals_in_every_spelling_are_refused(world: World, spelling: str) -> None:
-    response = raw_proxy(
-        world, f"CONNECT {spelling}:{world.ports['echo']} HTTP/1.1\r\n\r\n".encode()
-    )
+    response = raw_proxy(world, f"CONNECT {spelling}:{world.ports['echo']} HTTP/1.1\r\n\r\n".encode())
     assert response.startswith(b"HTTP/1.1 403"), response
     assert b"Contain-Denied-By: egress.ip_literal" in response
 
 
 @pytest.mark.parametrize("spelling", LITERAL_SPELLINGS_OF_127_0_0_2)
-def test_an_address_named_in_the_manifest_is_reachable_in_any_spelling(
-    world: World, spelling: str
-) -> None:
-    response = raw_proxy(
-        world, f"CONNECT {spelling}:{world.ports['literal']} HTTP/1.1\r\n\r\necho-me".encode()
-    )
+def test_an_address_named_in_the_manifest_is_reachable_in_any_spelling(world: World, spelling: str) -> None:
+    response = raw_proxy(world, f"CONNECT {spelling}:{world.ports['literal']} HTTP/1.1\r\n\r\necho-me".encode())
     assert response == b"HTTP/1.1 200 Connection established\r\n\r\necho-me"
 
 
@@ -414,9 +401,7 @@ def test_an_allowed_name_resolving_to_loopback_without_an_override_is_refused(wo
     port = world.ports["http"]
     # `localhost` is allowed by name, but the host's resolver maps it to loopback and nothing in
     # the manifest names that address: refused. allowed.test maps there through network.hosts.
-    result = curl(
-        world, f"http://localhost:{port}/", "--noproxy", "", "-x", "http://127.0.0.1:3128"
-    )
+    result = curl(world, f"http://localhost:{port}/", "--noproxy", "", "-x", "http://127.0.0.1:3128")
     assert "Contain-Denied-By: egress.special_address.loopback" in result.stdout
     assert curl(world, f"http://allowed.test:{port}/").stdout.startswith("HTTP/1.0 200")
 
@@ -436,17 +421,13 @@ def test_dns_answers_only_allowed_names_and_never_forwards(world: World) -> None
     assert lines[1].startswith("127.77.") and lines[1] != "127.77.0.1"
     assert lines[2:5] == [f"refused {socket.EAI_NONAME}"] * 3
     # a query sent straight at the host's canary port stays in the namespace (its own lo)
-    world.python(
-        f"import socket\nsocket.socket(2,2).sendto(b'x'*40,('127.0.0.1',{world.ports['canary']}))"
-    )
+    world.python(f"import socket\nsocket.socket(2,2).sendto(b'x'*40,('127.0.0.1',{world.ports['canary']}))")
     with pytest.raises(TimeoutError):
         world.udp_canary.recvfrom(100)
     dns = [e for e in events_after(world, 3) if e.via == "dns"]
     assert {e.host for e in dns} == {"evil.test", "mzxw6ytboi.exfil.test", "blocked.test"}
     # positive control: the canary does receive what is sent to it from the host
-    socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(
-        b"ping", ("127.0.0.1", world.ports["canary"])
-    )
+    socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b"ping", ("127.0.0.1", world.ports["canary"]))
     assert world.udp_canary.recvfrom(100)[0] == b"ping"
 
 
@@ -465,21 +446,15 @@ def test_curl_noproxy_reaches_only_allowed_names(world: World) -> None:
     assert allowed.stdout.startswith("HTTP/1.0 200"), allowed.stderr  # captured, then checked
     blocked = curl(world, "--noproxy", "*", f"http://blocked.test:{port}/np", proxy=False)
     assert blocked.returncode == 6  # could not resolve host
-    direct = curl(
-        world, "--noproxy", "*", "--connect-timeout", "3", "http://192.0.2.99/", proxy=False
-    )
+    direct = curl(world, "--noproxy", "*", "--connect-timeout", "3", "http://192.0.2.99/", proxy=False)
     assert direct.returncode == 7 and "Failed to connect" in direct.stderr  # no route
 
 
 def test_bash_dev_tcp_has_no_route_except_through_placeholders(world: World) -> None:
     need("bash")
-    control = world.inside(
-        "bash", "-c", f"exec 3<>/dev/tcp/allowed.test/{world.ports['echo']} && echo ok", proxy=False
-    )
+    control = world.inside("bash", "-c", f"exec 3<>/dev/tcp/allowed.test/{world.ports['echo']} && echo ok", proxy=False)
     assert control.stdout.strip() == "ok", control.stderr
-    result = world.inside(
-        "bash", "-c", "exec 3<>/dev/tcp/1.1.1.1/443 && echo connected", proxy=False
-    )
+    result = world.inside("bash", "-c", "exec 3<>/dev/tcp/1.1.1.1/443 && echo connected", proxy=False)
     assert result.returncode != 0 and "unreachable" in result.stderr.lower()
 
 
@@ -495,20 +470,14 @@ def test_udp_and_ipv6_have_no_route_out(world: World) -> None:
     import errno
 
     result = world.python(code, proxy=False)
-    assert result.stdout.split("\n")[:3] == [f"err {errno.ENETUNREACH}"] * 3, (
-        result.stdout + result.stderr
-    )
+    assert result.stdout.split("\n")[:3] == [f"err {errno.ENETUNREACH}"] * 3, result.stdout + result.stderr
 
 
 def test_connect_with_a_mismatched_host_header_is_refused(world: World) -> None:
     port = world.ports["echo"]
-    good = raw_proxy(
-        world, f"CONNECT allowed.test:{port} HTTP/1.1\r\nHost: allowed.test:{port}\r\n\r\n".encode()
-    )
+    good = raw_proxy(world, f"CONNECT allowed.test:{port} HTTP/1.1\r\nHost: allowed.test:{port}\r\n\r\n".encode())
     assert good.startswith(b"HTTP/1.1 200")
-    bad = raw_proxy(
-        world, f"CONNECT allowed.test:{port} HTTP/1.1\r\nHost: blocked.test:{port}\r\n\r\n".encode()
-    )
+    bad = raw_proxy(world, f"CONNECT allowed.test:{port} HTTP/1.1\r\nHost: blocked.test:{port}\r\n\r\n".encode())
     assert bad.startswith(b"HTTP/1.1 403") and b"Contain-Denied-By: egress.host_mismatch" in bad
 
 
@@ -543,9 +512,7 @@ def test_nul_and_crlf_in_hostnames_are_refused(world: World, target: str) -> Non
     response = raw_proxy(world, f"CONNECT {target}:{port} HTTP/1.1\r\n\r\n".encode())
     assert response.startswith((b"HTTP/1.1 400", b"HTTP/1.1 403")), response
     assert b"Contain-Denied-By: egress." in response
-    assert raw_proxy(world, f"CONNECT allowed.test:{port} HTTP/1.1\r\n\r\n".encode()).startswith(
-        b"HTTP/1.1 200"
-    )
+    assert raw_proxy(world, f"CONNECT allowed.test:{port} HTTP/1.1\r\n\r\n".encode()).startswith(b"HTTP/1.1 200")
 
 
 @pytest.mark.parametrize(
@@ -584,9 +551,7 @@ def test_the_listeners_are_out_of_the_workloads_reach(world: World) -> None:
     result = world.python(code, proxy=False)
     seen = set(eval(result.stdout))  # a list of ints printed by our own code
     assert inodes and not (inodes & seen)
-    assert curl(world, f"http://allowed.test:{world.ports['http']}/after").stdout.startswith(
-        "HTTP/1.0 200"
-    )
+    assert curl(world, f"http://allowed.test:{world.ports['http']}/after").stdout.startswith("HTTP/1.0 200")
 
 
 def _session_fds(session: EgressSession) -> list[int]:
@@ -594,9 +559,7 @@ def _session_fds(session: EgressSession) -> list[int]:
 
 
 def test_a_closed_session_fails_closed(world: World) -> None:
-    second_ns = subprocess.Popen(
-        ["unshare", "--net", "--", "sh", "-c", "ip link set lo up && exec sleep 60"]
-    )
+    second_ns = subprocess.Popen(["unshare", "--net", "--", "sh", "-c", "ip link set lo up && exec sleep 60"])
     try:
         time.sleep(0.2)
         boundary = boundary_from_mapping(world.manifest())

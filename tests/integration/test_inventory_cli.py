@@ -51,8 +51,7 @@ def world(monkeypatch: pytest.MonkeyPatch) -> Iterator[World]:
     (home / ".ssh").mkdir()
     (home / ".ssh" / "id_rsa").write_text(f"-----BEGIN RSA PRIVATE KEY-----\n{key_body}\n")
     (home / ".aws").mkdir()
-    (home / ".aws" / "credentials").write_text("[default]\naws_secret_access_key = "
-                                               f"{password}\n")
+    (home / ".aws" / "credentials").write_text(f"[default]\naws_secret_access_key = {password}\n")
     (project / ".env").write_text(f"ANTHROPIC_API_KEY={dotenv_secret}\n")
     runtime = base / "run"
     (runtime / "podman").mkdir(parents=True)
@@ -98,16 +97,19 @@ def test_inventory_text_and_json_name_every_planted_item_and_no_secret(
     assert code == 0
     items = {(i["kind"], i["location"]) for i in json.loads(raw)["items"]}
     base = world.home.parent
-    for expected in [("env-secret", "$GITHUB_TOKEN"), ("env-secret", "$DATABASE_URL"),
-                     ("ssh-private-key", str(world.home / ".ssh/id_rsa")),
-                     ("aws-credentials", str(world.home / ".aws/credentials")),
-                     ("dotenv", str(world.project / ".env")),
-                     ("socket:ssh-agent", str(base / "agent.sock")),
-                     ("socket:podman", str(base / "run/podman/podman.sock")),
-                     ("socket:dbus-session", str(base / "run/bus")),
-                     ("database", "mysql://app@db.test:3306/shop"),
-                     ("api:github-token", "GitHub API and git over HTTPS"),
-                     ("working-tree", str(world.project))]:
+    for expected in [
+        ("env-secret", "$GITHUB_TOKEN"),
+        ("env-secret", "$DATABASE_URL"),
+        ("ssh-private-key", str(world.home / ".ssh/id_rsa")),
+        ("aws-credentials", str(world.home / ".aws/credentials")),
+        ("dotenv", str(world.project / ".env")),
+        ("socket:ssh-agent", str(base / "agent.sock")),
+        ("socket:podman", str(base / "run/podman/podman.sock")),
+        ("socket:dbus-session", str(base / "run/bus")),
+        ("database", "mysql://app@db.test:3306/shop"),
+        ("api:github-token", "GitHub API and git over HTTPS"),
+        ("working-tree", str(world.project)),
+    ]:
         assert expected in items
         assert expected[1] in text
     assert any(kind == "metadata-endpoint" for kind, _ in items)
@@ -135,8 +137,9 @@ def test_draft_manifest_is_accepted_by_check_manifest_and_check(
 
 def test_check_exit_codes_and_formats(world: World, capsys: pytest.CaptureFixture[str]) -> None:
     bad = world.project / "bad.yaml"
-    bad.write_text("version: 1\nthreats: [generated_code]\ncredentials:\n"
-                   "  - {name: T, via: env, source: GITHUB_TOKEN}\n")
+    bad.write_text(
+        "version: 1\nthreats: [generated_code]\ncredentials:\n  - {name: T, via: env, source: GITHUB_TOKEN}\n"
+    )
     code, out = _run_main(["check", str(bad)], capsys)
     assert code == 1 and "CHK-001" in out
     code, out = _run_main(["check", str(bad), "--format", "json"], capsys)
@@ -145,8 +148,7 @@ def test_check_exit_codes_and_formats(world: World, capsys: pytest.CaptureFixtur
     sarif = json.loads(out)
     assert code == 1 and sarif["runs"][0]["results"][0]["ruleId"] == "CHK-001"
     warn = world.project / "warn.yaml"
-    warn.write_text("version: 1\nthreats: [generated_code]\nnetwork:\n"
-                    "  allow: [{host: '*.example.com'}]\n")
+    warn.write_text("version: 1\nthreats: [generated_code]\nnetwork:\n  allow: [{host: '*.example.com'}]\n")
     assert _run_main(["check", str(warn)], capsys)[0] == 0
     invalid = world.project / "invalid.yaml"
     invalid.write_text("version: 1\nnetwork: {allow: [{host: '*.com'}]}\n")
@@ -158,39 +160,60 @@ def test_console_script_runs_both_commands(world: World, tmp_path: Path) -> None
     if not CONTAIN.exists():
         pytest.fail(f"{CONTAIN} is missing; install the package into the venv (pip install -e .)")
     env = dict(world.environ)
-    result = subprocess.run([str(CONTAIN), "inventory", "--json", "--draft-manifest",
-                             str(tmp_path / "d.yaml")], cwd=world.project, env=env,
-                            capture_output=True, text=True, timeout=60, check=False)
+    result = subprocess.run(
+        [str(CONTAIN), "inventory", "--json", "--draft-manifest", str(tmp_path / "d.yaml")],
+        cwd=world.project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert result.returncode == 0, result.stderr
     kinds = {i["kind"] for i in json.loads(result.stdout)["items"]}
     assert {"env-secret", "ssh-private-key", "socket:ssh-agent", "dotenv"} <= kinds
     for secret in world.planted:
         assert secret not in result.stdout + result.stderr
-    checked = subprocess.run([str(CONTAIN), "check", str(tmp_path / "d.yaml"), "--format",
-                              "sarif"], cwd=world.project, env=env, capture_output=True,
-                             text=True, timeout=60, check=False)
+    checked = subprocess.run(
+        [str(CONTAIN), "check", str(tmp_path / "d.yaml"), "--format", "sarif"],
+        cwd=world.project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert json.loads(checked.stdout)["version"] == "2.1.0"
 
 
 @pytest.mark.needs_bwrap
-def test_contain_run_accepts_the_draft_and_keeps_the_secrets_out(
-    world: World, tmp_path: Path
-) -> None:
+def test_contain_run_accepts_the_draft_and_keeps_the_secrets_out(world: World, tmp_path: Path) -> None:
     if shutil.which("bwrap") is None or not Path("/proc/self/ns/user").exists():
         pytest.skip("bubblewrap or user namespaces are missing on this host")
     env = dict(world.environ)
     draft = tmp_path / "d.yaml"
-    made = subprocess.run([str(CONTAIN), "inventory", "--draft-manifest", str(draft)],
-                          cwd=world.project, env=env, capture_output=True, text=True,
-                          timeout=60, check=False)
+    made = subprocess.run(
+        [str(CONTAIN), "inventory", "--draft-manifest", str(draft)],
+        cwd=world.project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert made.returncode == 0, made.stderr
     (world.project / "input.txt").write_text("visible\n")
-    script = ("cat /work/work/input.txt; cat /work/work/.env; env; "
-              "cat ~/.ssh/id_rsa; echo done")
-    result = subprocess.run([str(CONTAIN), "run", "-m", str(draft), "--", "/bin/sh", "-c", script],
-                            cwd=world.project, env=env, capture_output=True, text=True,
-                            timeout=120, check=False)
+    script = "cat /work/work/input.txt; cat /work/work/.env; env; cat ~/.ssh/id_rsa; echo done"
+    result = subprocess.run(
+        [str(CONTAIN), "run", "-m", str(draft), "--", "/bin/sh", "-c", script],
+        cwd=world.project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert result.returncode == 0, result.stderr
     assert "visible" in result.stdout and "done" in result.stdout
     for secret in world.planted:

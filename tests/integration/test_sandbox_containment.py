@@ -51,7 +51,13 @@ def test_host_home_root_shadow_and_repo_are_unreadable(host_tmp: Path) -> None:
     home_canary.write_text(canary)
     repo_file = Path(__file__).resolve()
     try:
-        targets = [str(home_canary), "/etc/shadow", str(repo_file), f"/proc/1/root{home_canary}", f"/proc/self/root{home_canary}"]
+        targets = [
+            str(home_canary),
+            "/etc/shadow",
+            str(repo_file),
+            f"/proc/1/root{home_canary}",
+            f"/proc/self/root{home_canary}",
+        ]
         # Control: from the host every target but the /proc views is readable.
         assert home_canary.read_text() == canary and Path("/etc/shadow").read_bytes() and repo_file.read_bytes()
         code = (
@@ -121,7 +127,9 @@ def test_write_bind_keeps_protected_paths_read_only_and_uncreatable(host_tmp: Pa
     )
     result = run(b, code)
     lines = result.stdout.data.decode().splitlines()
-    assert [line for line in lines if line.startswith("WROTE")] == ["WROTE src.py"], lines  # control: a sibling is writable
+    assert [line for line in lines if line.startswith("WROTE")] == ["WROTE src.py"], (
+        lines
+    )  # control: a sibling is writable
     after = {p: p.read_bytes() for p in repo.rglob("*") if p.is_file() and p.name != "src.py"}
     assert after == before
     assert (repo / "src.py").read_text() == "pwned"
@@ -359,7 +367,13 @@ def test_put_and_get_files_refuse_symlinks_and_paths_outside_scratch(host_tmp: P
         sb.put_file("/work/out/in/task.py", b"print(open('/work/out/in/task.py').read()[:5])\n")
         result = sb.run([PY, "/work/out/in/task.py"])
         assert result.stdout.data == b"print\n"
-        sb.run(["sh", "-c", "echo result > /work/out/result.txt; ln -s /etc/shadow /work/out/shadow; ln -s /etc /work/out/etc"])
+        sb.run(
+            [
+                "sh",
+                "-c",
+                "echo result > /work/out/result.txt; ln -s /etc/shadow /work/out/shadow; ln -s /etc /work/out/etc",
+            ]
+        )
         assert sb.get_file("/work/out/result.txt") == b"result\n"
         for bad in ("/work/out/shadow", "/work/out/etc/passwd", "/etc/passwd", "/work/out/../../etc/passwd"):
             with pytest.raises(FileTransferError):

@@ -31,11 +31,24 @@ from contain.runtime.seccomp import compile_filter
 pytestmark = pytest.mark.needs_bwrap
 
 SANDBOX = [
-    "--unshare-all", "--die-with-parent",
-    "--ro-bind", "/usr", "/usr",
-    "--symlink", "usr/lib64", "/lib64", "--symlink", "usr/lib", "/lib",
-    "--symlink", "usr/bin", "/bin",
-    "--proc", "/proc", "--dev", "/dev",
+    "--unshare-all",
+    "--die-with-parent",
+    "--ro-bind",
+    "/usr",
+    "/usr",
+    "--symlink",
+    "usr/lib64",
+    "/lib64",
+    "--symlink",
+    "usr/lib",
+    "/lib",
+    "--symlink",
+    "usr/bin",
+    "/bin",
+    "--proc",
+    "/proc",
+    "--dev",
+    "/dev",
 ]
 KILLED_BY_SIGSYS = 128 + signal.SIGSYS  # bwrap exits 128 + signal when its child is killed
 
@@ -147,7 +160,12 @@ DENIED = (
     Case("seccomp_listener", errno.EPERM),
 )
 ALLOWED = (
-    "fork", "socket_inet", "socket_unix", "socketpair_unix", "personality_query", "landlock",
+    "fork",
+    "socket_inet",
+    "socket_unix",
+    "socketpair_unix",
+    "personality_query",
+    "landlock",
     "seccomp_nested",
 )
 
@@ -167,17 +185,18 @@ def run_in_sandbox() -> Runner:
     if facts.arch != "x86_64":
         pytest.skip(f"the probes use x86_64 syscall numbers; this host is {facts.arch}")
     check = subprocess.run(
-        [facts.bwrap_path, *SANDBOX, "--", "/usr/bin/true"], capture_output=True, text=True,
-        timeout=60, check=False,
+        [facts.bwrap_path, *SANDBOX, "--", "/usr/bin/true"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
     if check.returncode != 0:
         pytest.skip(f"bwrap cannot create namespaces (user namespaces?): {check.stderr.strip()}")
     bpf = compile_filter(arch=facts.arch, libseccomp_path=facts.libseccomp_path)
     bwrap = facts.bwrap_path
 
-    def run(
-        argv: Sequence[str], *, filtered: bool, binds: Sequence[str] = ()
-    ) -> subprocess.CompletedProcess[str]:
+    def run(argv: Sequence[str], *, filtered: bool, binds: Sequence[str] = ()) -> subprocess.CompletedProcess[str]:
         fd = os.memfd_create("contain-seccomp-test")
         try:
             os.write(fd, bpf)
@@ -185,8 +204,13 @@ def run_in_sandbox() -> Runner:
             seccomp = ["--seccomp", str(fd)] if filtered else []
             return subprocess.run(
                 [bwrap, *SANDBOX, *binds, *seccomp, "--", *argv],
-                pass_fds=(fd,), capture_output=True, text=True, timeout=120, check=False,
-                stdin=subprocess.DEVNULL, preexec_fn=_no_core_dumps,
+                pass_fds=(fd,),
+                capture_output=True,
+                text=True,
+                timeout=120,
+                check=False,
+                stdin=subprocess.DEVNULL,
+                preexec_fn=_no_core_dumps,
             )
         finally:
             os.close(fd)
@@ -214,15 +238,15 @@ def test_filter_refuses_with_the_tables_errno_and_the_control_does_not(
     if control == refused:
         if case.missing_feature:
             pytest.skip(f"positive control cannot show the breach: {case.missing_feature}")
-        pytest.fail(f"{case.probe}: control gives {control} without the filter too; "
-                    "the probe cannot tell whether the filter works")
+        pytest.fail(
+            f"{case.probe}: control gives {control} without the filter too; "
+            "the probe cannot tell whether the filter works"
+        )
     assert batch[True][case.probe] == refused, f"{case.probe} under the filter"
 
 
 @pytest.mark.parametrize("probe", ALLOWED)
-def test_deliberate_allows_still_work_under_the_filter(
-    probe: str, batch: dict[bool, dict[str, list[int]]]
-) -> None:
+def test_deliberate_allows_still_work_under_the_filter(probe: str, batch: dict[bool, dict[str, list[int]]]) -> None:
     assert batch[True][probe][0] >= 0, f"{probe} refused under the filter: {batch[True][probe]}"
     assert batch[False][probe][0] >= 0, f"{probe} fails even without the filter"
 
@@ -262,8 +286,7 @@ def test_an_i386_int80_syscall_kills_the_process(run_in_sandbox: Runner, tmp_pat
     assert gcc, "gcc is needed to build the int 0x80 probe (Debian: gcc, libc6-dev)"
     source, binary = tmp_path / "int80.c", tmp_path / "int80"
     source.write_text(I386_PROBE_C)
-    subprocess.run([gcc, "-static", "-O1", "-o", str(binary), str(source)], check=True,
-                   timeout=120)
+    subprocess.run([gcc, "-static", "-O1", "-o", str(binary), str(source)], check=True, timeout=120)
     binds = ["--ro-bind", str(binary), "/int80"]
     control = run_in_sandbox(["/int80"], filtered=False, binds=binds)
     if control.returncode == 128 + signal.SIGSEGV or control.returncode == -signal.SIGSEGV:

@@ -6,7 +6,16 @@ import pytest
 
 import contain
 
-PACKAGES = ["contain", "contain.boundary", "contain.runtime", "contain.errors", "contain.host", "contain.egress", "contain.inventory", "contain.bench"]
+PACKAGES = [
+    "contain",
+    "contain.boundary",
+    "contain.runtime",
+    "contain.errors",
+    "contain.host",
+    "contain.egress",
+    "contain.inventory",
+    "contain.bench",
+]
 
 
 @pytest.mark.parametrize("name", PACKAGES)
@@ -19,8 +28,16 @@ def test_all_names_resolve(name):
 
 def test_top_level_exports_the_public_surface():
     assert set(contain.__all__) == {
-        "Boundary", "BoundaryInvalid", "ContainError", "FileTransferError", "RunResult", "Sandbox",
-        "SandboxLost", "SandboxStartError", "UnsupportedHost", "load_boundary",
+        "Boundary",
+        "BoundaryInvalid",
+        "ContainError",
+        "FileTransferError",
+        "RunResult",
+        "Sandbox",
+        "SandboxLost",
+        "SandboxStartError",
+        "UnsupportedHost",
+        "load_boundary",
     }
     with pytest.raises(AttributeError):
         contain.not_a_member  # noqa: B018

@@ -15,6 +15,7 @@ benchmarks report; tests judge.
 
 from __future__ import annotations
 
+import functools
 import os
 import statistics
 import subprocess
@@ -44,7 +45,12 @@ class Summary:
     p95_s: float
 
     def to_dict(self) -> dict[str, object]:
-        return {"name": self.name, "samples": self.samples, "median_ms": self.median_s * 1e3, "p95_ms": self.p95_s * 1e3}
+        return {
+            "name": self.name,
+            "samples": self.samples,
+            "median_ms": self.median_s * 1e3,
+            "p95_ms": self.p95_s * 1e3,
+        }
 
 
 @dataclass(frozen=True)
@@ -126,7 +132,7 @@ def measure_startup(*, rounds: int, contain_cli: str | None, include_cli: bool =
     for _ in range(rounds):
         for variant, run in variants.items():
             for command, argv in COMMANDS.items():
-                samples[f"{variant}/{command}"].append(_timed(lambda run=run, argv=argv: run(argv)))
+                samples[f"{variant}/{command}"].append(_timed(functools.partial(run, argv)))
     return {name: _summarise(name, values) for name, values in samples.items()}
 
 
@@ -156,12 +162,18 @@ def render_startup(report: StartupReport) -> str:
     """A plain-text table with the target ratios."""
     lines = [f"{'variant':<22} {'n':>4} {'median ms':>10} {'p95 ms':>9}"]
     for summary in report.summaries.values():
-        lines.append(f"{summary.name:<22} {summary.samples:>4} {summary.median_s * 1e3:>10.2f} {summary.p95_s * 1e3:>9.2f}")
+        lines.append(
+            f"{summary.name:<22} {summary.samples:>4} {summary.median_s * 1e3:>10.2f} {summary.p95_s * 1e3:>9.2f}"
+        )
     lines.append("")
-    lines.append(f"contain-api/true vs bwrap/true: {report.ratio('contain-api/true', 'bwrap/true'):.2f}x (target <= 2x)")
+    lines.append(
+        f"contain-api/true vs bwrap/true: {report.ratio('contain-api/true', 'bwrap/true'):.2f}x (target <= 2x)"
+    )
     lines.append(f"contain-api/python vs bwrap/python: {report.ratio('contain-api/python', 'bwrap/python'):.2f}x")
     if "contain-cli/true" in report.summaries:
-        lines.append(f"contain-cli/true median: {report.summaries['contain-cli/true'].median_s * 1e3:.1f} ms (target <= 120 ms)")
+        lines.append(
+            f"contain-cli/true median: {report.summaries['contain-cli/true'].median_s * 1e3:.1f} ms (target <= 120 ms)"
+        )
     if report.throughput:
         t = report.throughput
         lines.append(

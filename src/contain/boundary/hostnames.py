@@ -91,7 +91,5 @@ def canonical_pattern(raw: str) -> str:
             )
         return "*." + domain
     if "*" in raw:
-        raise HostnameError(
-            f"{raw!r}: a wildcard is allowed only as the whole first label, as in *.example.com"
-        )
+        raise HostnameError(f"{raw!r}: a wildcard is allowed only as the whole first label, as in *.example.com")
     return canonical_hostname(raw)

@@ -148,7 +148,9 @@ def _sandbox_path(value: str, *, what: str) -> str:
         raise ValueError(f"{what} {value!r} is not normalised; write {normal!r}")
     for reserved in RESERVED_SANDBOX_PATHS:
         if value == reserved or (reserved != "/" and value.startswith(reserved + "/")):
-            raise ValueError(f"{what} {value!r} is inside {reserved}, which the runtime owns; use /work, /inputs or /data")
+            raise ValueError(
+                f"{what} {value!r} is inside {reserved}, which the runtime owns; use /work, /inputs or /data"
+            )
     return value
 
 
@@ -174,7 +176,8 @@ class FileRule(BaseModel):
         description="Write only: extra subpaths kept read-only (the defaults are always protected), e.g. [secrets].",
     )
     export: str | None = Field(
-        default=None, description="Scratch only: host directory that receives a copy after the sandbox closes, e.g. ./out."
+        default=None,
+        description="Scratch only: host directory that receives a copy after the sandbox closes, e.g. ./out.",
     )
     required: bool = Field(
         default=True, description="If false, a missing host path is skipped and reported instead of refusing."
@@ -309,7 +312,8 @@ class Hardening(BaseModel):
 
     model_config = _STRICT
     landlock: LayerRequirement = Field(
-        default=LayerRequirement.AUTO, description="Landlock filesystem rules inside the sandbox: required | auto | off."
+        default=LayerRequirement.AUTO,
+        description="Landlock filesystem rules inside the sandbox: required | auto | off.",
     )
     cgroups: LayerRequirement = Field(
         default=LayerRequirement.REQUIRED,
@@ -391,7 +395,9 @@ class Boundary(BaseModel):
     credentials: tuple[Credential, ...] = Field(default=(), description="Secrets and how they may travel.")
     network: Network = Field(default_factory=Network, description="Egress allow list (default: no network).")
     resources: Resources = Field(default_factory=Resources, description="Budgets per run.")
-    env: dict[str, str] = Field(default_factory=dict, description="The only variables a sandbox gets, beyond PATH/HOME/LANG.")
+    env: dict[str, str] = Field(
+        default_factory=dict, description="The only variables a sandbox gets, beyond PATH/HOME/LANG."
+    )
     tools: tuple[ToolRule, ...] = Field(default=(), description="Gate rules for tool calls.")
     records: tuple[RecordRule, ...] = Field(default=(), description="External records, written only via the broker.")
     hardening: Hardening = Field(default_factory=Hardening, description="Host-dependent layers.")
@@ -430,7 +436,9 @@ class Boundary(BaseModel):
         env_names = set(self.env)
         for cred in self.credentials:
             if cred.name in env_names:
-                raise ValueError(f"credential {cred.name} is also set in env; a credential is declared once, under credentials")
+                raise ValueError(
+                    f"credential {cred.name} is also set in env; a credential is declared once, under credentials"
+                )
         return self
 
     @property

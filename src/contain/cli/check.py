@@ -19,8 +19,9 @@ from contain.inventory import check_manifest, render_check_text, report_to_json,
 
 def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
     parser.add_argument("manifest", help="path to contain.yaml")
-    parser.add_argument("--format", choices=("text", "json", "sarif"), default="text",
-                        help="output format (default: text)")
+    parser.add_argument(
+        "--format", choices=("text", "json", "sarif"), default="text", help="output format (default: text)"
+    )
 
 
 def execute(args: argparse.Namespace) -> int:
@@ -28,10 +29,7 @@ def execute(args: argparse.Namespace) -> int:
     if args.format == "text":
         sys.stdout.write(render_check_text(report))
     else:
-        if args.format == "json":
-            data = report_to_json(report)
-        else:
-            data = report_to_sarif(report, version=_contain_version())
+        data = report_to_json(report) if args.format == "json" else report_to_sarif(report, version=_contain_version())
         json.dump(data, sys.stdout, indent=2)
         sys.stdout.write("\n")
     return 1 if report.has_errors else 0

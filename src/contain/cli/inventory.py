@@ -23,15 +23,17 @@ from contain.inventory import (
 
 def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
     parser.add_argument("--json", action="store_true", help="print the items as JSON")
-    parser.add_argument("--draft-manifest", metavar="FILE", type=Path,
-                        help="also write a draft boundary manifest with the proposed verdicts")
-    parser.add_argument("--force", action="store_true",
-                        help="overwrite the --draft-manifest file if it exists")
+    parser.add_argument(
+        "--draft-manifest",
+        metavar="FILE",
+        type=Path,
+        help="also write a draft boundary manifest with the proposed verdicts",
+    )
+    parser.add_argument("--force", action="store_true", help="overwrite the --draft-manifest file if it exists")
 
 
 def execute(args: argparse.Namespace) -> int:
-    inventory = take_inventory(home=Path(os.path.expanduser("~")), environ=dict(os.environ),
-                               cwd=Path.cwd())
+    inventory = take_inventory(home=Path(os.path.expanduser("~")), environ=dict(os.environ), cwd=Path.cwd())
     if args.draft_manifest is not None:
         write_draft_manifest(args.draft_manifest, draft_manifest(inventory), force=args.force)
     if args.json:
@@ -40,6 +42,7 @@ def execute(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(render_inventory_text(inventory))
         if args.draft_manifest is not None:
-            sys.stdout.write(f"\nDraft manifest written to {args.draft_manifest}; "
-                             f"run `contain check {args.draft_manifest}` next.\n")
+            sys.stdout.write(
+                f"\nDraft manifest written to {args.draft_manifest}; run `contain check {args.draft_manifest}` next.\n"
+            )
     return 0

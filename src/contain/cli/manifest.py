@@ -24,6 +24,8 @@ def execute(args: argparse.Namespace) -> int:
     if args.json:
         print(boundary.model_dump_json(indent=2))
     else:
-        print(f"{args.manifest}: valid (task {boundary.task}, {len(boundary.files)} file rule(s), "
-              f"{len(boundary.network.allow)} network rule(s))")
+        print(
+            f"{args.manifest}: valid (task {boundary.task}, {len(boundary.files)} file rule(s), "
+            f"{len(boundary.network.allow)} network rule(s))"
+        )
     return 0

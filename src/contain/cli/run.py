@@ -22,7 +22,9 @@ def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
     parser.add_argument("--cpu", help="CPU-time budget, e.g. 10s")
     parser.add_argument("--pids", type=int, help="maximum processes and threads")
     parser.add_argument("--read", action="append", default=[], metavar="HOST[:PATH]", help="bind a host path read-only")
-    parser.add_argument("--write", action="append", default=[], metavar="HOST[:PATH]", help="bind a host directory read-write")
+    parser.add_argument(
+        "--write", action="append", default=[], metavar="HOST[:PATH]", help="bind a host directory read-write"
+    )
     parser.add_argument("--env", action="append", default=[], metavar="K=V", help="set a variable inside")
     parser.add_argument("--allow-host", action="append", default=[], metavar="HOST[:PORT]", help="allow a destination")
     parser.add_argument("--stdin", action="store_true", help="pass this process's stdin to the command")
@@ -42,7 +44,12 @@ def execute(args: argparse.Namespace) -> int:
     boundary = load_boundary(args.manifest) if args.manifest else Boundary()
     resources = {
         key: value
-        for key, value in (("memory_bytes", args.memory), ("cpu_s", args.cpu), ("pids_max", args.pids), ("wall_s", args.timeout))
+        for key, value in (
+            ("memory_bytes", args.memory),
+            ("cpu_s", args.cpu),
+            ("pids_max", args.pids),
+            ("wall_s", args.timeout),
+        )
         if value is not None
     }
     flags = BoundaryFlags(args.read, args.write, args.env, args.allow_host, resources)

@@ -91,9 +91,7 @@ SPECIAL_RANGES: tuple[SpecialRange, ...] = (
         "Alibaba Cloud instance metadata",
         relaxable_by_hosts=False,
     ),
-    _row(
-        "fd00:ec2::254/128", "metadata", "AWS instance metadata over IPv6", relaxable_by_hosts=False
-    ),
+    _row("fd00:ec2::254/128", "metadata", "AWS instance metadata over IPv6", relaxable_by_hosts=False),
     _row(
         "0.0.0.0/8",
         "unspecified",
@@ -114,9 +112,7 @@ SPECIAL_RANGES: tuple[SpecialRange, ...] = (
         "link-local: metadata, gateways and neighbours",
         relaxable_by_hosts=False,
     ),
-    _row(
-        "fe80::/10", "link_local", "link-local: gateways and neighbours", relaxable_by_hosts=False
-    ),
+    _row("fe80::/10", "link_local", "link-local: gateways and neighbours", relaxable_by_hosts=False),
     _row("10.0.0.0/8", "private", "private network (RFC 1918)", relaxable_by_hosts=True),
     _row("172.16.0.0/12", "private", "private network (RFC 1918)", relaxable_by_hosts=True),
     _row("192.168.0.0/16", "private", "private network (RFC 1918)", relaxable_by_hosts=True),
@@ -146,9 +142,7 @@ SPECIAL_RANGES: tuple[SpecialRange, ...] = (
     ),
     _row("255.255.255.255/32", "broadcast", "limited broadcast", relaxable_by_hosts=False),
     _row("240.0.0.0/4", "reserved", "reserved for future use (RFC 1112)", relaxable_by_hosts=False),
-    _row(
-        "192.0.0.0/24", "reserved", "IETF protocol assignments (RFC 6890)", relaxable_by_hosts=False
-    ),
+    _row("192.0.0.0/24", "reserved", "IETF protocol assignments (RFC 6890)", relaxable_by_hosts=False),
     _row(
         "198.18.0.0/15",
         "reserved",
@@ -274,9 +268,7 @@ def parse_ip_literal(text: str) -> IPAddress | None:
     return ipaddress.IPv4Address(number)
 
 
-def classify_address(
-    address: IPAddress, *, host_addresses: frozenset[IPAddress] = frozenset()
-) -> SpecialRange | None:
+def classify_address(address: IPAddress, *, host_addresses: frozenset[IPAddress] = frozenset()) -> SpecialRange | None:
     """Return the first ``SPECIAL_RANGES`` row containing ``address``, or ``None`` if public.
 
     IPv4-mapped IPv6 (``::ffff:a.b.c.d``) is classified as the IPv4 address it reaches. An address

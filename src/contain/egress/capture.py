@@ -76,9 +76,7 @@ Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Coroutine[Any, 
 class CaptureServer:
     """Serves placeholder listeners; ``handler_for(name, port)`` is a start_server callback."""
 
-    def __init__(
-        self, decide: Decide, record: Record, *, clock: Callable[[], float] = time.time
-    ) -> None:
+    def __init__(self, decide: Decide, record: Record, *, clock: Callable[[], float] = time.time) -> None:
         self.decide = decide
         self.record = record
         self.clock = clock
@@ -115,9 +113,7 @@ class CaptureServer:
             bytes_down=down,
         )
 
-    async def _serve(
-        self, name: str, port: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-    ) -> None:
+    async def _serve(self, name: str, port: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         tune_stream(writer)
         decision = await self.decide(Destination(name, port, Via.TRANSPARENT))
         if not decision.allowed:
@@ -127,11 +123,7 @@ class CaptureServer:
         try:
             upstream = await dial_pinned(decision.addresses, port, timeout_s=DIAL_TIMEOUT_S)
         except OSError as exc:
-            self.record(
-                self._event(
-                    decision, reason=f"{name}:{port} is allowed, but connecting failed: {exc}"
-                )
-            )
+            self.record(self._event(decision, reason=f"{name}:{port} is allowed, but connecting failed: {exc}"))
             _reset(writer)
             return
         up, down = await pump(reader, writer, upstream)

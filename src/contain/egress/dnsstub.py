@@ -108,26 +108,13 @@ def plan_response(question: DnsQuestion, placeholder: ipaddress.IPv4Address | No
     """The full response for ``question`` given the placeholder for its name (or ``None``)."""
     opcode = (question.flags >> 11) & 0xF
     if opcode != 0:
-        return (
-            _header(question.ident, question.flags, RCODE_NOTIMP, qd=1, an=0)
-            + question.question_bytes
-        )
+        return _header(question.ident, question.flags, RCODE_NOTIMP, qd=1, an=0) + question.question_bytes
     if placeholder is None or question.qclass != CLASS_IN:
-        return (
-            _header(question.ident, question.flags, RCODE_NXDOMAIN, qd=1, an=0)
-            + question.question_bytes
-        )
+        return _header(question.ident, question.flags, RCODE_NXDOMAIN, qd=1, an=0) + question.question_bytes
     if question.qtype != TYPE_A:  # NODATA: the name exists, but has no record of this type
-        return (
-            _header(question.ident, question.flags, RCODE_NOERROR, qd=1, an=0)
-            + question.question_bytes
-        )
+        return _header(question.ident, question.flags, RCODE_NOERROR, qd=1, an=0) + question.question_bytes
     record = struct.pack("!HHHIH", 0xC00C, TYPE_A, CLASS_IN, TTL_S, 4) + placeholder.packed
-    return (
-        _header(question.ident, question.flags, RCODE_NOERROR, qd=1, an=1)
-        + question.question_bytes
-        + record
-    )
+    return _header(question.ident, question.flags, RCODE_NOERROR, qd=1, an=1) + question.question_bytes + record
 
 
 def formerr_for(message: bytes) -> bytes | None:

@@ -77,9 +77,7 @@ def _create(spec: SocketSpec) -> socket.socket:
         sock.setblocking(False)
     except OSError as exc:
         sock.close()
-        raise OSError(
-            exc.errno, f"bind {spec.kind} {spec.host}:{spec.port}: {exc.strerror}"
-        ) from exc
+        raise OSError(exc.errno, f"bind {spec.kind} {spec.host}:{spec.port}: {exc.strerror}") from exc
     return sock
 
 

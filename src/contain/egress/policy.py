@@ -81,17 +81,11 @@ class DenyRule:
 DENY_RULES: tuple[DenyRule, ...] = (
     DenyRule("egress.not_allowed", "default deny: no network.allow entry names the host"),
     DenyRule("egress.port_not_allowed", "the host is allowed, but only on the ports listed"),
-    DenyRule(
-        "egress.hostname", "spellings that parsers disagree on (NUL, CRLF, @, %, \\) are refused"
-    ),
-    DenyRule(
-        "egress.ip_literal", "an IP address bypasses name policy unless the manifest names it"
-    ),
+    DenyRule("egress.hostname", "spellings that parsers disagree on (NUL, CRLF, @, %, \\) are refused"),
+    DenyRule("egress.ip_literal", "an IP address bypasses name policy unless the manifest names it"),
     DenyRule("egress.resolve_failed", "a name that does not resolve cannot be checked or dialled"),
     DenyRule("egress.request", "malformed or ambiguous HTTP could be read two ways (smuggling)"),
-    DenyRule(
-        "egress.host_mismatch", "a Host header that disagrees with the target routes elsewhere"
-    ),
+    DenyRule("egress.host_mismatch", "a Host header that disagrees with the target routes elsewhere"),
     DenyRule("egress.internal_error", "an error inside a decision denies (fail closed)"),
 )
 _DENY_IDS = frozenset(rule.rule_id for rule in DENY_RULES)
@@ -126,11 +120,7 @@ class AllowEntry:
         return name == self.pattern
 
     def contains_address(self, address: IPAddress) -> bool:
-        return (
-            self.network is not None
-            and self.network.version == address.version
-            and address in self.network
-        )
+        return self.network is not None and self.network.version == address.version and address in self.network
 
 
 def _ports_text(ports: frozenset[int]) -> str:
@@ -212,21 +202,16 @@ class EgressPolicy:
         named = [e for e in self.entries if e.matches_name(name)]
         for entry in named:
             if port in entry.ports:
-                return Decision(
-                    True, entry.rule_id, f"{name}:{port} matches {entry.rule_id}", name, port
-                )
+                return Decision(True, entry.rule_id, f"{name}:{port} matches {entry.rule_id}", name, port)
         if named:
             ports = frozenset().union(*(e.ports for e in named))
             return deny(
                 "egress.port_not_allowed",
-                f"{name}:{port} is not in network.allow ({name} is allowed on port(s) "
-                f"{_ports_text(ports)} only)",
+                f"{name}:{port} is not in network.allow ({name} is allowed on port(s) {_ports_text(ports)} only)",
                 host=name,
                 port=port,
             )
-        return deny(
-            "egress.not_allowed", f"{name}:{port} is not in network.allow", host=name, port=port
-        )
+        return deny("egress.not_allowed", f"{name}:{port} is not in network.allow", host=name, port=port)
 
     def _check_literal(self, raw: str, address: IPAddress, port: int) -> Decision:
         entry = self.entry_naming_address(address, port)

@@ -257,9 +257,7 @@ def check_host_header(head: RequestHead, host: str, port: int, *, default_port: 
 
 def plan_forward_head(head: RequestHead, host: str, port: int, origin: str) -> bytes:
     """The request sent upstream: origin-form, Host from the target, hop-by-hop headers dropped."""
-    named_by_connection = {
-        token.strip().lower() for v in head.values("connection") for token in v.split(",")
-    }
+    named_by_connection = {token.strip().lower() for v in head.values("connection") for token in v.split(",")}
     shown_host = f"[{host}]" if ":" in host else host
     authority = shown_host if port == 80 else f"{shown_host}:{port}"
     lines = [f"{head.method} {origin} {head.version}", f"Host: {authority}"]
@@ -318,9 +316,7 @@ async def read_head(reader: asyncio.StreamReader) -> tuple[bytes, bytes]:
 class ProxyServer:
     """Serves one proxy listener. ``handle`` is the ``asyncio.start_server`` callback."""
 
-    def __init__(
-        self, decide: Decide, record: Record, *, clock: Callable[[], float] = time.time
-    ) -> None:
+    def __init__(self, decide: Decide, record: Record, *, clock: Callable[[], float] = time.time) -> None:
         self.decide = decide
         self.record = record
         self.clock = clock
@@ -357,13 +353,9 @@ class ProxyServer:
         finally:
             writer.close()
 
-    async def _refuse(
-        self, writer: asyncio.StreamWriter, status: int, decision: Decision, via: Via
-    ) -> None:
+    async def _refuse(self, writer: asyncio.StreamWriter, status: int, decision: Decision, via: Via) -> None:
         self.record(self._event(decision, via))
-        writer.write(
-            refusal_response(status, decision.rule_id or "egress.request", decision.reason)
-        )
+        writer.write(refusal_response(status, decision.rule_id or "egress.request", decision.reason))
         with contextlib.suppress(ConnectionError):
             await writer.drain()
 
@@ -417,11 +409,7 @@ class ProxyServer:
         if extra:  # bytes after the head are the tunnel's first payload, to the same place
             upstream.writer.write(extra)
         up, down = await pump(reader, writer, upstream)
-        self.record(
-            self._event(
-                decision, Via.CONNECT, address=str(upstream.address), up=up + len(extra), down=down
-            )
-        )
+        self.record(self._event(decision, Via.CONNECT, address=str(upstream.address), up=up + len(extra), down=down))
 
     async def _forward(
         self,
@@ -440,20 +428,14 @@ class ProxyServer:
         # The body and the response run together: a client that sent Expect: 100-continue
         # waits for the upstream's 100 before it sends the body.
         progress = [0]
-        up_task = asyncio.ensure_future(
-            _copy_exact(reader, upstream.writer, length - len(body), progress)
-        )
+        up_task = asyncio.ensure_future(_copy_exact(reader, upstream.writer, length - len(body), progress))
         down = await _copy_all(upstream.reader, writer)
         up_task.cancel()
         await asyncio.wait([up_task])
         sent = progress[0]
         for stream in (upstream.writer, writer):
             stream.close()
-        self.record(
-            self._event(
-                decision, Via.HTTP, address=str(upstream.address), up=len(body) + sent, down=down
-            )
-        )
+        self.record(self._event(decision, Via.HTTP, address=str(upstream.address), up=len(body) + sent, down=down))
         if pipelined:
             self.record(
                 EgressEvent(

@@ -46,9 +46,7 @@ Lookup = Callable[[str, int], Awaitable[list[IPAddress]]]
 
 async def system_lookup(name: str, port: int) -> list[IPAddress]:
     """Resolve with the host's resolver (``getaddrinfo`` in the loop's executor)."""
-    infos = await asyncio.get_running_loop().getaddrinfo(
-        name, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP
-    )
+    infos = await asyncio.get_running_loop().getaddrinfo(name, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP)
     out: list[IPAddress] = []
     for family, _type, _proto, _canon, sockaddr in infos:
         if family in (socket.AF_INET, socket.AF_INET6):
@@ -83,8 +81,7 @@ class Resolver:
             log.exception("egress decision failed for %r", destination)
             return deny(
                 "egress.internal_error",
-                f"{destination.host}:{destination.port} refused: internal error "
-                f"({type(exc).__name__})",
+                f"{destination.host}:{destination.port} refused: internal error ({type(exc).__name__})",
                 host=destination.host,
                 port=destination.port,
             )
@@ -121,9 +118,7 @@ class Resolver:
                 return refusal
         return replace(first, addresses=unique)
 
-    def check_address(
-        self, name: str, port: int, address: IPAddress, *, from_hosts: bool
-    ) -> Decision | None:
+    def check_address(self, name: str, port: int, address: IPAddress, *, from_hosts: bool) -> Decision | None:
         """Return a refusal if ``address`` may not be dialled for ``name``, else ``None``."""
         row = classify_address(address, host_addresses=self.host_addresses)
         if row is None or self.policy.entry_naming_address(address, port) is not None:

@@ -88,9 +88,7 @@ class EgressSession:
         self.policy = EgressPolicy.from_boundary(boundary)
         self.events = EventLog()
         self.placeholders = PlaceholderTable()
-        self.resolver = Resolver(
-            self.policy, host_addresses=local_interface_addresses(), lookup=lookup
-        )
+        self.resolver = Resolver(self.policy, host_addresses=local_interface_addresses(), lookup=lookup)
         self.proxy = ProxyServer(self.resolver.decide, self.events.record)
         self.capture = CaptureServer(self.resolver.decide, self.events.record)
         self.dns = DnsStub(self._answer)
@@ -152,9 +150,7 @@ class EgressSession:
                 specs.append(SocketSpec("tcp", str(placeholder), port))
                 captures.append((name, port))
         self._sockets = bind_in_netns(self._netns_fd, specs)
-        self._thread = threading.Thread(
-            target=self._run, args=(captures,), name="contain-egress", daemon=True
-        )
+        self._thread = threading.Thread(target=self._run, args=(captures,), name="contain-egress", daemon=True)
         self._thread.start()
         if not self._ready.wait(START_TIMEOUT_S):
             raise TimeoutError(f"egress listeners did not start within {START_TIMEOUT_S}s")
@@ -177,17 +173,11 @@ class EgressSession:
         self._stop = asyncio.Event()
         self._alloc_lock = asyncio.Lock()
         proxy_sock, udp_sock, dns_tcp_sock, *capture_socks = self._sockets
-        servers: list[asyncio.Server] = [
-            await asyncio.start_server(self.proxy.handle, sock=proxy_sock)
-        ]
+        servers: list[asyncio.Server] = [await asyncio.start_server(self.proxy.handle, sock=proxy_sock)]
         servers.append(await asyncio.start_server(self.dns.handle_tcp, sock=dns_tcp_sock))
-        udp_transport, _ = await self._loop.create_datagram_endpoint(
-            self.dns.datagram_protocol, sock=udp_sock
-        )
+        udp_transport, _ = await self._loop.create_datagram_endpoint(self.dns.datagram_protocol, sock=udp_sock)
         for (name, port), sock in zip(captures, capture_socks, strict=True):
-            servers.append(
-                await asyncio.start_server(self.capture.handler_for(name, port), sock=sock)
-            )
+            servers.append(await asyncio.start_server(self.capture.handler_for(name, port), sock=sock))
         self._servers = servers
         self._ready.set()
         try:
@@ -252,8 +242,7 @@ class EgressSession:
             self._deny_dns(
                 name,
                 "egress.internal_error",
-                f"{name} refused: more than "
-                f"{self.placeholders.max_names} names resolved in this sandbox",
+                f"{name} refused: more than {self.placeholders.max_names} names resolved in this sandbox",
             )
             return None
         placeholder = self.placeholders.allocate(name)
@@ -272,15 +261,11 @@ class EgressSession:
             return None
         self._sockets.extend(socks)
         for port, sock in zip(order, socks, strict=True):
-            self._servers.append(
-                await asyncio.start_server(self.capture.handler_for(name, port), sock=sock)
-            )
+            self._servers.append(await asyncio.start_server(self.capture.handler_for(name, port), sock=sock))
         return placeholder
 
 
-def start_egress(
-    boundary: Boundary, *, netns_path: str, lookup: Lookup | None = None
-) -> EgressSession:
+def start_egress(boundary: Boundary, *, netns_path: str, lookup: Lookup | None = None) -> EgressSession:
     """Start egress for one sandbox whose network namespace is ``netns_path``.
 
     Call after the sandbox's namespaces exist and before any workload runs.

@@ -43,7 +43,23 @@ _WHERE = {
     "check_kvm_guest": "contain.host.kvm",
 }
 
-__all__ = sorted(_WHERE)
+__all__ = [
+    "CgroupMount",
+    "Check",
+    "HostFacts",
+    "KvmGuestResult",
+    "KvmStatus",
+    "Observations",
+    "Report",
+    "Status",
+    "build_report",
+    "check_kvm_guest",
+    "observe_agent",
+    "observe_host",
+    "probe_host",
+    "render_json",
+    "render_text",
+]
 
 
 def __getattr__(name: str) -> Any:

@@ -86,8 +86,7 @@ _TRIAL_TIMEOUT_S = 5.0
 _CACHE_HIT_S = 0.05  # an agent cache hit is a few stat() calls; slower means it compiled
 _VERSION_TIMEOUT_S = 3.0
 _USERNS_FIX = (
-    "sysctl -w user.max_user_namespaces=15000; on Ubuntu also "
-    "sysctl -w kernel.apparmor_restrict_unprivileged_userns=0"
+    "sysctl -w user.max_user_namespaces=15000; on Ubuntu also sysctl -w kernel.apparmor_restrict_unprivileged_userns=0"
 )
 
 
@@ -225,9 +224,7 @@ def cgroup_layout(mounts: Sequence[CgroupMount]) -> str:
 
 def _check_bwrap(facts: HostFacts, obs: Observations) -> Check:
     if facts.bwrap_path is None:
-        return Check(
-            "bwrap", Status.FAIL, "bubblewrap is not installed", "apt-get install bubblewrap"
-        )
+        return Check("bwrap", Status.FAIL, "bubblewrap is not installed", "apt-get install bubblewrap")
     if facts.bwrap_version is None:
         return Check(
             "bwrap",
@@ -241,9 +238,7 @@ def _check_bwrap(facts: HostFacts, obs: Observations) -> Check:
 def _check_userns(facts: HostFacts, obs: Observations) -> Check:
     name = "user-namespaces"
     if not facts.user_namespaces:
-        return Check(
-            name, Status.FAIL, "disabled by sysctl (user.max_user_namespaces)", _USERNS_FIX
-        )
+        return Check(name, Status.FAIL, "disabled by sysctl (user.max_user_namespaces)", _USERNS_FIX)
     if obs.userns_trial is None:
         return Check(
             name,
@@ -252,9 +247,7 @@ def _check_userns(facts: HostFacts, obs: Observations) -> Check:
             "apt-get install bubblewrap",
         )
     if not obs.userns_trial.ok:
-        return Check(
-            name, Status.FAIL, f"creating one failed: {obs.userns_trial.detail}", _USERNS_FIX
-        )
+        return Check(name, Status.FAIL, f"creating one failed: {obs.userns_trial.detail}", _USERNS_FIX)
     return Check(name, Status.OK, f"work ({obs.userns_trial.detail})")
 
 
@@ -279,9 +272,7 @@ def _check_seccomp(facts: HostFacts, obs: Observations) -> Check:
 
 def _check_libseccomp(facts: HostFacts, obs: Observations) -> Check:
     if facts.libseccomp_path is None:
-        return Check(
-            "libseccomp", Status.FAIL, "libseccomp.so.2 not found", "apt-get install libseccomp2"
-        )
+        return Check("libseccomp", Status.FAIL, "libseccomp.so.2 not found", "apt-get install libseccomp2")
     return Check("libseccomp", Status.OK, facts.libseccomp_path)
 
 
@@ -336,10 +327,7 @@ def _cgroup_row(controller: str, versions: tuple[int, ...], why: str) -> CheckRo
             )
         where = f"v{trial.mount.version} at {trial.directory}"
         if trial.error is not None:
-            fix = (
-                f"run as root, or delegate a cgroup to uid {facts.uid} and set "
-                f"{CGROUP_ROOT_ENV} to it"
-            )
+            fix = f"run as root, or delegate a cgroup to uid {facts.uid} and set {CGROUP_ROOT_ENV} to it"
             return Check(name, Status.FAIL, f"{where}: cannot create a child ({trial.error})", fix)
         return Check(name, Status.OK, f"{where}: can create a child")
 
@@ -398,9 +386,7 @@ def _check_kvm_api(facts: HostFacts, obs: Observations) -> Check:
             if obs.kvm_api.detail.startswith("EACCES")
             else "use QEMU -accel tcg"
         )
-        return Check(
-            "kvm-api", Status.WARN, f"KVM_GET_API_VERSION failed: {obs.kvm_api.detail}", fix
-        )
+        return Check("kvm-api", Status.WARN, f"KVM_GET_API_VERSION failed: {obs.kvm_api.detail}", fix)
     if obs.kvm_api.detail != str(KVM_API_VERSION):
         return Check(
             "kvm-api",
@@ -429,18 +415,14 @@ def _check_kvm_guest(facts: HostFacts, obs: Observations) -> Check:
             f"hangs (timed out after {guest.timeout_s:g} s)",
             "use software emulation (QEMU -accel tcg)",
         )
-    return Check(
-        "kvm-guest", Status.WARN, guest.verdict, "use software emulation (QEMU -accel tcg)"
-    )
+    return Check("kvm-guest", Status.WARN, guest.verdict, "use software emulation (QEMU -accel tcg)")
 
 
 def _check_qemu(facts: HostFacts, obs: Observations) -> Check:
     if obs.qemu.path is None:
         return Check("qemu", Status.WARN, f"{QEMU} is not installed", QEMU_FIX)
     if obs.qemu.version is None:
-        return Check(
-            "qemu", Status.WARN, f"{obs.qemu.path} --version failed: {obs.qemu.error}", QEMU_FIX
-        )
+        return Check("qemu", Status.WARN, f"{obs.qemu.path} --version failed: {obs.qemu.error}", QEMU_FIX)
     if obs.qemu_microvm is False:
         return Check(
             "qemu",
@@ -457,9 +439,7 @@ def _oci_row(runtime: str, install: str) -> CheckRow:
         if probe.path is None:
             return Check(runtime, Status.WARN, "not installed", install)
         if probe.version is None:
-            return Check(
-                runtime, Status.WARN, f"{probe.path} --version failed: {probe.error}", install
-            )
+            return Check(runtime, Status.WARN, f"{probe.path} --version failed: {probe.error}", install)
         if runtime == "crun" and cgroup_layout(facts.cgroups) == "hybrid":
             return Check(
                 runtime,
@@ -762,9 +742,7 @@ def try_user_namespace(facts: HostFacts) -> Trial | None:
     return Trial(trial.ok, f"{tool} {who}" if trial.ok else f"{tool} {who}: {trial.detail}")
 
 
-def try_cgroup_children(
-    facts: HostFacts, *, root_override: str | None, pid: int
-) -> tuple[CgroupTrial, ...]:
+def try_cgroup_children(facts: HostFacts, *, root_override: str | None, pid: int) -> tuple[CgroupTrial, ...]:
     """mkdir+rmdir ``contain-doctor-<pid>`` under our cgroup of each hierarchy (once per mount)."""
     done: dict[str, str | None] = {}
     trials = []
@@ -866,11 +844,7 @@ def observe_agent(*, build: bool) -> AgentProbe:
     # look it up the same way. If that name ever goes away, fall back to ensure_agent_binary(),
     # which builds when missing, exactly as the next sandbox start would.
     digest = getattr(agent_build, "_build_digest", None)
-    expected = (
-        agent_build.agent_cache_dir().absolute() / f"contain-agent-{digest()}"
-        if callable(digest)
-        else None
-    )
+    expected = agent_build.agent_cache_dir().absolute() / f"contain-agent-{digest()}" if callable(digest) else None
     existed = expected is not None and os.path.lexists(expected)
     if not build and expected is not None and not existed:
         return AgentProbe(None, compiler=compiler)

@@ -136,9 +136,7 @@ def _inside_mount(path: str, mount_root: str) -> str:
     return path
 
 
-def parse_cgroup_mounts(
-    mountinfo: str, own_cgroups: str, read: Callable[[str], str | None]
-) -> tuple[CgroupMount, ...]:
+def parse_cgroup_mounts(mountinfo: str, own_cgroups: str, read: Callable[[str], str | None]) -> tuple[CgroupMount, ...]:
     """cgroup and cgroup2 mounts from /proc/self/mountinfo, with our own path in each.
 
     ``read`` reads ``<mountpoint>/cgroup.controllers`` for v2 (injected so tests need no host).
@@ -165,18 +163,14 @@ def parse_cgroup_mounts(
 
 
 def _cgroup_mounts() -> tuple[CgroupMount, ...]:
-    return parse_cgroup_mounts(
-        _read("/proc/self/mountinfo") or "", _read("/proc/self/cgroup") or "", _read
-    )
+    return parse_cgroup_mounts(_read("/proc/self/mountinfo") or "", _read("/proc/self/cgroup") or "", _read)
 
 
 def _bwrap_version(path: str | None) -> str | None:
     if path is None:
         return None
     try:
-        out = subprocess.run(
-            [path, "--version"], capture_output=True, text=True, timeout=5, check=False
-        )
+        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=5, check=False)
     except (OSError, subprocess.TimeoutExpired):
         return None
     return out.stdout.strip().removeprefix("bubblewrap ").strip() or None

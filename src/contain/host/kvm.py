@@ -181,10 +181,7 @@ class KvmGuestResult:
         if self.status is KvmStatus.RUNS:
             return "runs a guest"
         if self.status is KvmStatus.HANGS:
-            return (
-                f"hangs (timed out after {self.timeout_s:g} s): "
-                "use software emulation (QEMU -accel tcg)"
-            )
+            return f"hangs (timed out after {self.timeout_s:g} s): use software emulation (QEMU -accel tcg)"
         return f"unavailable: {self.detail}"
 
 
@@ -261,9 +258,7 @@ def _run_one(kvm: int, *, with_timer: bool) -> None:
             if port != GUEST_PORT:
                 continue  # a port the in-kernel devices did not claim; the guest goes on
             if (direction, size, byte) != (KVM_EXIT_IO_OUT, 1, want_byte) or want_reason != reason:
-                raise GuestFailed(
-                    f"guest wrote {byte:#x} to port {port:#x}, expected {want_byte:#x}"
-                )
+                raise GuestFailed(f"guest wrote {byte:#x} to port {port:#x}, expected {want_byte:#x}")
         elif reason != want_reason:
             name = KVM_EXIT_NAMES.get(reason, str(reason))
             raise GuestFailed(f"guest stopped with {name}, expected {KVM_EXIT_NAMES[want_reason]}")
@@ -342,9 +337,7 @@ def parse_child_report(out: str, err: str, returncode: int, *, timeout_s: float)
         detail = str(report["detail"])
     except (IndexError, KeyError, ValueError, TypeError):
         tail = (err.strip().splitlines() or ["no output"])[-1]
-        return KvmGuestResult(
-            KvmStatus.UNAVAILABLE, f"checker exited with status {returncode}: {tail}", timeout_s
-        )
+        return KvmGuestResult(KvmStatus.UNAVAILABLE, f"checker exited with status {returncode}: {tail}", timeout_s)
     return KvmGuestResult(status, detail, timeout_s)
 
 

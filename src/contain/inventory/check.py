@@ -63,9 +63,15 @@ class Finding:
 
     def to_json(self) -> dict[str, Any]:
         """Plain JSON-able mapping."""
-        return {"rule_id": self.rule_id, "severity": self.severity.value, "title": self.title,
-                "key_path": self.key_path, "message": self.message, "fix": self.fix,
-                "line": self.line}
+        return {
+            "rule_id": self.rule_id,
+            "severity": self.severity.value,
+            "title": self.title,
+            "key_path": self.key_path,
+            "message": self.message,
+            "fix": self.fix,
+            "line": self.line,
+        }
 
 
 @dataclass(frozen=True)
@@ -96,8 +102,7 @@ def gather_check_facts(boundary: Boundary, *, home: Path) -> CheckFacts:
         if rule.access not in (FileAccess.READ, FileAccess.WRITE) or rule.host is None:
             continue
         resolved = Path(os.path.realpath(rule.host))
-        inside = [p.relative_to(resolved).as_posix() for p in existing
-                  if p == resolved or resolved in p.parents]
+        inside = [p.relative_to(resolved).as_posix() for p in existing if p == resolved or resolved in p.parents]
         inside += _top_level_dotenvs(resolved)
         hooks = _hook_paths(resolved) if rule.access is FileAccess.WRITE else ()
         binds.append(BindFacts(index, resolved, tuple(hooks), tuple(sorted(set(inside)))))
@@ -105,7 +110,10 @@ def gather_check_facts(boundary: Boundary, *, home: Path) -> CheckFacts:
 
 
 def run_checks(
-    boundary: Boundary, facts: CheckFacts, *, rules: Sequence[CheckRule] = CHECK_RULES,
+    boundary: Boundary,
+    facts: CheckFacts,
+    *,
+    rules: Sequence[CheckRule] = CHECK_RULES,
     node: yaml.Node | None = None,
 ) -> tuple[Finding, ...]:
     """Apply every rule; pure.
@@ -122,12 +130,17 @@ def run_checks(
     findings: list[Finding] = []
     for rule in rules:
         for hit in rule.check(boundary, facts):
-            findings.append(Finding(
-                rule.id, rule.severity, rule.title,
-                ".".join(str(part) for part in hit.key_path) or "(top level)",
-                f"{hit.message}: {rule.why}", rule.fix,
-                _line_of(node, hit.key_path) if node is not None else None,
-            ))
+            findings.append(
+                Finding(
+                    rule.id,
+                    rule.severity,
+                    rule.title,
+                    ".".join(str(part) for part in hit.key_path) or "(top level)",
+                    f"{hit.message}: {rule.why}",
+                    rule.fix,
+                    _line_of(node, hit.key_path) if node is not None else None,
+                )
+            )
     return tuple(findings)
 
 
@@ -155,15 +168,20 @@ def render_check_text(report: CheckReport) -> str:
         lines.append(f"    {f.message}")
         lines.append(f"    fix: {f.fix}")
     counts = {s: sum(1 for f in report.findings if f.severity is s) for s in Severity}
-    lines.append(f"{report.manifest}: {counts[Severity.ERROR]} error(s), "
-                 f"{counts[Severity.WARNING]} warning(s), {counts[Severity.INFO]} info")
+    lines.append(
+        f"{report.manifest}: {counts[Severity.ERROR]} error(s), "
+        f"{counts[Severity.WARNING]} warning(s), {counts[Severity.INFO]} info"
+    )
     return "\n".join(lines) + "\n"
 
 
 def report_to_json(report: CheckReport) -> dict[str, Any]:
     """The report as a JSON-able mapping."""
-    return {"manifest": report.manifest, "has_errors": report.has_errors,
-            "findings": [f.to_json() for f in report.findings]}
+    return {
+        "manifest": report.manifest,
+        "has_errors": report.has_errors,
+        "findings": [f.to_json() for f in report.findings],
+    }
 
 
 def _top_level_dotenvs(directory: Path) -> list[str]:

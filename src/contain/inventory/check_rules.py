@@ -130,32 +130,123 @@ class CheckRule:
 # Suffixes under which anyone can register a name; a wildcard over one allows an attacker's host
 # (exfiltration to attacker.github.io). A hand-kept subset of the Public Suffix List's private
 # and country sections, https://publicsuffix.org/list/.
-PUBLIC_SUFFIXES: frozenset[str] = frozenset({
-    "co.uk", "org.uk", "me.uk", "com.au", "net.au", "co.jp", "co.nz", "com.br", "com.cn",
-    "co.in", "com.mx", "co.za", "github.io", "gitlab.io", "herokuapp.com", "appspot.com",
-    "amazonaws.com", "s3.amazonaws.com", "cloudfront.net", "azurewebsites.net",
-    "blob.core.windows.net", "web.core.windows.net", "cloudapp.net", "firebaseapp.com", "web.app",
-    "vercel.app", "netlify.app", "pages.dev", "workers.dev", "ngrok.io", "ngrok-free.app",
-    "ngrok.app", "onrender.com", "fly.dev", "glitch.me", "repl.co", "trycloudflare.com",
-    "googleusercontent.com", "storage.googleapis.com", "blogspot.com", "readthedocs.io",
-})
+PUBLIC_SUFFIXES: frozenset[str] = frozenset(
+    {
+        "co.uk",
+        "org.uk",
+        "me.uk",
+        "com.au",
+        "net.au",
+        "co.jp",
+        "co.nz",
+        "com.br",
+        "com.cn",
+        "co.in",
+        "com.mx",
+        "co.za",
+        "github.io",
+        "gitlab.io",
+        "herokuapp.com",
+        "appspot.com",
+        "amazonaws.com",
+        "s3.amazonaws.com",
+        "cloudfront.net",
+        "azurewebsites.net",
+        "blob.core.windows.net",
+        "web.core.windows.net",
+        "cloudapp.net",
+        "firebaseapp.com",
+        "web.app",
+        "vercel.app",
+        "netlify.app",
+        "pages.dev",
+        "workers.dev",
+        "ngrok.io",
+        "ngrok-free.app",
+        "ngrok.app",
+        "onrender.com",
+        "fly.dev",
+        "glitch.me",
+        "repl.co",
+        "trycloudflare.com",
+        "googleusercontent.com",
+        "storage.googleapis.com",
+        "blogspot.com",
+        "readthedocs.io",
+    }
+)
 # Names that resolve to a metadata service on the clouds that define them.
-METADATA_HOSTNAMES: frozenset[str] = frozenset({
-    "metadata.google.internal", "metadata.goog", "metadata", "instance-data",
-    "instance-data.ec2.internal",
-})
+METADATA_HOSTNAMES: frozenset[str] = frozenset(
+    {
+        "metadata.google.internal",
+        "metadata.goog",
+        "metadata",
+        "instance-data",
+        "instance-data.ec2.internal",
+    }
+)
 # Verbs in a tool name that mean the call changes something outside the sandbox.
-WRITE_VERBS: frozenset[str] = frozenset({
-    "write", "update", "delete", "remove", "create", "send", "post", "put", "patch", "exec",
-    "execute", "run", "shell", "insert", "upload", "publish", "deploy", "merge", "push",
-    "transfer", "pay", "email", "drop", "modify", "set", "edit", "move", "rename", "commit",
-    "approve", "kill", "grant", "revoke", "invite", "submit", "apply", "install", "truncate",
-})
+WRITE_VERBS: frozenset[str] = frozenset(
+    {
+        "write",
+        "update",
+        "delete",
+        "remove",
+        "create",
+        "send",
+        "post",
+        "put",
+        "patch",
+        "exec",
+        "execute",
+        "run",
+        "shell",
+        "insert",
+        "upload",
+        "publish",
+        "deploy",
+        "merge",
+        "push",
+        "transfer",
+        "pay",
+        "email",
+        "drop",
+        "modify",
+        "set",
+        "edit",
+        "move",
+        "rename",
+        "commit",
+        "approve",
+        "kill",
+        "grant",
+        "revoke",
+        "invite",
+        "submit",
+        "apply",
+        "install",
+        "truncate",
+    }
+)
 # Verbs that make a trailing glob safe (billing.read_* can only match reads).
-READ_VERBS: frozenset[str] = frozenset({
-    "read", "get", "list", "search", "fetch", "query", "describe", "show", "view", "find",
-    "lookup", "head", "stat", "count",
-})
+READ_VERBS: frozenset[str] = frozenset(
+    {
+        "read",
+        "get",
+        "list",
+        "search",
+        "fetch",
+        "query",
+        "describe",
+        "show",
+        "view",
+        "find",
+        "lookup",
+        "head",
+        "stat",
+        "count",
+    }
+)
 
 
 def tool_name_words(name: str) -> list[str]:
@@ -167,8 +258,9 @@ def tool_name_words(name: str) -> list[str]:
 def _credential_via_env(boundary: Boundary, facts: CheckFacts) -> Iterable[Hit]:
     for i, cred in enumerate(boundary.credentials):
         if cred.via is CredentialVia.ENV:
-            yield Hit(("credentials", i, "via"),
-                      f"credential {cred.name} is copied from ${cred.source} into the sandbox")
+            yield Hit(
+                ("credentials", i, "via"), f"credential {cred.name} is copied from ${cred.source} into the sandbox"
+            )
 
 
 def _secret_in_env(boundary: Boundary, facts: CheckFacts) -> Iterable[Hit]:
@@ -190,15 +282,18 @@ def _binds_of_home(access: FileAccess) -> Callable[[Boundary, CheckFacts], Itera
             rule = boundary.files[bind.index]
             if rule.access is access and _covers_home(bind.resolved, facts.home):
                 what = "/" if bind.resolved == Path("/") else f"{bind.resolved} (home {facts.home})"
-                yield Hit(("files", bind.index, "host"),
-                          f"{access.value} bind of {what} at {rule.path}")
+                yield Hit(("files", bind.index, "host"), f"{access.value} bind of {what} at {rule.path}")
+
     return check
 
 
 def _blocked_relatives(boundary: Boundary, bind_path: str) -> list[str]:
     prefix = bind_path.rstrip("/") + "/"
-    return [r.path.removeprefix(prefix) for r in boundary.files
-            if r.access is FileAccess.BLOCK and r.path.startswith(prefix)]
+    return [
+        r.path.removeprefix(prefix)
+        for r in boundary.files
+        if r.access is FileAccess.BLOCK and r.path.startswith(prefix)
+    ]
 
 
 def _is_covered(relative: str, covers: Iterable[str]) -> bool:
@@ -212,22 +307,24 @@ def _exposed_credentials(boundary: Boundary, facts: CheckFacts) -> Iterable[Hit]
         exposed = [p for p in bind.credential_paths if not _is_covered(p, blocked)]
         if exposed:
             listed = ", ".join(exposed[:6]) + (", …" if len(exposed) > 6 else "")
-            yield Hit(("files", bind.index, "host"),
-                      f"{rule.access.value} bind at {rule.path} shows credential files: {listed}")
+            yield Hit(
+                ("files", bind.index, "host"),
+                f"{rule.access.value} bind at {rule.path} shows credential files: {listed}",
+            )
 
 
 def _wildcard_domain(boundary: Boundary, facts: CheckFacts) -> Iterable[Hit]:
     for i, net in enumerate(boundary.network.allow):
         if net.host.startswith("*.") and net.host[2:] not in PUBLIC_SUFFIXES:
-            yield Hit(("network", "allow", i, "host"),
-                      f"{net.host} allows every current and future name under {net.host[2:]}")
+            yield Hit(
+                ("network", "allow", i, "host"), f"{net.host} allows every current and future name under {net.host[2:]}"
+            )
 
 
 def _public_suffix_wildcard(boundary: Boundary, facts: CheckFacts) -> Iterable[Hit]:
     for i, net in enumerate(boundary.network.allow):
         if net.host.startswith("*.") and net.host[2:] in PUBLIC_SUFFIXES:
-            yield Hit(("network", "allow", i, "host"),
-                      f"{net.host}: anyone can register a name under {net.host[2:]}")
+            yield Hit(("network", "allow", i, "host"), f"{net.host}: anyone can register a name under {net.host[2:]}")
 
 
 def _as_network(host: str) -> ipaddress.IPv4Network | ipaddress.IPv6Network | None:
@@ -241,16 +338,14 @@ def _wide_address_range(boundary: Boundary, facts: CheckFacts) -> Iterable[Hit]:
     for i, net in enumerate(boundary.network.allow):
         network = _as_network(net.host)
         if network is not None and network.num_addresses > 1:
-            yield Hit(("network", "allow", i, "host"),
-                      f"{net.host} allows {network.num_addresses} addresses")
+            yield Hit(("network", "allow", i, "host"), f"{net.host} allows {network.num_addresses} addresses")
 
 
 def _metadata_allowed(boundary: Boundary, facts: CheckFacts) -> Iterable[Hit]:
     metadata = [ipaddress.ip_address(m.address) for m in METADATA_ADDRESSES]
     for i, net in enumerate(boundary.network.allow):
         network = _as_network(net.host)
-        if network is not None and any(a in network for a in metadata if
-                                       a.version == network.version):
+        if network is not None and any(a in network for a in metadata if a.version == network.version):
             yield Hit(("network", "allow", i, "host"), f"{net.host} covers a metadata address")
         elif net.host in METADATA_HOSTNAMES:
             yield Hit(("network", "allow", i, "host"), f"{net.host} is a metadata service name")
@@ -274,11 +369,9 @@ def _untrusted_allow_write(boundary: Boundary, facts: CheckFacts) -> Iterable[Hi
             continue
         verbs = sorted(set(tool_name_words(tool.name)) & WRITE_VERBS)
         if verbs:
-            yield Hit(("tools", i, "verdict"),
-                      f"tool {tool.name} ({'/'.join(verbs)}) is allowed without review")
+            yield Hit(("tools", i, "verdict"), f"tool {tool.name} ({'/'.join(verbs)}) is allowed without review")
         elif _is_open_glob(tool.name):
-            yield Hit(("tools", i, "verdict"),
-                      f"tool pattern {tool.name} is allowed and can match write tools")
+            yield Hit(("tools", i, "verdict"), f"tool pattern {tool.name} is allowed and can match write tools")
 
 
 def _records_without_principal(boundary: Boundary, facts: CheckFacts) -> Iterable[Hit]:
@@ -289,8 +382,11 @@ def _records_without_principal(boundary: Boundary, facts: CheckFacts) -> Iterabl
 
 def _weakened_runtime(boundary: Boundary, facts: CheckFacts) -> Iterable[Hit]:
     hard = boundary.hardening
-    if (Threat.GENERATED_CODE in boundary.threats and hard.landlock is LayerRequirement.OFF
-            and hard.cgroups is LayerRequirement.OFF):
+    if (
+        Threat.GENERATED_CODE in boundary.threats
+        and hard.landlock is LayerRequirement.OFF
+        and hard.cgroups is LayerRequirement.OFF
+    ):
         yield Hit(("hardening",), "generated_code runs with landlock: off and cgroups: off")
 
 
@@ -303,8 +399,9 @@ def _writable_hook_runner(boundary: Boundary, facts: CheckFacts) -> Iterable[Hit
         covers = [*defaults, *rule.protect, *_blocked_relatives(boundary, rule.path)]
         for hook in bind.hook_paths:
             if not _is_covered(posixpath.normpath(hook), covers):
-                yield Hit(("files", bind.index, "protect"),
-                          f"{hook} in the write-bound repository at {rule.path} is writable")
+                yield Hit(
+                    ("files", bind.index, "protect"), f"{hook} in the write-bound repository at {rule.path} is writable"
+                )
 
 
 def _default_resources(boundary: Boundary, facts: CheckFacts) -> Iterable[Hit]:
@@ -320,79 +417,140 @@ def _no_threats(boundary: Boundary, facts: CheckFacts) -> Iterable[Hit]:
 def _untrusted_with_egress(boundary: Boundary, facts: CheckFacts) -> Iterable[Hit]:
     if Threat.UNTRUSTED_DOCUMENTS in boundary.threats and boundary.network.allow:
         hosts = ", ".join(n.host for n in boundary.network.allow[:4])
-        yield Hit(("network", "allow"),
-                  f"untrusted documents can steer requests to {hosts}")
+        yield Hit(("network", "allow"), f"untrusted documents can steer requests to {hosts}")
 
 
 CHECK_RULES: tuple[CheckRule, ...] = (
-    CheckRule("CHK-001", Severity.ERROR, "credential visible inside the sandbox",
-              "via: env copies the secret into the sandbox, where generated code or a prompt "
-              "injection can read and send it",
-              "use via: broker and let a broker action use the secret",
-              _credential_via_env),
-    CheckRule("CHK-002", Severity.ERROR, "secret in the sandbox environment",
-              "env values are copied into every sandbox and end up in logs and child processes",
-              "move it under credentials with via: broker",
-              _secret_in_env),
-    CheckRule("CHK-003", Severity.ERROR, "write bind of a home directory or /",
-              "the task could plant shell start-up files, keys and hooks that run as the user",
-              "bind only the project directory, or use scratch with export",
-              _binds_of_home(FileAccess.WRITE)),
-    CheckRule("CHK-004", Severity.WARNING, "read bind of a home directory or /",
-              "every file of the user (keys, tokens, history, mail) becomes readable",
-              "bind only the directories the task reads",
-              _binds_of_home(FileAccess.READ)),
-    CheckRule("CHK-005", Severity.ERROR, "bind exposes credential files",
-              "ssh keys, cloud credentials and .env files inside a bind are readable by the task",
-              "add {path: <bind>/<file>, access: block} for each, or bind a narrower directory",
-              _exposed_credentials),
-    CheckRule("CHK-006", Severity.WARNING, "wildcard network rule",
-              "a wildcard allows names that do not exist yet, including ones an attacker can "
-              "create on a shared service of that domain",
-              "list the exact hosts the task needs",
-              _wildcard_domain),
-    CheckRule("CHK-007", Severity.ERROR, "wildcard over a public suffix",
-              "anyone can register a name under it, so data can be sent to an attacker's host",
-              "list the exact hosts the task needs",
-              _public_suffix_wildcard),
-    CheckRule("CHK-008", Severity.WARNING, "network rule wider than one address",
-              "an address range allows hosts nobody reviewed",
-              "allow single addresses (a /32 or /128) or names",
-              _wide_address_range),
-    CheckRule("CHK-009", Severity.ERROR, "cloud metadata address allowed",
-              "the metadata service hands out the host's cloud credentials to any caller",
-              "remove the rule; a task that needs cloud access goes through the broker",
-              _metadata_allowed),
-    CheckRule("CHK-010", Severity.ERROR, "untrusted documents with an allowed write tool",
-              "a prompt injection in a document can make the agent call the tool with its "
-              "arguments, and nobody looks first",
-              "set verdict: review (or deny) for tools that change things",
-              _untrusted_allow_write),
-    CheckRule("CHK-011", Severity.ERROR, "records without a principal",
-              "the broker authorises writes against a principal; without one there is no "
-              "policy to check and no name in the ledger",
-              "set principal: to the person or service the writes are made for",
-              _records_without_principal),
-    CheckRule("CHK-012", Severity.ERROR, "generated code on a weakened runtime",
-              "with Landlock and cgroups both off, only namespaces and seccomp stand between "
-              "generated code and the host, and nothing limits memory or processes",
-              "set hardening.landlock and hardening.cgroups to auto or required",
-              _weakened_runtime),
-    CheckRule("CHK-013", Severity.ERROR, "hook runner writable in a write-bound repository",
-              "contain protects .git/hooks and .git/config, but a core.hooksPath, husky, "
-              "pre-commit or lefthook file inside the repository runs code on the next commit",
-              "add the path to protect: of this write rule",
-              _writable_hook_runner),
-    CheckRule("CHK-014", Severity.INFO, "resource limits left at the defaults",
-              "the defaults are finite but not sized for this task",
-              "set resources: wall, cpu, memory, pids and disk for what the task needs",
-              _default_resources),
-    CheckRule("CHK-015", Severity.INFO, "no threats declared",
-              "check lints a boundary against its threats; with none, most rules cannot apply",
-              "declare threats: untrusted_documents, generated_code, trusted_api",
-              _no_threats),
-    CheckRule("CHK-016", Severity.WARNING, "untrusted documents with network egress",
-              "text in a document can instruct the agent to send data to an allowed host",
-              "drop network access, or keep it to hosts that cannot receive arbitrary data",
-              _untrusted_with_egress),
+    CheckRule(
+        "CHK-001",
+        Severity.ERROR,
+        "credential visible inside the sandbox",
+        "via: env copies the secret into the sandbox, where generated code or a prompt injection can read and send it",
+        "use via: broker and let a broker action use the secret",
+        _credential_via_env,
+    ),
+    CheckRule(
+        "CHK-002",
+        Severity.ERROR,
+        "secret in the sandbox environment",
+        "env values are copied into every sandbox and end up in logs and child processes",
+        "move it under credentials with via: broker",
+        _secret_in_env,
+    ),
+    CheckRule(
+        "CHK-003",
+        Severity.ERROR,
+        "write bind of a home directory or /",
+        "the task could plant shell start-up files, keys and hooks that run as the user",
+        "bind only the project directory, or use scratch with export",
+        _binds_of_home(FileAccess.WRITE),
+    ),
+    CheckRule(
+        "CHK-004",
+        Severity.WARNING,
+        "read bind of a home directory or /",
+        "every file of the user (keys, tokens, history, mail) becomes readable",
+        "bind only the directories the task reads",
+        _binds_of_home(FileAccess.READ),
+    ),
+    CheckRule(
+        "CHK-005",
+        Severity.ERROR,
+        "bind exposes credential files",
+        "ssh keys, cloud credentials and .env files inside a bind are readable by the task",
+        "add {path: <bind>/<file>, access: block} for each, or bind a narrower directory",
+        _exposed_credentials,
+    ),
+    CheckRule(
+        "CHK-006",
+        Severity.WARNING,
+        "wildcard network rule",
+        "a wildcard allows names that do not exist yet, including ones an attacker can "
+        "create on a shared service of that domain",
+        "list the exact hosts the task needs",
+        _wildcard_domain,
+    ),
+    CheckRule(
+        "CHK-007",
+        Severity.ERROR,
+        "wildcard over a public suffix",
+        "anyone can register a name under it, so data can be sent to an attacker's host",
+        "list the exact hosts the task needs",
+        _public_suffix_wildcard,
+    ),
+    CheckRule(
+        "CHK-008",
+        Severity.WARNING,
+        "network rule wider than one address",
+        "an address range allows hosts nobody reviewed",
+        "allow single addresses (a /32 or /128) or names",
+        _wide_address_range,
+    ),
+    CheckRule(
+        "CHK-009",
+        Severity.ERROR,
+        "cloud metadata address allowed",
+        "the metadata service hands out the host's cloud credentials to any caller",
+        "remove the rule; a task that needs cloud access goes through the broker",
+        _metadata_allowed,
+    ),
+    CheckRule(
+        "CHK-010",
+        Severity.ERROR,
+        "untrusted documents with an allowed write tool",
+        "a prompt injection in a document can make the agent call the tool with its arguments, and nobody looks first",
+        "set verdict: review (or deny) for tools that change things",
+        _untrusted_allow_write,
+    ),
+    CheckRule(
+        "CHK-011",
+        Severity.ERROR,
+        "records without a principal",
+        "the broker authorises writes against a principal; without one there is no "
+        "policy to check and no name in the ledger",
+        "set principal: to the person or service the writes are made for",
+        _records_without_principal,
+    ),
+    CheckRule(
+        "CHK-012",
+        Severity.ERROR,
+        "generated code on a weakened runtime",
+        "with Landlock and cgroups both off, only namespaces and seccomp stand between "
+        "generated code and the host, and nothing limits memory or processes",
+        "set hardening.landlock and hardening.cgroups to auto or required",
+        _weakened_runtime,
+    ),
+    CheckRule(
+        "CHK-013",
+        Severity.ERROR,
+        "hook runner writable in a write-bound repository",
+        "contain protects .git/hooks and .git/config, but a core.hooksPath, husky, "
+        "pre-commit or lefthook file inside the repository runs code on the next commit",
+        "add the path to protect: of this write rule",
+        _writable_hook_runner,
+    ),
+    CheckRule(
+        "CHK-014",
+        Severity.INFO,
+        "resource limits left at the defaults",
+        "the defaults are finite but not sized for this task",
+        "set resources: wall, cpu, memory, pids and disk for what the task needs",
+        _default_resources,
+    ),
+    CheckRule(
+        "CHK-015",
+        Severity.INFO,
+        "no threats declared",
+        "check lints a boundary against its threats; with none, most rules cannot apply",
+        "declare threats: untrusted_documents, generated_code, trusted_api",
+        _no_threats,
+    ),
+    CheckRule(
+        "CHK-016",
+        Severity.WARNING,
+        "untrusted documents with network egress",
+        "text in a document can instruct the agent to send data to an allowed host",
+        "drop network access, or keep it to hosts that cannot receive arbitrary data",
+        _untrusted_with_egress,
+    ),
 )

@@ -45,7 +45,11 @@ class Inventory:
 
 
 def take_inventory(
-    *, home: Path, environ: Mapping[str, str], cwd: Path, root: Path = Path("/"),
+    *,
+    home: Path,
+    environ: Mapping[str, str],
+    cwd: Path,
+    root: Path = Path("/"),
     proc_root: Path = Path("/proc"),
 ) -> Inventory:
     """Probe what an unsandboxed process started in ``cwd`` could reach.
@@ -63,11 +67,9 @@ def take_inventory(
     credential_facts = gather_credential_facts(home=home, environ=environ, cwd=cwd)
     items = [
         *classify_credentials(credential_facts),
-        *classify_files(gather_file_facts(home=home, cwd=cwd, environ=environ, root=root,
-                                          proc_root=proc_root)),
+        *classify_files(gather_file_facts(home=home, cwd=cwd, environ=environ, root=root, proc_root=proc_root)),
         *classify_network(gather_network_facts(environ=environ, root=root, proc_root=proc_root)),
-        *classify_processes(gather_process_facts(environ=environ, root=root,
-                                                 proc_root=proc_root)),
+        *classify_processes(gather_process_facts(environ=environ, root=root, proc_root=proc_root)),
         *classify_records(gather_record_facts(credential_facts)),
     ]
     return Inventory(home=home, cwd=cwd, items=tuple(items))
@@ -97,14 +99,15 @@ def render_inventory_text(inventory: Inventory) -> str:
             lines.append("  (none found)")
         for item in items:
             tag = f"  [{item.fingerprint}]" if item.fingerprint else ""
-            lines.append(f"  {item.verdict.value:<6} {item.kind:<20} {_printable(item.location)}"
-                         f"{tag}")
+            lines.append(f"  {item.verdict.value:<6} {item.kind:<20} {_printable(item.location)}{tag}")
             lines.append(f"         {_printable(item.reason)}")
     blocked = sum(1 for i in inventory.items if i.verdict is Verdict.BLOCK)
     review = sum(1 for i in inventory.items if i.verdict is Verdict.REVIEW)
     lines.append("")
-    lines.append(f"{len(inventory.items)} item(s): {blocked} block, {review} review, "
-                 f"{len(inventory.items) - blocked - review} read")
+    lines.append(
+        f"{len(inventory.items)} item(s): {blocked} block, {review} review, "
+        f"{len(inventory.items) - blocked - review} read"
+    )
     return "\n".join(lines) + "\n"
 
 

@@ -55,40 +55,47 @@ class CredentialFile:
 
 
 CREDENTIAL_FILES: tuple[CredentialFile, ...] = (
-    CredentialFile("ssh-config", ".ssh/config", "SSH hosts",
-                   "names hosts and the key that opens each"),
-    CredentialFile("aws-credentials", ".aws/credentials", "AWS APIs",
-                   "long-lived access keys per profile"),
+    CredentialFile("ssh-config", ".ssh/config", "SSH hosts", "names hosts and the key that opens each"),
+    CredentialFile("aws-credentials", ".aws/credentials", "AWS APIs", "long-lived access keys per profile"),
     CredentialFile("aws-config", ".aws/config", "AWS APIs", "profiles, SSO sessions and role ARNs"),
     CredentialFile("aws-sso-cache", ".aws/sso/cache", "AWS APIs", "cached SSO access tokens"),
-    CredentialFile("gcloud", ".config/gcloud", "Google Cloud APIs",
-                   "OAuth refresh tokens and application default credentials"),
+    CredentialFile(
+        "gcloud", ".config/gcloud", "Google Cloud APIs", "OAuth refresh tokens and application default credentials"
+    ),
     CredentialFile("azure", ".azure", "Azure APIs", "MSAL token cache and profiles"),
-    CredentialFile("kube-config", ".kube/config", "Kubernetes clusters",
-                   "cluster endpoints with client certificates or bearer tokens"),
-    CredentialFile("docker-config", ".docker/config.json", "container registries",
-                   "registry logins (base64 user:password) and credential helpers"),
-    CredentialFile("podman-auth", ".config/containers/auth.json", "container registries",
-                   "registry logins for podman and buildah"),
+    CredentialFile(
+        "kube-config",
+        ".kube/config",
+        "Kubernetes clusters",
+        "cluster endpoints with client certificates or bearer tokens",
+    ),
+    CredentialFile(
+        "docker-config",
+        ".docker/config.json",
+        "container registries",
+        "registry logins (base64 user:password) and credential helpers",
+    ),
+    CredentialFile(
+        "podman-auth", ".config/containers/auth.json", "container registries", "registry logins for podman and buildah"
+    ),
     CredentialFile("netrc", ".netrc", "hosts named in it", "a login and password per machine"),
-    CredentialFile("git-credentials", ".git-credentials", "git hosts",
-                   "https://user:token@host lines stored in clear"),
+    CredentialFile("git-credentials", ".git-credentials", "git hosts", "https://user:token@host lines stored in clear"),
     CredentialFile("gh-hosts", ".config/gh/hosts.yml", "GitHub API", "gh CLI OAuth tokens"),
     CredentialFile("hub", ".config/hub", "GitHub API", "hub CLI OAuth tokens"),
     CredentialFile("npmrc", ".npmrc", "npm registries", "_authToken lines can publish packages"),
     CredentialFile("pypirc", ".pypirc", "package indexes", "upload passwords and tokens"),
     CredentialFile("pgpass", ".pgpass", "PostgreSQL databases", "host:port:db:user:password lines"),
     CredentialFile("mysql", ".my.cnf", "MySQL databases", "client passwords"),
-    CredentialFile("cargo", ".cargo/credentials.toml", "crates.io",
-                   "a token that publishes crates"),
+    CredentialFile("cargo", ".cargo/credentials.toml", "crates.io", "a token that publishes crates"),
     CredentialFile("gem", ".gem/credentials", "rubygems.org", "an API key that pushes gems"),
-    CredentialFile("terraform", ".terraform.d/credentials.tfrc.json", "Terraform Cloud",
-                   "API tokens for remote state and runs"),
+    CredentialFile(
+        "terraform", ".terraform.d/credentials.tfrc.json", "Terraform Cloud", "API tokens for remote state and runs"
+    ),
     CredentialFile("vault-token", ".vault-token", "HashiCorp Vault", "a Vault token"),
-    CredentialFile("gnupg", ".gnupg/private-keys-v1.d", "what trusts the GPG key",
-                   "private keys for signing and decryption"),
-    CredentialFile("password-store", ".password-store", "every password in pass",
-                   "the pass password store"),
+    CredentialFile(
+        "gnupg", ".gnupg/private-keys-v1.d", "what trusts the GPG key", "private keys for signing and decryption"
+    ),
+    CredentialFile("password-store", ".password-store", "every password in pass", "the pass password store"),
 )
 
 
@@ -146,9 +153,7 @@ class CredentialFacts:
     dotenvs: tuple[Dotenv, ...]
 
 
-def gather_credential_facts(
-    *, home: Path, environ: Mapping[str, str], cwd: Path
-) -> CredentialFacts:
+def gather_credential_facts(*, home: Path, environ: Mapping[str, str], cwd: Path) -> CredentialFacts:
     """Look for credential files and ``.env`` files (I/O only; no decision).
 
     Args:
@@ -163,8 +168,9 @@ def gather_credential_facts(
     for row in CREDENTIAL_FILES:
         _add_if_exists(found, home / row.path, row.kind, row.opens, row.why)
     for key in _ssh_private_keys(home / ".ssh"):
-        _add_if_exists(found, key, "ssh-private-key", "SSH hosts and git remotes",
-                       "a private key opens every host that trusts it")
+        _add_if_exists(
+            found, key, "ssh-private-key", "SSH hosts and git remotes", "a private key opens every host that trusts it"
+        )
     for pointer in ENV_POINTERS:
         raw = environ.get(pointer.variable, "")
         for part in raw.split(os.pathsep) if pointer.is_list else [raw]:
@@ -173,8 +179,7 @@ def gather_credential_facts(
             path = cwd / os.path.expanduser(part)
             if pointer.inside:
                 path = path / pointer.inside
-            _add_if_exists(found, path, pointer.kind, pointer.opens,
-                           f"named by ${pointer.variable}")
+            _add_if_exists(found, path, pointer.kind, pointer.opens, f"named by ${pointer.variable}")
     return CredentialFacts(
         environ=tuple(sorted(environ.items())),
         files=tuple(found.values()),
@@ -194,12 +199,13 @@ def classify_credentials(facts: CredentialFacts) -> tuple[InventoryItem, ...]:
         if item is not None:
             items.append(item)
     for found in facts.files:
-        reason = (f"{found.why}; opens {found.opens}. A sandbox sees no home file unless the "
-                  "manifest binds it, so keep it out")
+        reason = (
+            f"{found.why}; opens {found.opens}. A sandbox sees no home file unless the "
+            "manifest binds it, so keep it out"
+        )
         if found.world_readable:
             reason += " (the file is world-readable: every local user can read it too)"
-        items.append(InventoryItem(Group.CREDENTIALS, found.kind, str(found.path), Verdict.BLOCK,
-                                   reason))
+        items.append(InventoryItem(Group.CREDENTIALS, found.kind, str(found.path), Verdict.BLOCK, reason))
     for dotenv in facts.dotenvs:
         items.append(_classify_dotenv(dotenv))
     return tuple(items)
@@ -238,12 +244,18 @@ def _classify_variable(name: str, value: str) -> InventoryItem | None:
         return None  # a path to a credential file; the file itself is an item
     if shape is None and value.startswith("/"):
         return InventoryItem(
-            Group.CREDENTIALS, "env-path", f"${name}", Verdict.REVIEW,
+            Group.CREDENTIALS,
+            "env-path",
+            f"${name}",
+            Verdict.REVIEW,
             "secret-looking name holding a path; check what the file holds before binding it",
         )
     what = f"value looks like a {shape.title}" if shape else "secret-looking variable name"
     return InventoryItem(
-        Group.CREDENTIALS, "env-secret", f"${name}", Verdict.BLOCK,
+        Group.CREDENTIALS,
+        "env-secret",
+        f"${name}",
+        Verdict.BLOCK,
         f"{what}; a sandbox starts with an empty environment, so declare it "
         "`credentials: [{name: " + name + ", via: broker}]` and let the broker use it",
         fingerprint=redacted_fingerprint(value),
@@ -254,17 +266,27 @@ def _classify_dotenv(dotenv: Dotenv) -> InventoryItem:
     secret_names = [n for n, v in dotenv.variables if _is_secret_variable(n, v)]
     shaped = [n for n, v in dotenv.variables if secret_shape_of(v) is not None]
     listed = ", ".join(secret_names[:8]) + (", …" if len(secret_names) > 8 else "")
-    summary = (f"defines {len(dotenv.variables)} variable(s), {len(secret_names)} secret-looking"
-               + (f" ({listed})" if secret_names else ""))
+    summary = f"defines {len(dotenv.variables)} variable(s), {len(secret_names)} secret-looking" + (
+        f" ({listed})" if secret_names else ""
+    )
     if _TEMPLATE_DOTENV.search(dotenv.path.name) and not shaped:
-        return InventoryItem(Group.CREDENTIALS, "dotenv", str(dotenv.path), Verdict.REVIEW,
-                             f"{summary}; named like a template, check it holds no real values")
-    return InventoryItem(Group.CREDENTIALS, "dotenv", str(dotenv.path), Verdict.BLOCK,
-                         f"{summary}; tools load it automatically, so block it inside any bind")
+        return InventoryItem(
+            Group.CREDENTIALS,
+            "dotenv",
+            str(dotenv.path),
+            Verdict.REVIEW,
+            f"{summary}; named like a template, check it holds no real values",
+        )
+    return InventoryItem(
+        Group.CREDENTIALS,
+        "dotenv",
+        str(dotenv.path),
+        Verdict.BLOCK,
+        f"{summary}; tools load it automatically, so block it inside any bind",
+    )
 
 
-def _add_if_exists(found: dict[Path, FoundFile], path: Path, kind: str, opens: str,
-                   why: str) -> None:
+def _add_if_exists(found: dict[Path, FoundFile], path: Path, kind: str, opens: str, why: str) -> None:
     try:
         info = path.stat()
     except OSError:
@@ -272,9 +294,9 @@ def _add_if_exists(found: dict[Path, FoundFile], path: Path, kind: str, opens: s
     key = Path(os.path.realpath(path))
     if key in found:
         return
-    found[key] = FoundFile(kind, path, opens, why,
-                           world_readable=bool(info.st_mode & stat.S_IROTH)
-                           and stat.S_ISREG(info.st_mode))
+    found[key] = FoundFile(
+        kind, path, opens, why, world_readable=bool(info.st_mode & stat.S_IROTH) and stat.S_ISREG(info.st_mode)
+    )
 
 
 def _ssh_private_keys(ssh_dir: Path) -> list[Path]:

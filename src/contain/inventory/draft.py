@@ -72,8 +72,9 @@ def write_draft_manifest(path: Path, text: str, *, force: bool) -> None:
         FileTransferError: the file exists and ``force`` is false, or writing failed.
     """
     if os.path.lexists(path) and not force:
-        raise FileTransferError(f"refusing to overwrite existing {path}",
-                                "pass --force, or choose another --draft-manifest path")
+        raise FileTransferError(
+            f"refusing to overwrite existing {path}", "pass --force, or choose another --draft-manifest path"
+        )
     temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
@@ -84,11 +85,13 @@ def write_draft_manifest(path: Path, text: str, *, force: bool) -> None:
         else:
             os.link(temporary, path)
     except FileExistsError as exc:
-        raise FileTransferError(f"refusing to overwrite existing {path}",
-                                "pass --force, or choose another --draft-manifest path") from exc
+        raise FileTransferError(
+            f"refusing to overwrite existing {path}", "pass --force, or choose another --draft-manifest path"
+        ) from exc
     except OSError as exc:
-        raise FileTransferError(f"cannot write {path}: {exc.strerror}",
-                                "check the directory exists and is writable") from exc
+        raise FileTransferError(
+            f"cannot write {path}: {exc.strerror}", "check the directory exists and is writable"
+        ) from exc
     finally:
         if os.path.lexists(temporary):
             os.unlink(temporary)
@@ -108,13 +111,14 @@ def _files_section(inventory: Inventory) -> list[str]:
     cwd = inventory.cwd
     lines = ["files:"]
     if cwd == inventory.home or cwd == Path("/") or not _encodable(str(cwd)):
-        lines.append(f"  # {_comment(str(cwd))} is not bound: it is the home directory or /, or "
-                     "not UTF-8; bind the project directory by hand")
+        lines.append(
+            f"  # {_comment(str(cwd))} is not bound: it is the home directory or /, or "
+            "not UTF-8; bind the project directory by hand"
+        )
     else:
         bind = f"/work/{_sandbox_name(cwd)}"
         lines.append("  # the working tree, read-only (inventory verdict: read)")
-        lines.append(f"  - {{path: {json.dumps(bind)}, access: read, "
-                     f"host: {json.dumps(str(cwd))}}}")
+        lines.append(f"  - {{path: {json.dumps(bind)}, access: read, host: {json.dumps(str(cwd))}}}")
         for item in inventory.in_group(Group.CREDENTIALS):
             if item.kind != "dotenv":
                 continue
@@ -135,8 +139,7 @@ def _credentials_section(inventory: Inventory) -> list[str]:
         name = item.location.removeprefix("$")
         if item.kind != "env-secret" or not _ENV_NAME.match(name):
             continue
-        entries.append(f"  # {name} [{item.fingerprint}]: used by broker actions only, never "
-                       "inside the sandbox")
+        entries.append(f"  # {name} [{item.fingerprint}]: used by broker actions only, never inside the sandbox")
         entries.append(f"  - {{name: {json.dumps(name)}, via: broker}}")
     return ["credentials:", *entries] if entries else ["credentials: []"]
 
@@ -168,8 +171,10 @@ def _kept_out_comments(inventory: Inventory) -> list[str]:
             continue
         if item.group is Group.FILES and item.kind == "working-tree":
             continue
-        lines.append(f"#   {item.verdict.value:<6} {item.group.value}/{item.kind} "
-                     f"{_comment(item.location)}: {_comment(_first_clause(item))}")
+        lines.append(
+            f"#   {item.verdict.value:<6} {item.group.value}/{item.kind} "
+            f"{_comment(item.location)}: {_comment(_first_clause(item))}"
+        )
     return lines
 
 

@@ -31,16 +31,46 @@ __all__ = [
 ]
 
 # Kernel interfaces rather than storage; the sandbox gets its own /proc, /dev and /sys anyway.
-PSEUDO_FILESYSTEMS: frozenset[str] = frozenset({
-    "proc", "sysfs", "cgroup", "cgroup2", "devpts", "mqueue", "securityfs", "debugfs", "tracefs",
-    "pstore", "bpf", "configfs", "fusectl", "hugetlbfs", "autofs", "binfmt_misc", "nsfs",
-    "efivarfs", "selinuxfs", "rpc_pipefs", "devtmpfs",
-})
+PSEUDO_FILESYSTEMS: frozenset[str] = frozenset(
+    {
+        "proc",
+        "sysfs",
+        "cgroup",
+        "cgroup2",
+        "devpts",
+        "mqueue",
+        "securityfs",
+        "debugfs",
+        "tracefs",
+        "pstore",
+        "bpf",
+        "configfs",
+        "fusectl",
+        "hugetlbfs",
+        "autofs",
+        "binfmt_misc",
+        "nsfs",
+        "efivarfs",
+        "selinuxfs",
+        "rpc_pipefs",
+        "devtmpfs",
+    }
+)
 # Writes here reach another machine.
-_NETWORK_FILESYSTEMS = frozenset({
-    "nfs", "nfs4", "cifs", "smb3", "fuse.sshfs", "ceph", "glusterfs", "fuse.rclone", "9p",
-    "virtiofs",
-})
+_NETWORK_FILESYSTEMS = frozenset(
+    {
+        "nfs",
+        "nfs4",
+        "cifs",
+        "smb3",
+        "fuse.sshfs",
+        "ceph",
+        "glusterfs",
+        "fuse.rclone",
+        "9p",
+        "virtiofs",
+    }
+)
 # Directories every local process shares; relative to the probed root.
 SHARED_WRITABLE_DIRS: tuple[str, ...] = ("tmp", "var/tmp", "dev/shm")
 
@@ -68,7 +98,11 @@ class FileFacts:
 
 
 def gather_file_facts(
-    *, home: Path, cwd: Path, environ: Mapping[str, str], root: Path = Path("/"),
+    *,
+    home: Path,
+    cwd: Path,
+    environ: Mapping[str, str],
+    root: Path = Path("/"),
     proc_root: Path = Path("/proc"),
 ) -> FileFacts:
     """Stat the candidate directories and read the mount table (I/O only).
@@ -130,39 +164,69 @@ def classify_files(facts: FileFacts) -> tuple[InventoryItem, ...]:
     """Turn file facts into items; pure."""
     items: list[InventoryItem] = []
     if facts.home_exists:
-        items.append(InventoryItem(
-            Group.FILES, "home", str(facts.home), Verdict.BLOCK,
-            "holds credentials and shell start-up files; never bind it whole, bind the project",
-        ))
+        items.append(
+            InventoryItem(
+                Group.FILES,
+                "home",
+                str(facts.home),
+                Verdict.BLOCK,
+                "holds credentials and shell start-up files; never bind it whole, bind the project",
+            )
+        )
     if facts.cwd == facts.home or facts.cwd == Path("/"):
-        items.append(InventoryItem(
-            Group.FILES, "working-tree", str(facts.cwd), Verdict.REVIEW,
-            "the working directory is the home directory or /; run from the project directory "
-            "so the draft binds only that",
-        ))
+        items.append(
+            InventoryItem(
+                Group.FILES,
+                "working-tree",
+                str(facts.cwd),
+                Verdict.REVIEW,
+                "the working directory is the home directory or /; run from the project directory "
+                "so the draft binds only that",
+            )
+        )
     else:
-        items.append(InventoryItem(
-            Group.FILES, "working-tree", str(facts.cwd), Verdict.READ,
-            "the task's input: bound read-only; give writes a scratch path with export instead",
-        ))
+        items.append(
+            InventoryItem(
+                Group.FILES,
+                "working-tree",
+                str(facts.cwd),
+                Verdict.READ,
+                "the task's input: bound read-only; give writes a scratch path with export instead",
+            )
+        )
     if facts.repository is not None and facts.repository != facts.cwd:
-        items.append(InventoryItem(
-            Group.FILES, "git-repository", str(facts.repository), Verdict.REVIEW,
-            "the git work tree around the working directory; bind it only if the task needs "
-            "history, and never .git writable (hooks run on the next git command)",
-        ))
+        items.append(
+            InventoryItem(
+                Group.FILES,
+                "git-repository",
+                str(facts.repository),
+                Verdict.REVIEW,
+                "the git work tree around the working directory; bind it only if the task needs "
+                "history, and never .git writable (hooks run on the next git command)",
+            )
+        )
     for directory in facts.writable_dirs:
-        items.append(InventoryItem(
-            Group.FILES, "shared-writable", str(directory), Verdict.BLOCK,
-            "shared with every local process (planted files, races); a sandbox gets its own tmp",
-        ))
+        items.append(
+            InventoryItem(
+                Group.FILES,
+                "shared-writable",
+                str(directory),
+                Verdict.BLOCK,
+                "shared with every local process (planted files, races); a sandbox gets its own tmp",
+            )
+        )
     for mount in facts.mounts:
         mode = "read-write" if mount.writable else "read-only"
         why = f"{mount.fstype} {mode} from {mount.source}"
         if mount.fstype in _NETWORK_FILESYSTEMS:
             why += "; a network file system: writes reach another machine"
-        items.append(InventoryItem(
-            Group.FILES, "mount", mount.mountpoint, Verdict.BLOCK,
-            f"{why}; not visible in a sandbox unless bound",
-        ))
+        items.append(
+            InventoryItem(
+                Group.FILES,
+                "mount",
+                mount.mountpoint,
+                Verdict.BLOCK,
+                f"{why}; not visible in a sandbox unless bound",
+            )
+        )
     return tuple(items)

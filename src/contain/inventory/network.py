@@ -56,14 +56,12 @@ class MetadataAddress:
 
 
 METADATA_ADDRESSES: tuple[MetadataAddress, ...] = (
-    MetadataAddress("169.254.169.254", "AWS, GCP, Azure and OpenStack instance metadata and "
-                    "role credentials"),
+    MetadataAddress("169.254.169.254", "AWS, GCP, Azure and OpenStack instance metadata and role credentials"),
     MetadataAddress("169.254.170.2", "AWS ECS task role credentials"),
     MetadataAddress("fd00:ec2::254", "AWS instance metadata over IPv6"),
     MetadataAddress("100.100.100.200", "Alibaba Cloud instance metadata"),
 )
-PROXY_VARIABLES: tuple[str, ...] = ("http_proxy", "https_proxy", "ftp_proxy", "all_proxy",
-                                    "no_proxy")
+PROXY_VARIABLES: tuple[str, ...] = ("http_proxy", "https_proxy", "ftp_proxy", "all_proxy", "no_proxy")
 
 
 @dataclass(frozen=True)
@@ -99,11 +97,9 @@ def gather_network_facts(
     routes = parse_ipv4_routes(_read(net / "route")) + parse_ipv6_routes(_read(net / "ipv6_route"))
     listening = parse_listening_tcp(_read(net / "tcp")) + parse_listening_tcp(_read(net / "tcp6"))
     proxies = tuple(
-        (name, value) for name, value in sorted(environ.items())
-        if name.lower() in PROXY_VARIABLES and value
+        (name, value) for name, value in sorted(environ.items()) if name.lower() in PROXY_VARIABLES and value
     )
-    return NetworkFacts(routes, parse_resolv_conf(_read(root / "etc" / "resolv.conf")),
-                        listening, proxies)
+    return NetworkFacts(routes, parse_resolv_conf(_read(root / "etc" / "resolv.conf")), listening, proxies)
 
 
 def parse_ipv4_routes(text: str) -> tuple[Route, ...]:
@@ -136,7 +132,8 @@ def parse_ipv6_routes(text: str) -> tuple[Route, ...]:
             continue
         try:
             network = ipaddress.IPv6Network(
-                (ipaddress.IPv6Address(bytes.fromhex(cols[0])), int(cols[1], 16)), strict=False)
+                (ipaddress.IPv6Address(bytes.fromhex(cols[0])), int(cols[1], 16)), strict=False
+            )
             hop = ipaddress.IPv6Address(bytes.fromhex(cols[4]))
             flags = int(cols[8], 16)
         except ValueError:
@@ -158,7 +155,7 @@ def parse_listening_tcp(text: str) -> tuple[str, ...]:
         try:
             raw = bytes.fromhex(address)
             # Each 32-bit word is in host (little-endian) order.
-            ordered = b"".join(raw[i:i + 4][::-1] for i in range(0, len(raw), 4))
+            ordered = b"".join(raw[i : i + 4][::-1] for i in range(0, len(raw), 4))
             ip = ipaddress.ip_address(ordered)
             text_ip = f"[{ip}]" if ip.version == 6 else str(ip)
             found.append(f"{text_ip}:{int(port, 16)}")
@@ -207,47 +204,79 @@ def classify_network(facts: NetworkFacts) -> tuple[InventoryItem, ...]:
         via = f" via {route.gateway}" if route.gateway else ""
         location = f"{route.network}{via} dev {route.interface}"
         if route.network.prefixlen == 0:
-            items.append(InventoryItem(
-                Group.NETWORK, "default-route", location, Verdict.BLOCK,
-                "every public address is reachable; a sandbox gets no route, only the egress "
-                "proxy's allow list",
-            ))
+            items.append(
+                InventoryItem(
+                    Group.NETWORK,
+                    "default-route",
+                    location,
+                    Verdict.BLOCK,
+                    "every public address is reachable; a sandbox gets no route, only the egress proxy's allow list",
+                )
+            )
         else:
-            items.append(InventoryItem(
-                Group.NETWORK, "route", location, Verdict.BLOCK,
-                "hosts on this network are reachable directly; a sandbox has its own network "
-                "namespace",
-            ))
+            items.append(
+                InventoryItem(
+                    Group.NETWORK,
+                    "route",
+                    location,
+                    Verdict.BLOCK,
+                    "hosts on this network are reachable directly; a sandbox has its own network namespace",
+                )
+            )
     for meta in METADATA_ADDRESSES:
         cover = covering_route(facts.routes, meta.address)
-        state = (f"a route covers it ({cover.network} dev {cover.interface})" if cover
-                 else "no route covers it now, but routes change")
-        items.append(InventoryItem(
-            Group.NETWORK, "metadata-endpoint", meta.address,
-            Verdict.BLOCK, f"{meta.serves}; {state}; never allow it in a manifest",
-        ))
+        state = (
+            f"a route covers it ({cover.network} dev {cover.interface})"
+            if cover
+            else "no route covers it now, but routes change"
+        )
+        items.append(
+            InventoryItem(
+                Group.NETWORK,
+                "metadata-endpoint",
+                meta.address,
+                Verdict.BLOCK,
+                f"{meta.serves}; {state}; never allow it in a manifest",
+            )
+        )
     for server in facts.resolvers:
-        items.append(InventoryItem(
-            Group.NETWORK, "resolver", server, Verdict.BLOCK,
-            "DNS queries can carry data out; in a sandbox names are resolved by the egress proxy",
-        ))
+        items.append(
+            InventoryItem(
+                Group.NETWORK,
+                "resolver",
+                server,
+                Verdict.BLOCK,
+                "DNS queries can carry data out; in a sandbox names are resolved by the egress proxy",
+            )
+        )
     for address in facts.listening:
-        items.append(InventoryItem(
-            Group.NETWORK, "listening-tcp", address, Verdict.BLOCK,
-            "a local service any process here can connect to (databases and dev servers often "
-            "trust local clients); a sandbox has its own loopback",
-        ))
+        items.append(
+            InventoryItem(
+                Group.NETWORK,
+                "listening-tcp",
+                address,
+                Verdict.BLOCK,
+                "a local service any process here can connect to (databases and dev servers often "
+                "trust local clients); a sandbox has its own loopback",
+            )
+        )
     for name, value in facts.proxies:
         if name.lower() == "no_proxy":
             continue
         redacted = redact_url(value)
         has_password = _has_password(value)
-        items.append(InventoryItem(
-            Group.NETWORK, "proxy", f"${name}={redacted}", Verdict.REVIEW,
-            "an outbound proxy" + (" with a password in the URL" if has_password else "")
-            + "; the sandbox's only way out is contain's egress proxy, which may chain to it",
-            fingerprint=redacted_fingerprint(value) if has_password else None,
-        ))
+        items.append(
+            InventoryItem(
+                Group.NETWORK,
+                "proxy",
+                f"${name}={redacted}",
+                Verdict.REVIEW,
+                "an outbound proxy"
+                + (" with a password in the URL" if has_password else "")
+                + "; the sandbox's only way out is contain's egress proxy, which may chain to it",
+                fingerprint=redacted_fingerprint(value) if has_password else None,
+            )
+        )
     return tuple(items)
 
 

@@ -40,19 +40,59 @@ __all__ = [
 
 # include/uapi/linux/capability.h, bit number -> name (Linux 6.x defines 0..40).
 CAPABILITY_NAMES: tuple[str, ...] = (
-    "CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_DAC_READ_SEARCH", "CAP_FOWNER", "CAP_FSETID",
-    "CAP_KILL", "CAP_SETGID", "CAP_SETUID", "CAP_SETPCAP", "CAP_LINUX_IMMUTABLE",
-    "CAP_NET_BIND_SERVICE", "CAP_NET_BROADCAST", "CAP_NET_ADMIN", "CAP_NET_RAW", "CAP_IPC_LOCK",
-    "CAP_IPC_OWNER", "CAP_SYS_MODULE", "CAP_SYS_RAWIO", "CAP_SYS_CHROOT", "CAP_SYS_PTRACE",
-    "CAP_SYS_PACCT", "CAP_SYS_ADMIN", "CAP_SYS_BOOT", "CAP_SYS_NICE", "CAP_SYS_RESOURCE",
-    "CAP_SYS_TIME", "CAP_SYS_TTY_CONFIG", "CAP_MKNOD", "CAP_LEASE", "CAP_AUDIT_WRITE",
-    "CAP_AUDIT_CONTROL", "CAP_SETFCAP", "CAP_MAC_OVERRIDE", "CAP_MAC_ADMIN", "CAP_SYSLOG",
-    "CAP_WAKE_ALARM", "CAP_BLOCK_SUSPEND", "CAP_AUDIT_READ", "CAP_PERFMON", "CAP_BPF",
+    "CAP_CHOWN",
+    "CAP_DAC_OVERRIDE",
+    "CAP_DAC_READ_SEARCH",
+    "CAP_FOWNER",
+    "CAP_FSETID",
+    "CAP_KILL",
+    "CAP_SETGID",
+    "CAP_SETUID",
+    "CAP_SETPCAP",
+    "CAP_LINUX_IMMUTABLE",
+    "CAP_NET_BIND_SERVICE",
+    "CAP_NET_BROADCAST",
+    "CAP_NET_ADMIN",
+    "CAP_NET_RAW",
+    "CAP_IPC_LOCK",
+    "CAP_IPC_OWNER",
+    "CAP_SYS_MODULE",
+    "CAP_SYS_RAWIO",
+    "CAP_SYS_CHROOT",
+    "CAP_SYS_PTRACE",
+    "CAP_SYS_PACCT",
+    "CAP_SYS_ADMIN",
+    "CAP_SYS_BOOT",
+    "CAP_SYS_NICE",
+    "CAP_SYS_RESOURCE",
+    "CAP_SYS_TIME",
+    "CAP_SYS_TTY_CONFIG",
+    "CAP_MKNOD",
+    "CAP_LEASE",
+    "CAP_AUDIT_WRITE",
+    "CAP_AUDIT_CONTROL",
+    "CAP_SETFCAP",
+    "CAP_MAC_OVERRIDE",
+    "CAP_MAC_ADMIN",
+    "CAP_SYSLOG",
+    "CAP_WAKE_ALARM",
+    "CAP_BLOCK_SUSPEND",
+    "CAP_AUDIT_READ",
+    "CAP_PERFMON",
+    "CAP_BPF",
     "CAP_CHECKPOINT_RESTORE",
 )
 # Capabilities that alone are enough to leave a sandbox or own the host.
-_HOST_LEVEL_CAPS = ("CAP_SYS_ADMIN", "CAP_SYS_MODULE", "CAP_SYS_PTRACE", "CAP_DAC_OVERRIDE",
-                    "CAP_DAC_READ_SEARCH", "CAP_SYS_RAWIO", "CAP_NET_ADMIN", "CAP_BPF")
+_HOST_LEVEL_CAPS = (
+    "CAP_SYS_ADMIN",
+    "CAP_SYS_MODULE",
+    "CAP_SYS_PTRACE",
+    "CAP_DAC_OVERRIDE",
+    "CAP_DAC_READ_SEARCH",
+    "CAP_SYS_RAWIO",
+    "CAP_NET_ADMIN",
+    "CAP_BPF",
+)
 _SO_ACCEPTCON = 0x00010000  # /proc/net/unix Flags column: the socket is listening
 
 
@@ -66,32 +106,53 @@ class DaemonSocket:
 
 
 DAEMON_SOCKETS: tuple[DaemonSocket, ...] = (
-    DaemonSocket("docker", ("var/run/docker.sock", "run/docker.sock", "{runtime}/docker.sock"),
-                 "root on the host: a client can start a privileged container that mounts /"),
-    DaemonSocket("containerd", ("run/containerd/containerd.sock",),
-                 "root on the host: a client can run any image with host mounts"),
-    DaemonSocket("podman", ("run/podman/podman.sock", "{runtime}/podman/podman.sock"),
-                 "runs containers as the socket's owner, with that user's files"),
-    DaemonSocket("cri-o", ("var/run/crio/crio.sock", "run/crio/crio.sock"),
-                 "root on the host through the Kubernetes runtime interface"),
-    DaemonSocket("libvirt", ("var/run/libvirt/libvirt-sock", "run/libvirt/libvirt-sock"),
-                 "starts virtual machines with host devices and disks"),
-    DaemonSocket("dbus-system", ("run/dbus/system_bus_socket", "var/run/dbus/system_bus_socket"),
-                 "talks to systemd, NetworkManager, polkit and other system services"),
-    DaemonSocket("dbus-session", ("{runtime}/bus",),
-                 "talks to the user's session services (secrets, notifications, systemd --user)"),
-    DaemonSocket("gpg-agent", ("{runtime}/gnupg/S.gpg-agent",),
-                 "signs and decrypts with the user's GPG keys"),
-    DaemonSocket("wayland", ("{runtime}/wayland-0",),
-                 "the user's display: screen contents and input"),
-    DaemonSocket("systemd-user", ("{runtime}/systemd/private",),
-                 "starts services as the user, outside any sandbox"),
+    DaemonSocket(
+        "docker",
+        ("var/run/docker.sock", "run/docker.sock", "{runtime}/docker.sock"),
+        "root on the host: a client can start a privileged container that mounts /",
+    ),
+    DaemonSocket(
+        "containerd",
+        ("run/containerd/containerd.sock",),
+        "root on the host: a client can run any image with host mounts",
+    ),
+    DaemonSocket(
+        "podman",
+        ("run/podman/podman.sock", "{runtime}/podman/podman.sock"),
+        "runs containers as the socket's owner, with that user's files",
+    ),
+    DaemonSocket(
+        "cri-o",
+        ("var/run/crio/crio.sock", "run/crio/crio.sock"),
+        "root on the host through the Kubernetes runtime interface",
+    ),
+    DaemonSocket(
+        "libvirt",
+        ("var/run/libvirt/libvirt-sock", "run/libvirt/libvirt-sock"),
+        "starts virtual machines with host devices and disks",
+    ),
+    DaemonSocket(
+        "dbus-system",
+        ("run/dbus/system_bus_socket", "var/run/dbus/system_bus_socket"),
+        "talks to systemd, NetworkManager, polkit and other system services",
+    ),
+    DaemonSocket(
+        "dbus-session",
+        ("{runtime}/bus",),
+        "talks to the user's session services (secrets, notifications, systemd --user)",
+    ),
+    DaemonSocket("gpg-agent", ("{runtime}/gnupg/S.gpg-agent",), "signs and decrypts with the user's GPG keys"),
+    DaemonSocket("wayland", ("{runtime}/wayland-0",), "the user's display: screen contents and input"),
+    DaemonSocket("systemd-user", ("{runtime}/systemd/private",), "starts services as the user, outside any sandbox"),
 )
 # Environment variables that point at a daemon socket, and the kind they name.
 _SOCKET_VARIABLES: tuple[tuple[str, str, str], ...] = (
     ("SSH_AUTH_SOCK", "ssh-agent", "signs with the user's SSH keys: push to git, log in to hosts"),
-    ("DBUS_SESSION_BUS_ADDRESS", "dbus-session",
-     "talks to the user's session services (secrets, notifications, systemd --user)"),
+    (
+        "DBUS_SESSION_BUS_ADDRESS",
+        "dbus-session",
+        "talks to the user's session services (secrets, notifications, systemd --user)",
+    ),
     ("DOCKER_HOST", "docker", "root on the host: a client can start a privileged container"),
 )
 _X11_WHY = "the user's X display: keystroke injection, screen capture, clipboard"
@@ -181,48 +242,77 @@ def classify_processes(facts: ProcessFacts) -> tuple[InventoryItem, ...]:
     if facts.process_owners:
         counts = Counter(facts.process_owners)
         users = ", ".join(f"{user} ({n})" for user, n in counts.most_common(6))
-        items.append(InventoryItem(
-            Group.PROCESSES, "processes", f"{len(facts.process_owners)} visible processes",
-            Verdict.BLOCK,
-            f"owners: {users}; a task can read their command lines, signal or trace those of "
-            "its own user; a sandbox gets its own PID namespace",
-        ))
+        items.append(
+            InventoryItem(
+                Group.PROCESSES,
+                "processes",
+                f"{len(facts.process_owners)} visible processes",
+                Verdict.BLOCK,
+                f"owners: {users}; a task can read their command lines, signal or trace those of "
+                "its own user; a sandbox gets its own PID namespace",
+            )
+        )
     known = {s.path for s in facts.sockets}
     for sock in facts.sockets:
-        items.append(InventoryItem(Group.PROCESSES, f"socket:{sock.kind}", sock.path, Verdict.BLOCK,
-                                   f"{sock.why}; never bind it into a sandbox"))
+        items.append(
+            InventoryItem(
+                Group.PROCESSES,
+                f"socket:{sock.kind}",
+                sock.path,
+                Verdict.BLOCK,
+                f"{sock.why}; never bind it into a sandbox",
+            )
+        )
     abstract = [p for p in facts.unix_listeners if p.startswith("@")]
     for path in facts.unix_listeners:
         if path.startswith("@") or path in known:
             continue
-        items.append(InventoryItem(
-            Group.PROCESSES, "socket:unix", path, Verdict.BLOCK,
-            "a listening Unix socket of some daemon; the sandbox sees none unless the manifest "
-            "binds its directory",
-        ))
+        items.append(
+            InventoryItem(
+                Group.PROCESSES,
+                "socket:unix",
+                path,
+                Verdict.BLOCK,
+                "a listening Unix socket of some daemon; the sandbox sees none unless the manifest binds its directory",
+            )
+        )
     if abstract:
         shown = ", ".join(abstract[:5]) + (", …" if len(abstract) > 5 else "")
-        items.append(InventoryItem(
-            Group.PROCESSES, "socket:abstract", f"{len(abstract)} abstract Unix socket(s)",
-            Verdict.BLOCK,
-            f"{shown}: reachable by name from this network namespace with no file permission "
-            "check; a sandbox needs its own network namespace",
-        ))
+        items.append(
+            InventoryItem(
+                Group.PROCESSES,
+                "socket:abstract",
+                f"{len(abstract)} abstract Unix socket(s)",
+                Verdict.BLOCK,
+                f"{shown}: reachable by name from this network namespace with no file permission "
+                "check; a sandbox needs its own network namespace",
+            )
+        )
     if facts.cap_eff:
         caps = decode_capabilities(facts.cap_eff)
         strong = [c for c in _HOST_LEVEL_CAPS if c in caps]
-        items.append(InventoryItem(
-            Group.PROCESSES, "capabilities", f"CapEff={facts.cap_eff:016x}", Verdict.BLOCK,
-            f"{len(caps)} capabilities held"
-            + (f", including {', '.join(strong)}" if strong else "")
-            + "; a sandbox drops all of them",
-        ))
+        items.append(
+            InventoryItem(
+                Group.PROCESSES,
+                "capabilities",
+                f"CapEff={facts.cap_eff:016x}",
+                Verdict.BLOCK,
+                f"{len(caps)} capabilities held"
+                + (f", including {', '.join(strong)}" if strong else "")
+                + "; a sandbox drops all of them",
+            )
+        )
     if facts.euid == 0:
-        items.append(InventoryItem(
-            Group.PROCESSES, "root-user", "uid 0", Verdict.BLOCK,
-            "running as root: every file permission check passes; the sandbox maps the task to "
-            "an unprivileged user",
-        ))
+        items.append(
+            InventoryItem(
+                Group.PROCESSES,
+                "root-user",
+                "uid 0",
+                Verdict.BLOCK,
+                "running as root: every file permission check passes; the sandbox maps the task to "
+                "an unprivileged user",
+            )
+        )
     return tuple(items)
 
 

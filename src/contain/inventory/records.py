@@ -32,10 +32,24 @@ from contain.inventory.secrets import secret_shape_of
 __all__ = ["DATABASE_SCHEMES", "RecordFacts", "classify_records", "gather_record_facts"]
 
 MAX_CREDENTIAL_FILE_BYTES = 1024 * 1024
-DATABASE_SCHEMES: frozenset[str] = frozenset({
-    "postgres", "postgresql", "mysql", "mariadb", "redis", "rediss", "mongodb", "mongodb+srv",
-    "amqp", "amqps", "mssql", "sqlserver", "clickhouse", "cockroachdb",
-})
+DATABASE_SCHEMES: frozenset[str] = frozenset(
+    {
+        "postgres",
+        "postgresql",
+        "mysql",
+        "mariadb",
+        "redis",
+        "rediss",
+        "mongodb",
+        "mongodb+srv",
+        "amqp",
+        "amqps",
+        "mssql",
+        "sqlserver",
+        "clickhouse",
+        "cockroachdb",
+    }
+)
 # Shapes whose "opens" is too vague to be a record of its own.
 _VAGUE_SHAPES = frozenset({"high-entropy", "url-password", "jwt", "private-key"})
 
@@ -60,8 +74,7 @@ def gather_record_facts(credentials: CredentialFacts) -> RecordFacts:
         try:
             if found.path.stat().st_size > MAX_CREDENTIAL_FILE_BYTES:
                 continue
-            texts.append((found.kind, found.path,
-                          found.path.read_text(encoding="utf-8", errors="replace")))
+            texts.append((found.kind, found.path, found.path.read_text(encoding="utf-8", errors="replace")))
         except OSError:
             continue
     variables = [("environment", n, v) for n, v in credentials.environ]
@@ -78,7 +91,10 @@ def classify_records(facts: RecordFacts) -> tuple[InventoryItem, ...]:
         key = (kind, location)
         if key not in seen:
             seen[key] = InventoryItem(
-                Group.RECORDS, kind, location, Verdict.REVIEW,
+                Group.RECORDS,
+                kind,
+                location,
+                Verdict.REVIEW,
                 f"{reason}; change it only through broker actions declared under records",
             )
 
@@ -112,8 +128,9 @@ def _from_variables(variables: Iterable[tuple[str, str, str]]) -> Iterable[Recor
         if "PGHOST" in env or "PGPASSWORD" in env:
             user = env.get("PGUSER", "")
             host = env.get("PGHOST", "localhost")
-            location = (f"postgres://{user + '@' if user else ''}{host}:{env.get('PGPORT', '5432')}"
-                        f"/{env.get('PGDATABASE', '')}")
+            location = (
+                f"postgres://{user + '@' if user else ''}{host}:{env.get('PGPORT', '5432')}/{env.get('PGDATABASE', '')}"
+            )
             yield ("database", location, f"PG* variables in {where}")
 
 
@@ -126,8 +143,7 @@ def _kube(text: str) -> Iterable[Record]:
     for cluster in data.get("clusters") or []:
         server = str((cluster.get("cluster") or {}).get("server", ""))
         names = ", ".join(contexts.get(str(cluster.get("name")), [])) or "none"
-        yield ("kubernetes-cluster", redact_url(server),
-               f"cluster {cluster.get('name')} (contexts: {names})")
+        yield ("kubernetes-cluster", redact_url(server), f"cluster {cluster.get('name')} (contexts: {names})")
 
 
 def _docker(text: str) -> Iterable[Record]:
@@ -135,8 +151,11 @@ def _docker(text: str) -> Iterable[Record]:
     for registry in sorted(set(data.get("auths") or {}) | set(data.get("credHelpers") or {})):
         yield ("container-registry", str(registry), "push and pull images")
     if data.get("credsStore"):
-        yield ("container-registry", f"every registry in credsStore {data['credsStore']}",
-               "a credential helper answers for any registry")
+        yield (
+            "container-registry",
+            f"every registry in credsStore {data['credsStore']}",
+            "a credential helper answers for any registry",
+        )
 
 
 def _netrc(text: str) -> Iterable[Record]:
@@ -161,8 +180,7 @@ def _gh_hosts(text: str) -> Iterable[Record]:
 
 
 def _npmrc(text: str) -> Iterable[Record]:
-    for match in re.finditer(r"^\s*//([^/:\s]+)[^\s]*:_(authToken|auth|password)\s*=", text,
-                             re.MULTILINE):
+    for match in re.finditer(r"^\s*//([^/:\s]+)[^\s]*:_(authToken|auth|password)\s*=", text, re.MULTILINE):
         yield ("package-registry", match.group(1), "an npm registry token")
 
 

@@ -44,35 +44,46 @@ def report_to_sarif(
         physical: dict[str, Any] = {"artifactLocation": {"uri": uri}}
         if region:
             physical["region"] = region
-        results.append({
-            "ruleId": finding.rule_id,
-            "ruleIndex": index[finding.rule_id],
-            "level": _LEVEL[finding.severity],
-            "message": {"text": f"{finding.message} Fix: {finding.fix}"},
-            "locations": [{
-                "physicalLocation": physical,
-                "logicalLocations": [{"fullyQualifiedName": finding.key_path, "kind": "member"}],
-            }],
-        })
+        results.append(
+            {
+                "ruleId": finding.rule_id,
+                "ruleIndex": index[finding.rule_id],
+                "level": _LEVEL[finding.severity],
+                "message": {"text": f"{finding.message} Fix: {finding.fix}"},
+                "locations": [
+                    {
+                        "physicalLocation": physical,
+                        "logicalLocations": [{"fullyQualifiedName": finding.key_path, "kind": "member"}],
+                    }
+                ],
+            }
+        )
     return {
         "$schema": SARIF_SCHEMA,
         "version": SARIF_VERSION,
-        "runs": [{
-            "tool": {"driver": {
-                "name": "contain",
-                "version": version,
-                "rules": [{
-                    "id": rule.id,
-                    "name": rule.title,
-                    "shortDescription": {"text": rule.title},
-                    "fullDescription": {"text": rule.why},
-                    "help": {"text": rule.fix},
-                    "defaultConfiguration": {"level": _LEVEL[rule.severity]},
-                } for rule in rules],
-            }},
-            "artifacts": [{"location": {"uri": uri}}],
-            "results": results,
-        }],
+        "runs": [
+            {
+                "tool": {
+                    "driver": {
+                        "name": "contain",
+                        "version": version,
+                        "rules": [
+                            {
+                                "id": rule.id,
+                                "name": rule.title,
+                                "shortDescription": {"text": rule.title},
+                                "fullDescription": {"text": rule.why},
+                                "help": {"text": rule.fix},
+                                "defaultConfiguration": {"level": _LEVEL[rule.severity]},
+                            }
+                            for rule in rules
+                        ],
+                    }
+                },
+                "artifacts": [{"location": {"uri": uri}}],
+                "results": results,
+            }
+        ],
     }
 
 

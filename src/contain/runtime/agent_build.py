@@ -166,9 +166,7 @@ def _find_compiler() -> str:
         found = shutil.which(name)
         if found:
             return found
-    raise UnsupportedHost(
-        "no C compiler (cc, gcc, clang) to build the sandbox agent", _COMPILER_FIX
-    )
+    raise UnsupportedHost("no C compiler (cc, gcc, clang) to build the sandbox agent", _COMPILER_FIX)
 
 
 def _compile_into(cache_dir: Path, target: Path) -> None:
@@ -204,9 +202,7 @@ def _raise_compile_failure(compiler: str, stderr: str) -> None:
     tail = stderr.strip()[-800:]
     # A missing static libc shows up as a link error; everything else is our bug.
     if "cannot find -lc" in stderr or "crt1.o" in stderr or "No such file" in stderr:
-        raise UnsupportedHost(
-            f"{compiler} cannot build a static binary for the sandbox agent: {tail}", _COMPILER_FIX
-        )
+        raise UnsupportedHost(f"{compiler} cannot build a static binary for the sandbox agent: {tail}", _COMPILER_FIX)
     raise SandboxStartError(
         f"building the sandbox agent with {compiler} failed: {tail}",
         "report this with the compiler output above",

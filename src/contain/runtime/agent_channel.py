@@ -287,9 +287,7 @@ def _build_reply(kind: str, fields: dict[str, str], skipped: tuple[str, ...]) ->
     if kind == "SPAWN_FAILED":
         if fields["stage"] not in SPAWN_STAGES:
             raise _lost(f"agent SPAWN_FAILED has an unknown stage {fields['stage'][:40]!r}")
-        return SpawnFailed(
-            stage=fields["stage"], errno=_int(kind, "errno", fields["errno"], high=4095)
-        )
+        return SpawnFailed(stage=fields["stage"], errno=_int(kind, "errno", fields["errno"], high=4095))
     if kind == "EXITED":
         return Exited(
             status=_int(kind, "status", fields["status"], high=0xFFFF),
@@ -300,9 +298,7 @@ def _build_reply(kind: str, fields: dict[str, str], skipped: tuple[str, ...]) ->
     return AgentErrorReply(message=fields["message"])
 
 
-def encode_run(
-    argv: Sequence[str], env: Mapping[str, str], cwd: str, rlimits: Sequence[Rlimit]
-) -> bytes:
+def encode_run(argv: Sequence[str], env: Mapping[str, str], cwd: str, rlimits: Sequence[Rlimit]) -> bytes:
     """The RUN frame for one workload (fds travel separately, as SCM_RIGHTS).
 
     Raises:

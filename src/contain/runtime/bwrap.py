@@ -138,17 +138,24 @@ def plan_bwrap_argv(boundary: Boundary, inputs: BwrapInputs, *, bwrap: str = "bw
         "--unshare-net",
         "--unshare-uts",
         "--unshare-cgroup",
-        "--uid", str(SANDBOX_UID),
-        "--gid", str(SANDBOX_GID),
-        "--hostname", "sandbox",
+        "--uid",
+        str(SANDBOX_UID),
+        "--gid",
+        str(SANDBOX_GID),
+        "--hostname",
+        "sandbox",
         "--disable-userns",
-        "--cap-drop", "ALL",
+        "--cap-drop",
+        "ALL",
         "--die-with-parent",
         "--new-session",
         "--as-pid-1",
         "--clearenv",
-        "--setenv", "PATH", "/usr/bin:/bin",
-        "--info-fd", str(inputs.info_fd),
+        "--setenv",
+        "PATH",
+        "/usr/bin:/bin",
+        "--info-fd",
+        str(inputs.info_fd),
     ]
     if inputs.seccomp_fd is not None:
         argv += ["--seccomp", str(inputs.seccomp_fd)]
@@ -179,7 +186,13 @@ def plan_bwrap_argv(boundary: Boundary, inputs: BwrapInputs, *, bwrap: str = "bw
             elif mask.kind == "dir":
                 argv += ["--perms", "0555", "--tmpfs", mask.sandbox_path, "--remount-ro", mask.sandbox_path]
             else:
-                argv += ["--perms", "0444", "--ro-bind-data", str(inputs.empty_file_fd_for[mask.sandbox_path]), mask.sandbox_path]
+                argv += [
+                    "--perms",
+                    "0444",
+                    "--ro-bind-data",
+                    str(inputs.empty_file_fd_for[mask.sandbox_path]),
+                    mask.sandbox_path,
+                ]
     for path, kind in sorted(inputs.paths.blocks.items()):
         if kind == "file":
             argv += ["--perms", "0000", "--ro-bind-data", str(inputs.empty_file_fd_for[path]), path]

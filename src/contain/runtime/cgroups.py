@@ -216,9 +216,7 @@ def _cfs_bandwidth(cores: float) -> tuple[int, int]:
     )
 
 
-def plan_cgroup_hierarchies(
-    facts: HostFacts, *, delegated_root: str | None
-) -> tuple[CgroupHierarchy, ...]:
+def plan_cgroup_hierarchies(facts: HostFacts, *, delegated_root: str | None) -> tuple[CgroupHierarchy, ...]:
     """Decide which hierarchies a sandbox cgroup spans and where its shared parent goes.
 
     Args:
@@ -267,8 +265,7 @@ def _plan_v1(v1: dict[str, CgroupMount], delegated_root: str | None) -> tuple[Cg
     missing = [row for row in CONTROLLER_ROWS if 1 in row.versions and row.controller not in v1]
     if missing:
         raise UnsupportedHost(
-            "cgroup v1 hierarchies missing for: "
-            + "; ".join(f"{row.controller} ({row.why})" for row in missing),
+            "cgroup v1 hierarchies missing for: " + "; ".join(f"{row.controller} ({row.why})" for row in missing),
             "mount them (mount -t cgroup -o <controller> cgroup /sys/fs/cgroup/<controller>), "
             "or set hardening.cgroups: off to run without cgroup limits",
         )
@@ -372,9 +369,7 @@ class SandboxCgroup:
     Build with ``create``; tear down with ``remove``. Not thread-safe.
     """
 
-    def __init__(
-        self, *, version: int, dirs: dict[str, str], memsw: bool, ops: CgroupOps
-    ) -> None:
+    def __init__(self, *, version: int, dirs: dict[str, str], memsw: bool, ops: CgroupOps) -> None:
         self.version = version
         self.dirs = dirs  # controller (every CONTROLLER_ROWS name) -> directory
         self._memsw = memsw
@@ -413,9 +408,7 @@ class SandboxCgroup:
                 swap cannot be bounded.
         """
         if not _NAME_RE.match(name):
-            raise SandboxStartError(
-                f"cgroup name {name!r} is not [a-z0-9][a-z0-9_.-]{{0,31}}", "pass a short label"
-            )
+            raise SandboxStartError(f"cgroup name {name!r} is not [a-z0-9][a-z0-9_.-]{{0,31}}", "pass a short label")
         delegated_root = os.environ.get(ROOT_ENV) or None
         hierarchies = plan_cgroup_hierarchies(facts, delegated_root=delegated_root)
         leaf = f"{LEAF_PREFIX}{os.getpid()}-{name}-{secrets.token_hex(4)}"
@@ -494,15 +487,11 @@ class SandboxCgroup:
         try:
             if self.version == 1:
                 cpu_ns = int(_read(posixpath.join(self.dirs["cpuacct"], "cpuacct.usage")))
-                peak_file = "memory.memsw.max_usage_in_bytes" if self._memsw else (
-                    "memory.max_usage_in_bytes"
-                )
+                peak_file = "memory.memsw.max_usage_in_bytes" if self._memsw else ("memory.max_usage_in_bytes")
                 return CgroupUsage(
                     cpu_s=cpu_ns / 1e9,
                     memory_peak_bytes=int(_read(self._memory_file(peak_file))),
-                    oom_kills=parse_keyed_counters(_read(self._memory_file("memory.oom_control")))[
-                        "oom_kill"
-                    ],
+                    oom_kills=parse_keyed_counters(_read(self._memory_file("memory.oom_control")))["oom_kill"],
                     pids_current=self._pids_current(),
                     pids_limit_hits=self._pids_limit_hits(),
                 )
@@ -570,7 +559,8 @@ class SandboxCgroup:
             self._close_peak_fd()
             _log.warning(
                 "memory.peak of %s is not resettable (%s); peak memory stays cumulative",
-                self.dirs["memory"], errno_name(exc.errno or 0),
+                self.dirs["memory"],
+                errno_name(exc.errno or 0),
             )
             return False
 
@@ -595,8 +585,7 @@ class SandboxCgroup:
             ) from exc
         if self.pids():
             raise SandboxStartError(
-                f"cgroup {self.dirs['freezer']} still holds pids {self.pids()} "
-                f"after {timeout_s} s of SIGKILL",
+                f"cgroup {self.dirs['freezer']} still holds pids {self.pids()} after {timeout_s} s of SIGKILL",
                 "a task may be stuck in uninterruptible sleep (D state); check the host",
             )
 
@@ -629,9 +618,7 @@ class SandboxCgroup:
         else:
             _write(posixpath.join(self.dirs["freezer"], "cgroup.freeze"), "1")
             events = posixpath.join(self.dirs["freezer"], "cgroup.events")
-            frozen = _wait_until(
-                lambda: parse_keyed_counters(_read(events)).get("frozen") == 1, deadline
-            )
+            frozen = _wait_until(lambda: parse_keyed_counters(_read(events)).get("frozen") == 1, deadline)
         if not frozen:  # kill anyway: SIGKILL still lands, the next round catches stragglers
             _log.warning("cgroup %s did not freeze before the deadline", self.dirs["freezer"])
 

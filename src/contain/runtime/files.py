@@ -12,6 +12,7 @@ are refused or skipped (and reported). Does not decide which paths are scratch (
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import os
@@ -47,7 +48,11 @@ def as_sandbox_user(uid: int, gid: int, work: Callable[[], T]) -> T:
         libc.setfsuid(uid)
         # setfsuid reports the previous value, never an error: ask again to confirm.
         if libc.setfsuid(uid) != uid or libc.setfsgid(gid) != gid:
-            failure.append(FileTransferError(f"could not switch file-system ids to {uid}:{gid}", "run contain as root or as the sandbox user"))
+            failure.append(
+                FileTransferError(
+                    f"could not switch file-system ids to {uid}:{gid}", "run contain as root or as the sandbox user"
+                )
+            )
             return
         try:
             outcome.append(work())
@@ -61,6 +66,7 @@ def as_sandbox_user(uid: int, gid: int, work: Callable[[], T]) -> T:
         raise failure[0]
     return outcome[0]
 
+
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
@@ -71,10 +77,12 @@ def scratch_relative(path: str, scratch_roots: tuple[str, ...]) -> tuple[str, st
         FileTransferError: the path is not absolute, not normalised, or outside every scratch root.
     """
     if not path.startswith("/") or posixpath.normpath(path) != path or "\x00" in path:
-        raise FileTransferError(f"{path!r} is not a normalised absolute sandbox path", "write it like /work/out/result.json")
+        raise FileTransferError(
+            f"{path!r} is not a normalised absolute sandbox path", "write it like /work/out/result.json"
+        )
     for root in scratch_roots:
         if path.startswith(root.rstrip("/") + "/"):
-            return root, path[len(root.rstrip("/")) + 1:]
+            return root, path[len(root.rstrip("/")) + 1 :]
     raise FileTransferError(
         f"{path} is outside the sandbox's scratch paths ({', '.join(scratch_roots)})",
         "put and get files only under a scratch path of the boundary",
@@ -104,11 +112,15 @@ def _open_dir(base_fd: int, parts: list[str], *, create: bool, owner: tuple[int,
 
 def _fail(path: str, exc: OSError, action: str) -> FileTransferError:
     if exc.errno == errno.ELOOP or exc.errno == errno.ENOTDIR:
-        return FileTransferError(f"cannot {action} {path}: a component is a symlink or not a directory", "use a plain path with no symlinks")
+        return FileTransferError(
+            f"cannot {action} {path}: a component is a symlink or not a directory", "use a plain path with no symlinks"
+        )
     return FileTransferError(f"cannot {action} {path}: {exc.strerror}", "check the path and the scratch size")
 
 
-def write_file_in(root: str, relative: str, data: bytes, *, mode: int, owner: tuple[int, int] | None, label: str) -> None:
+def write_file_in(
+    root: str, relative: str, data: bytes, *, mode: int, owner: tuple[int, int] | None, label: str
+) -> None:
     """Create or replace ``root/relative`` with ``data``; parents are created as needed.
 
     Raises:
@@ -121,7 +133,9 @@ def write_file_in(root: str, relative: str, data: bytes, *, mode: int, owner: tu
         raise _fail(label, exc, "open scratch for") from exc
     try:
         with _open_dir(base, parts[:-1], create=True, owner=owner) as parent:
-            fd = os.open(parts[-1], os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=parent)
+            fd = os.open(
+                parts[-1], os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=parent
+            )
             try:
                 if not stat.S_ISREG(os.fstat(fd).st_mode):
                     raise FileTransferError(f"{label} is not a regular file", "choose another path")
@@ -130,7 +144,7 @@ def write_file_in(root: str, relative: str, data: bytes, *, mode: int, owner: tu
                 os.fchmod(fd, mode)
                 view = memoryview(data)
                 while view:
-                    view = view[os.write(fd, view):]
+                    view = view[os.write(fd, view) :]
             finally:
                 os.close(fd)
     except OSError as exc:
@@ -158,12 +172,16 @@ def read_file_in(root: str, relative: str, *, max_bytes: int, label: str) -> byt
                 if not stat.S_ISREG(info.st_mode):
                     raise FileTransferError(f"{label} is not a regular file", "get only regular files")
                 if info.st_size > max_bytes:
-                    raise FileTransferError(f"{label} is {info.st_size} bytes, over the {max_bytes}-byte limit", "pass a larger max_bytes")
+                    raise FileTransferError(
+                        f"{label} is {info.st_size} bytes, over the {max_bytes}-byte limit", "pass a larger max_bytes"
+                    )
                 chunks, total = [], 0
                 while chunk := os.read(fd, 1 << 20):
                     total += len(chunk)
                     if total > max_bytes:
-                        raise FileTransferError(f"{label} grew past {max_bytes} bytes while reading", "pass a larger max_bytes")
+                        raise FileTransferError(
+                            f"{label} grew past {max_bytes} bytes while reading", "pass a larger max_bytes"
+                        )
                     chunks.append(chunk)
                 return b"".join(chunks)
             finally:
@@ -211,10 +229,8 @@ def _copy_dir(src_fd: int, dst_fd: int, prefix: str, report: ExportReport, max_b
         label = f"{prefix}{entry}"
         info = os.stat(entry, dir_fd=src_fd, follow_symlinks=False)
         if stat.S_ISDIR(info.st_mode):
-            try:
+            with contextlib.suppress(FileExistsError):
                 os.mkdir(entry, 0o755, dir_fd=dst_fd)
-            except FileExistsError:
-                pass
             try:
                 child_src = os.open(entry, _DIR_FLAGS, dir_fd=src_fd)
                 child_dst = os.open(entry, _DIR_FLAGS, dir_fd=dst_fd)
@@ -236,7 +252,9 @@ def _copy_dir(src_fd: int, dst_fd: int, prefix: str, report: ExportReport, max_b
                 report.skipped.append(f"{label} (could not be opened)")
                 continue
             try:
-                dst = os.open(entry, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644, dir_fd=dst_fd)
+                dst = os.open(
+                    entry, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644, dir_fd=dst_fd
+                )
             except OSError:
                 os.close(src)
                 report.skipped.append(f"{label} (destination is not a plain file)")

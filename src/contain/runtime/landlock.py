@@ -86,9 +86,7 @@ class LandlockPlan:
         return args
 
 
-def plan_landlock(
-    *, abi: int, write_paths: Sequence[str], requirement: LayerRequirement
-) -> LandlockPlan | None:
+def plan_landlock(*, abi: int, write_paths: Sequence[str], requirement: LayerRequirement) -> LandlockPlan | None:
     """Plan the Landlock layer for one sandbox.
 
     Args:

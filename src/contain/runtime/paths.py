@@ -58,7 +58,7 @@ class PathFacts:
 
 def protected_entries(rule: FileRule) -> list[tuple[str, str]]:
     """(relative path, kind) pairs protected inside a write bind: the defaults plus ``protect``."""
-    entries = [(p.path, p.kind) for p in PROTECTED_PATHS]
+    entries: list[tuple[str, str]] = [(p.path, p.kind) for p in PROTECTED_PATHS]
     known = {p for p, _ in entries}
     entries += [(p, "file") for p in rule.protect if p not in known]
     return entries
@@ -216,4 +216,4 @@ def host_path_of(sandbox_path: str, binds: list[BindFacts] | tuple[BindFacts, ..
             best = (root, bind.host_realpath)
     if best is None:
         return None
-    return os.path.join(best[1], sandbox_path[len(best[0]):])
+    return os.path.join(best[1], sandbox_path[len(best[0]) :])

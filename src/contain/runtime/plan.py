@@ -92,21 +92,31 @@ def plan_layers(
             controllers or egress are missing.
     """
     if facts.bwrap_path is None:
-        raise UnsupportedHost("bubblewrap (bwrap) is not installed", "apt-get install bubblewrap (or run `make setup` as root)")
+        raise UnsupportedHost(
+            "bubblewrap (bwrap) is not installed", "apt-get install bubblewrap (or run `make setup` as root)"
+        )
     if not facts.user_namespaces:
         raise UnsupportedHost(
             "unprivileged user namespaces are disabled on this host",
             "sysctl -w user.max_user_namespaces=15000; on Ubuntu also kernel.apparmor_restrict_unprivileged_userns=0",
         )
     if not facts.seccomp:
-        raise UnsupportedHost("the kernel has no seccomp filter support", "use a kernel built with CONFIG_SECCOMP_FILTER")
+        raise UnsupportedHost(
+            "the kernel has no seccomp filter support", "use a kernel built with CONFIG_SECCOMP_FILTER"
+        )
     if facts.libseccomp_path is None:
         raise UnsupportedHost("libseccomp is not installed", "apt-get install libseccomp2")
     report = {"namespaces": "user, mount, pid, ipc, uts, net, cgroup", "seccomp": "applied"}
 
-    landlock = plan_landlock(abi=facts.landlock_abi, write_paths=writable_paths(boundary), requirement=boundary.hardening.landlock)
+    landlock = plan_landlock(
+        abi=facts.landlock_abi, write_paths=writable_paths(boundary), requirement=boundary.hardening.landlock
+    )
     if landlock is None:
-        report["landlock"] = "off by manifest" if boundary.hardening.landlock is LayerRequirement.OFF else "unavailable on this kernel (auto)"
+        report["landlock"] = (
+            "off by manifest"
+            if boundary.hardening.landlock is LayerRequirement.OFF
+            else "unavailable on this kernel (auto)"
+        )
     else:
         report["landlock"] = f"applied (ABI {landlock.abi})"
 

@@ -22,12 +22,14 @@ Does not decide policy (that is the boundary) and does not talk HTTP (that is eg
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import logging
 import os
 import selectors
 import signal
+import socket
 import subprocess
 import threading
 import time
@@ -129,7 +131,9 @@ class Sandbox:
         self.start()
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.close()
 
     @property
@@ -155,7 +159,10 @@ class Sandbox:
         facts = self._facts or probe_host()
         egress = _egress_module() if self.boundary.allows_network else None
         layers = plan_layers(
-            self.boundary, facts, egress_available=egress is not None, delegated_root=os.environ.get(CGROUP_ROOT_ENV) or None
+            self.boundary,
+            facts,
+            egress_available=egress is not None,
+            delegated_root=os.environ.get(CGROUP_ROOT_ENV) or None,
         )
         self._layers = layers
         agent = str(ensure_agent_binary())
@@ -164,7 +171,9 @@ class Sandbox:
         bpf = compile_filter(arch=facts.arch, libseccomp_path=facts.libseccomp_path)
         try:
             if layers.cgroups:
-                self._cgroup = SandboxCgroup.create(f"{os.getpid()}-{uuid.uuid4().hex[:10]}", self.boundary.resources, facts)
+                self._cgroup = SandboxCgroup.create(
+                    f"{os.getpid()}-{uuid.uuid4().hex[:10]}", self.boundary.resources, facts
+                )
             self._spawn(facts, agent, bpf, uid, gid, layers)
             if egress is not None:
                 self._egress = egress.start_egress(self.boundary, netns_path=f"/proc/{self._agent_pid}/ns/net")  # type: ignore[attr-defined]
@@ -175,7 +184,9 @@ class Sandbox:
             self._teardown()
             if isinstance(exc, ContainError):
                 if stderr and isinstance(exc, SandboxLost):
-                    raise SandboxStartError(f"the sandbox failed to start: {stderr}", "run `contain doctor` to see what this host lacks") from exc
+                    raise SandboxStartError(
+                        f"the sandbox failed to start: {stderr}", "run `contain doctor` to see what this host lacks"
+                    ) from exc
                 raise
             raise SandboxStartError(
                 f"the sandbox failed to start: {stderr or exc}", "run `contain doctor` to see what this host lacks"
@@ -206,11 +217,18 @@ class Sandbox:
             resolv = egress_module.RESOLV_CONF_TEXT
         etc = generated_etc_files(home=default_scratch_paths(self.boundary)[0], resolv_conf=resolv)
         data_fds = {path: data_fd(text.encode()) for path, text in etc.items()}
-        empties = {m.sandbox_path: data_fd(b"") for b in self._paths.binds for m in b.masks if not m.exists and m.kind == "file"}
+        empties = {
+            m.sandbox_path: data_fd(b"")
+            for b in self._paths.binds
+            for m in b.masks
+            if not m.exists and m.kind == "file"
+        }
         empties.update({p: data_fd(b"") for p, kind in self._paths.blocks.items() if kind == "file"})
         seccomp_fd = data_fd(bpf) if len(bpf) < 65536 else None
         if seccomp_fd is None:
-            raise SandboxStartError(f"seccomp filter of {len(bpf)} bytes exceeds the pipe buffer", "report this as a bug")
+            raise SandboxStartError(
+                f"seccomp filter of {len(bpf)} bytes exceeds the pipe buffer", "report this as a bug"
+            )
         agent_args = ["--control-fd", str(agent_sock)]
         if layers.landlock is not None:
             agent_args += layers.landlock.agent_args()
@@ -246,7 +264,9 @@ class Sandbox:
         except OSError as exc:
             os.close(info_r)
             host_sock.close()
-            raise SandboxStartError(f"cannot start bubblewrap: {exc.strerror}", "check that bwrap is installed and executable") from exc
+            raise SandboxStartError(
+                f"cannot start bubblewrap: {exc.strerror}", "check that bwrap is installed and executable"
+            ) from exc
         finally:
             for fd in owned:
                 os.close(fd)
@@ -301,7 +321,12 @@ class Sandbox:
             return self._run_locked(list(argv), stdin, timeout, env, cwd)
 
     def _run_locked(
-        self, argv: list[str], stdin: bytes | None, timeout: float | None, env: Mapping[str, str] | None, cwd: str | None
+        self,
+        argv: list[str],
+        stdin: bytes | None,
+        timeout: float | None,
+        env: Mapping[str, str] | None,
+        cwd: str | None,
     ) -> RunResult:
         assert self._channel is not None and self._layers is not None
         resources = self.boundary.resources
@@ -356,26 +381,44 @@ class Sandbox:
         if after is not None and before is not None:
             usage = Usage(max(0.0, after.cpu_s - before.cpu_s), after.memory_peak_bytes, "cgroup")
         else:
-            usage = Usage((exited.utime_us + exited.stime_us) / 1e6 if exited else 0.0, (exited.maxrss_kb * 1024) if exited else None, "agent rusage")
+            usage = Usage(
+                (exited.utime_us + exited.stime_us) / 1e6 if exited else 0.0,
+                (exited.maxrss_kb * 1024) if exited else None,
+                "agent rusage",
+            )
         exit_code, sig = _decode_status(exited.status) if exited else (None, signal.SIGKILL)
         if timed_out:
-            violations.append(Violation("timeout", f"the command ran past the {wall:g}s wall-clock limit and was killed"))
+            violations.append(
+                Violation("timeout", f"the command ran past the {wall:g}s wall-clock limit and was killed")
+            )
         if cpu_killed or sig in (signal.SIGXCPU,):
             violations.append(Violation("cpu", f"the command used its {resources.cpu_s:g}s CPU budget and was killed"))
         if oom:
-            violations.append(Violation("memory", f"the sandbox exceeded its {resources.memory_bytes} byte memory limit; the kernel killed the largest process"))
+            violations.append(
+                Violation(
+                    "memory",
+                    f"the sandbox exceeded its {resources.memory_bytes} byte memory limit; "
+                    "the kernel killed the largest process",
+                )
+            )
         if after is not None and before is not None and after.pids_limit_hits > before.pids_limit_hits:
-            violations.append(Violation("pids", f"process creation was refused at the {resources.pids_max}-process limit"))
+            violations.append(
+                Violation("pids", f"process creation was refused at the {resources.pids_max}-process limit")
+            )
         for name, cap in (("stdout", stdout), ("stderr", stderr)):
             if cap.truncated:
-                violations.append(Violation("output", f"{name} exceeded {resources.output_bytes} bytes; it was truncated and closed"))
+                violations.append(
+                    Violation("output", f"{name} exceeded {resources.output_bytes} bytes; it was truncated and closed")
+                )
         egress_events: list[dict[str, object]] = []
         if self._egress is not None:
             for event in self._egress.drain_events():  # type: ignore[attr-defined]
                 egress_events.append(event.to_dict())
                 message = event.violation_message()
                 if message:
-                    violations.append(Violation("egress", message, event.rule_id, {"host": event.host, "port": event.port}))
+                    violations.append(
+                        Violation("egress", message, event.rule_id, {"host": event.host, "port": event.port})
+                    )
         setup = 0.0 if self._setup_reported else self._setup_s
         self._setup_reported = True
         return RunResult(
@@ -556,15 +599,15 @@ class Sandbox:
                     )
                 except (OSError, FileTransferError) as exc:
                     log.warning("export of %s to %s failed: %s", rule.path, rule.export, exc)
-                    raise FileTransferError(f"export of {rule.path} to {rule.export} failed: {exc}", "check the export directory") from exc
+                    raise FileTransferError(
+                        f"export of {rule.path} to {rule.export} failed: {exc}", "check the export directory"
+                    ) from exc
 
     def _teardown(self) -> None:
         """Stop the agent, kill leftovers through the cgroup, remove host traces."""
         if self._channel is not None:
-            try:
+            with contextlib.suppress(ContainError):
                 self._channel.exit()
-            except ContainError:
-                pass
         proc = self._proc
         if proc is not None:
             try:
@@ -591,10 +634,8 @@ class Sandbox:
         """Kill the whole sandbox from the host: the pid namespace dies with its pid 1."""
         for pid in (self._agent_pid, self._proc.pid if self._proc else None):
             if pid is not None:
-                try:
+                with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
         if self._cgroup is not None:
             self._cgroup.kill_all(timeout_s=5.0)
 
@@ -675,9 +716,7 @@ class _Feeder:
             os.close(self.fd)
 
 
-def _socketpair() -> tuple[object, int]:
-    import socket
-
+def _socketpair() -> tuple[socket.socket, int]:
     host, agent = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     agent_fd = agent.detach()
     os.set_inheritable(agent_fd, True)
@@ -697,7 +736,9 @@ def _read_child_pid(info_fd: int, proc: subprocess.Popen[bytes]) -> int:
     finally:
         os.close(info_fd)
     stderr = proc.stderr.read(4096).decode(errors="replace").strip() if proc.stderr else ""
-    raise SandboxStartError(f"bubblewrap exited before the sandbox started: {stderr or 'no message'}", "run `contain doctor`")
+    raise SandboxStartError(
+        f"bubblewrap exited before the sandbox started: {stderr or 'no message'}", "run `contain doctor`"
+    )
 
 
 def _decode_status(status: int) -> tuple[int | None, int | None]:
@@ -714,7 +755,11 @@ def _remove_placeholders(paths: PathFacts) -> None:
         try:
             if mask.kind == "dir":
                 os.rmdir(mask.host_path)
-            elif os.path.isfile(mask.host_path) and not os.path.islink(mask.host_path) and os.path.getsize(mask.host_path) == 0:
+            elif (
+                os.path.isfile(mask.host_path)
+                and not os.path.islink(mask.host_path)
+                and os.path.getsize(mask.host_path) == 0
+            ):
                 os.unlink(mask.host_path)
         except FileNotFoundError:
             pass

@@ -81,9 +81,7 @@ logger = logging.getLogger(__name__)
 
 _U64_MAX = (1 << 64) - 1
 _LOW32 = 0xFFFF_FFFF
-_LIBSECCOMP_FIX = (
-    "install or upgrade the Debian package libseccomp2 (>= 2.5): apt-get install libseccomp2"
-)
+_LIBSECCOMP_FIX = "install or upgrade the Debian package libseccomp2 (>= 2.5): apt-get install libseccomp2"
 
 
 class Action(enum.Enum):
@@ -203,14 +201,16 @@ def _deny(
     when: tuple[ArgCondition, ...] = (),
 ) -> SyscallRule:
     return SyscallRule(
-        syscall=syscall, action=Action.ERRNO, errno_value=errno_value, when=when, why=why,
+        syscall=syscall,
+        action=Action.ERRNO,
+        errno_value=errno_value,
+        when=when,
+        why=why,
         probe=probe,
     )
 
 
-def _allow(
-    syscall: str, why: str, probe: str, *, when: tuple[ArgCondition, ...] = ()
-) -> SyscallRule:
+def _allow(syscall: str, why: str, probe: str, *, when: tuple[ArgCondition, ...] = ()) -> SyscallRule:
     return SyscallRule(syscall=syscall, action=Action.ALLOW, when=when, why=why, probe=probe)
 
 
@@ -271,10 +271,7 @@ def _socket_family_rows(syscall: str, allowed: dict[int, str]) -> tuple[SyscallR
     gaps = [v for v in range(top) if v not in allowed]
     when_rows = [ArgCondition(index=0, op=ArgOp.EQ, value=v) for v in gaps]
     when_rows.append(ArgCondition(index=0, op=ArgOp.GT, value=top))  # NETLINK, PACKET, VSOCK...
-    return tuple(
-        _deny(syscall, why, "SY-07", errno_value=errno.EAFNOSUPPORT, when=(cond,))
-        for cond in when_rows
-    )
+    return tuple(_deny(syscall, why, "SY-07", errno_value=errno.EAFNOSUPPORT, when=(cond,)) for cond in when_rows)
 
 
 def _personality_rows() -> tuple[SyscallRule, ...]:
@@ -314,8 +311,19 @@ SECCOMP_RULES: tuple[SyscallRule, ...] = (
     ),
     # Mounts: the filesystem view is bwrap's to build, never the workload's.
     *_deny_all(
-        ("mount", "umount2", "pivot_root", "chroot", "move_mount", "open_tree", "fsopen",
-         "fsconfig", "fsmount", "fspick", "mount_setattr"),
+        (
+            "mount",
+            "umount2",
+            "pivot_root",
+            "chroot",
+            "move_mount",
+            "open_tree",
+            "fsopen",
+            "fsconfig",
+            "fsmount",
+            "fspick",
+            "mount_setattr",
+        ),
         "changes the mount table bwrap built; could uncover or replace hidden paths",
         "FS-17",
     ),
@@ -428,11 +436,7 @@ SECCOMP_RULES: tuple[SyscallRule, ...] = (
         "seccomp",
         "nested filters without a listener can only restrict further (browsers, runtimes)",
         "SY-09",
-        when=(
-            ArgCondition(
-                index=1, op=ArgOp.MASKED_EQ, value=0, mask=_SECCOMP_FILTER_FLAG_NEW_LISTENER
-            ),
-        ),
+        when=(ArgCondition(index=1, op=ArgOp.MASKED_EQ, value=0, mask=_SECCOMP_FILTER_FLAG_NEW_LISTENER),),
     ),
     *(
         _allow(name, "Landlock only restricts; the in-sandbox agent applies it", "FS-13")
@@ -455,9 +459,7 @@ SECCOMP_RULES: tuple[SyscallRule, ...] = (
     *_deny_all(("quotactl", "quotactl_fd"), "changes filesystem quotas", "SY-10"),
     *_deny_all(("lookup_dcookie",), "resolves kernel dentry cookies to host paths", "SY-10"),
     *_deny_all(("nfsservctl",), "removed NFS server control, old exploit surface", "SY-10"),
-    *_deny_all(
-        ("fanotify_init",), "filesystem-wide event monitoring beyond the sandbox", "SY-10"
-    ),
+    *_deny_all(("fanotify_init",), "filesystem-wide event monitoring beyond the sandbox", "SY-10"),
 )
 
 
@@ -500,9 +502,7 @@ def seccomp_arch(arch: str) -> SeccompArch:
     for row in SUPPORTED_ARCHES:
         if row.name == arch:
             return row
-    bypass = _BYPASS_ON_ARCH.get(
-        arch, "syscall numbers, multiplexers and argument order were never checked for it"
-    )
+    bypass = _BYPASS_ON_ARCH.get(arch, "syscall numbers, multiplexers and argument order were never checked for it")
     raise UnsupportedHost(
         f"seccomp filter not available for architecture {arch!r}: {bypass}",
         "run on " + " or ".join(a.name for a in SUPPORTED_ARCHES),
@@ -544,8 +544,7 @@ _PROTOTYPES: dict[str, tuple[object, list[object]]] = {
     "seccomp_syscall_resolve_name": (ctypes.c_int, [ctypes.c_char_p]),
     "seccomp_rule_add_exact_array": (
         ctypes.c_int,
-        [ctypes.c_void_p, ctypes.c_uint32, ctypes.c_int, ctypes.c_uint,
-         ctypes.POINTER(_ScmpArgCmp)],
+        [ctypes.c_void_p, ctypes.c_uint32, ctypes.c_int, ctypes.c_uint, ctypes.POINTER(_ScmpArgCmp)],
     ),
     "seccomp_export_bpf": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_int]),
     "seccomp_export_pfc": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_int]),
@@ -577,13 +576,9 @@ def _libseccomp(path: str | None) -> ctypes.CDLL:
                 func.restype = restype
                 func.argtypes = argtypes
         except AttributeError as exc:
-            raise UnsupportedHost(
-                f"libseccomp at {candidate} lacks {exc.name or exc}", _LIBSECCOMP_FIX
-            ) from exc
+            raise UnsupportedHost(f"libseccomp at {candidate} lacks {exc.name or exc}", _LIBSECCOMP_FIX) from exc
         return lib
-    raise UnsupportedHost(
-        f"cannot load libseccomp ({path or 'libseccomp.so.2'}): {failure}", _LIBSECCOMP_FIX
-    )
+    raise UnsupportedHost(f"cannot load libseccomp ({path or 'libseccomp.so.2'}): {failure}", _LIBSECCOMP_FIX)
 
 
 def _version(lib: ctypes.CDLL) -> str:
@@ -665,8 +660,7 @@ def plan_filter(
         nr = numbers[rule.syscall]
         if nr == _NR_SCMP_ERROR:
             raise UnsupportedHost(
-                f"libseccomp {_version(lib)} does not know syscall {rule.syscall!r} "
-                f"(rule: {rule.why})",
+                f"libseccomp {_version(lib)} does not know syscall {rule.syscall!r} (rule: {rule.why})",
                 _LIBSECCOMP_FIX,
             )
         if nr < 0:
@@ -676,9 +670,7 @@ def plan_filter(
         else:
             denies.append((rule, nr))
     if absent:
-        logger.debug(
-            "seccomp: %s has no %s; rows skipped", arch, sorted({r.syscall for r in absent})
-        )
+        logger.debug("seccomp: %s has no %s; rows skipped", arch, sorted({r.syscall for r in absent}))
     return FilterPlan(target, tuple(denies), tuple(allows), tuple(absent))
 
 
@@ -741,9 +733,7 @@ def _datums(cond: ArgCondition) -> tuple[int, int]:
 
 
 @functools.lru_cache(maxsize=16)
-def _compile_cached(
-    rules: tuple[SyscallRule, ...], arch: str, libseccomp_path: str | None
-) -> bytes:
+def _compile_cached(rules: tuple[SyscallRule, ...], arch: str, libseccomp_path: str | None) -> bytes:
     plan = plan_filter(rules, arch=arch, libseccomp_path=libseccomp_path)
     bpf = _export(plan, libseccomp_path, export="bpf")
     if not bpf or len(bpf) % 8:

@@ -11,7 +11,10 @@ def test_flags_add_binds_env_hosts_and_resources(tmp_path):
     b = extend_boundary(
         Boundary(),
         BoundaryFlags(
-            reads=[str(data)], writes=[f"{tmp_path}:/work/repo"], env=["A=1"], allow_hosts=["pypi.org", "api.test:8443"],
+            reads=[str(data)],
+            writes=[f"{tmp_path}:/work/repo"],
+            env=["A=1"],
+            allow_hosts=["pypi.org", "api.test:8443"],
             resources={"memory_bytes": "256MiB"},
         ),
     )

@@ -35,7 +35,10 @@ def test_errors_name_the_file_the_key_path_and_the_line(tmp_path):
 
 
 def test_host_paths_are_relative_to_the_manifest(tmp_path):
-    path = write(tmp_path, "files:\n  - {host: ./data, path: /inputs/data, access: read}\n  - {path: /work/out, access: scratch, export: out}\n")
+    path = write(
+        tmp_path,
+        "files:\n  - {host: ./data, path: /inputs/data, access: read}\n  - {path: /work/out, access: scratch, export: out}\n",
+    )
     boundary = load_boundary(path)
     assert boundary.files[0].host == str(tmp_path / "data")
     assert boundary.files[1].export == str(tmp_path / "out")
@@ -43,7 +46,11 @@ def test_host_paths_are_relative_to_the_manifest(tmp_path):
 
 @pytest.mark.parametrize(
     ("text", "fragment"),
-    [("files: [unclosed\n", "not valid YAML"), ("- a\n- b\n", "top level must be a mapping"), ("version: 2\n", "version")],
+    [
+        ("files: [unclosed\n", "not valid YAML"),
+        ("- a\n- b\n", "top level must be a mapping"),
+        ("version: 2\n", "version"),
+    ],
 )
 def test_malformed_manifests_are_refused_with_a_clear_error(tmp_path, text, fragment):
     with pytest.raises(BoundaryInvalid) as info:

@@ -43,7 +43,12 @@ def test_file_rules_refuse_contradictions(files, fragment):
 
 def test_block_inside_a_bind_is_accepted():
     b = Boundary.model_validate(
-        {"files": [{"host": "/data", "path": "/inputs/data", "access": "read"}, {"path": "/inputs/data/secret", "access": "block"}]}
+        {
+            "files": [
+                {"host": "/data", "path": "/inputs/data", "access": "read"},
+                {"path": "/inputs/data/secret", "access": "block"},
+            ]
+        }
     )
     assert [r.access for r in b.files] == [FileAccess.READ, FileAccess.BLOCK]
 
@@ -66,7 +71,9 @@ def test_network_rules_refuse_broad_or_hostile_hosts(rule, fragment):
 
 
 def test_network_rules_canonicalise_and_default_to_443():
-    b = Boundary.model_validate({"network": {"allow": [{"host": "API.Example.com."}, {"host": "10.0.0.0/8", "ports": [80, 80]}]}})
+    b = Boundary.model_validate(
+        {"network": {"allow": [{"host": "API.Example.com."}, {"host": "10.0.0.0/8", "ports": [80, 80]}]}}
+    )
     assert [(r.host, r.ports) for r in b.network.allow] == [("api.example.com", (443,)), ("10.0.0.0/8", (80,))]
     assert b.allows_network
 
@@ -105,4 +112,6 @@ def test_tool_and_record_rules_are_validated_now():
     with pytest.raises(ValidationError):
         Boundary.model_validate({"records": [{"name": "invoices", "actions": []}]})
     with pytest.raises(ValidationError):
-        Boundary.model_validate({"tools": [{"name": "x", "verdict": "allow", "args": {"a": {"minimum": 5, "maximum": 1}}}]})
+        Boundary.model_validate(
+            {"tools": [{"name": "x", "verdict": "allow", "args": {"a": {"minimum": 5, "maximum": 1}}}]}
+        )

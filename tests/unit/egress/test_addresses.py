@@ -43,9 +43,7 @@ def test_every_ipv4_spelling_of_loopback_parses_to_127_0_0_1(spelling: str) -> N
         ("2852039166", "169.254.169.254"),
     ],
 )
-def test_ipv6_and_mapped_literals_parse_to_the_address_they_reach(
-    spelling: str, expected: str
-) -> None:
+def test_ipv6_and_mapped_literals_parse_to_the_address_they_reach(spelling: str, expected: str) -> None:
     assert parse_ip_literal(spelling) == ipaddress.ip_address(expected)
 
 

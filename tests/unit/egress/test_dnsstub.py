@@ -9,16 +9,9 @@ from contain.egress.dnsstub import DnsStub, parse_question, plan_response
 PLACEHOLDER = ipaddress.IPv4Address("127.77.0.1")
 
 
-def query(
-    name: str, qtype: int = 1, *, ident: int = 0x1234, flags: int = 0x0100, qclass: int = 1
-) -> bytes:
+def query(name: str, qtype: int = 1, *, ident: int = 0x1234, flags: int = 0x0100, qclass: int = 1) -> bytes:
     labels = b"".join(bytes([len(p)]) + p.encode("latin-1") for p in name.split(".") if p)
-    return (
-        struct.pack("!HHHHHH", ident, flags, 1, 0, 0, 0)
-        + labels
-        + b"\x00"
-        + struct.pack("!HH", qtype, qclass)
-    )
+    return struct.pack("!HHHHHH", ident, flags, 1, 0, 0, 0) + labels + b"\x00" + struct.pack("!HH", qtype, qclass)
 
 
 def rcode(reply: bytes) -> int:
@@ -76,9 +69,7 @@ def test_malformed_queries_are_refused(message: bytes) -> None:
         parse_question(message)
 
 
-def run_stub(
-    message: bytes, allowed: dict[str, ipaddress.IPv4Address]
-) -> tuple[bytes | None, list[str]]:
+def run_stub(message: bytes, allowed: dict[str, ipaddress.IPv4Address]) -> tuple[bytes | None, list[str]]:
     asked: list[str] = []
 
     async def answer(name: str) -> ipaddress.IPv4Address | None:

@@ -77,8 +77,7 @@ def test_other_port_of_an_allowed_host_says_which_ports_work() -> None:
     assert not decision.allowed
     assert decision.rule_id == "egress.port_not_allowed"
     assert decision.reason == (
-        "allowed.test:22 is not in network.allow "
-        "(allowed.test is allowed on port(s) 443, 8443 only)"
+        "allowed.test:22 is not in network.allow (allowed.test is allowed on port(s) 443, 8443 only)"
     )
 
 
@@ -132,9 +131,7 @@ def test_empty_allow_list_denies_everything() -> None:
 
 
 def test_ports_for_name_unions_every_matching_entry() -> None:
-    p = policy(
-        {"host": "a.allowed.test", "ports": [80]}, {"host": "*.allowed.test", "ports": [443]}
-    )
+    p = policy({"host": "a.allowed.test", "ports": [80]}, {"host": "*.allowed.test", "ports": [443]})
     assert p.ports_for_name("a.allowed.test") == frozenset({80, 443})
     assert p.ports_for_name("b.allowed.test") == frozenset({443})
     assert p.ports_for_name("allowed.test") == frozenset()

@@ -27,11 +27,9 @@ BAD_HEADS = {
     "two hosts": b"GET http://a.test/ HTTP/1.1\r\nHost: a.test\r\nHost: b.test\r\n\r\n",
     "CL and TE": b"POST http://a.test/ HTTP/1.1\r\nHost: a.test\r\nContent-Length: 4\r\n"
     b"Transfer-Encoding: chunked\r\n\r\n",
-    "two CL": b"POST http://a.test/ HTTP/1.1\r\nHost: a.test\r\n"
-    b"Content-Length: 4\r\nContent-Length: 5\r\n\r\n",
+    "two CL": b"POST http://a.test/ HTTP/1.1\r\nHost: a.test\r\nContent-Length: 4\r\nContent-Length: 5\r\n\r\n",
     "signed CL": b"POST http://a.test/ HTTP/1.1\r\nHost: a.test\r\nContent-Length: +4\r\n\r\n",
-    "TE on forward": b"POST http://a.test/ HTTP/1.1\r\nHost: a.test\r\n"
-    b"Transfer-Encoding: chunked\r\n\r\n",
+    "TE on forward": b"POST http://a.test/ HTTP/1.1\r\nHost: a.test\r\nTransfer-Encoding: chunked\r\n\r\n",
     "space before colon": b"GET http://a.test/ HTTP/1.1\r\nHost : a.test\r\n\r\n",
     "NUL in target": b"CONNECT a.test\x00.evil:443 HTTP/1.1\r\n\r\n",
     "NUL in value": b"GET http://a.test/ HTTP/1.1\r\nHost: a.test\r\nX: a\x00b\r\n\r\n",
@@ -47,12 +45,8 @@ def test_ambiguous_or_malformed_heads_are_refused(head: bytes) -> None:
 
 
 def test_a_connect_head_parses_with_lower_case_header_names() -> None:
-    head = parse_request_head(
-        b"CONNECT a.test:443 HTTP/1.1\r\nHost: a.test:443\r\nUser-Agent: x\r\n\r\n"
-    )
-    assert head == RequestHead(
-        "CONNECT", "a.test:443", "HTTP/1.1", (("host", "a.test:443"), ("user-agent", "x"))
-    )
+    head = parse_request_head(b"CONNECT a.test:443 HTTP/1.1\r\nHost: a.test:443\r\nUser-Agent: x\r\n\r\n")
+    assert head == RequestHead("CONNECT", "a.test:443", "HTTP/1.1", (("host", "a.test:443"), ("user-agent", "x")))
 
 
 @pytest.mark.parametrize(
@@ -115,9 +109,7 @@ def test_only_absolute_http_targets_are_forwarded(target: str) -> None:
         parse_absolute_target(target)
 
 
-def _head(
-    method: str, target: str, *headers: tuple[str, str], version: str = "HTTP/1.1"
-) -> RequestHead:
+def _head(method: str, target: str, *headers: tuple[str, str], version: str = "HTTP/1.1") -> RequestHead:
     return RequestHead(method, target, version, headers)
 
 
@@ -130,21 +122,15 @@ def test_connect_host_header_must_agree_with_the_target() -> None:
 
 @pytest.mark.parametrize("value", ["allowed.test:443", "ALLOWED.test.:443", "allowed.test"])
 def test_connect_host_header_spellings_of_the_same_target_pass(value: str) -> None:
-    check_host_header(
-        _head("CONNECT", "allowed.test:443", ("host", value)), "allowed.test", 443, default_port=443
-    )
+    check_host_header(_head("CONNECT", "allowed.test:443", ("host", value)), "allowed.test", 443, default_port=443)
 
 
 def test_plain_http_host_must_match_target_port_too() -> None:
     with pytest.raises(BadRequest):
-        check_host_header(
-            _head("GET", "http://a.test/", ("host", "a.test:81")), "a.test", 80, default_port=80
-        )
+        check_host_header(_head("GET", "http://a.test/", ("host", "a.test:81")), "a.test", 80, default_port=80)
     with pytest.raises(BadRequest):
         check_host_header(_head("GET", "http://a.test/"), "a.test", 80, default_port=80)
-    check_host_header(
-        _head("GET", "http://a.test/", version="HTTP/1.0"), "a.test", 80, default_port=80
-    )
+    check_host_header(_head("GET", "http://a.test/", version="HTTP/1.0"), "a.test", 80, default_port=80)
 
 
 def test_forward_head_is_origin_form_with_host_from_target_and_no_hop_by_hop() -> None:
@@ -159,8 +145,7 @@ def test_forward_head_is_origin_form_with_host_from_target_and_no_hop_by_hop() -
         ("accept", "*/*"),
     )
     assert plan_forward_head(head, "a.test", 8080, "/p") == (
-        b"POST /p HTTP/1.1\r\nHost: a.test:8080\r\ncontent-length: 2\r\naccept: */*\r\n"
-        b"Connection: close\r\n\r\n"
+        b"POST /p HTTP/1.1\r\nHost: a.test:8080\r\ncontent-length: 2\r\naccept: */*\r\nConnection: close\r\n\r\n"
     )
 
 
@@ -177,9 +162,7 @@ def test_refusal_carries_the_rule_id_header_and_the_reason_body() -> None:
 # ---- the server against an in-memory client (a socketpair; no network, no upstream) ----------
 
 
-def serve_once(
-    request: bytes, decision: Decision | None = None
-) -> tuple[bytes, list[EgressEvent], list[Destination]]:
+def serve_once(request: bytes, decision: Decision | None = None) -> tuple[bytes, list[EgressEvent], list[Destination]]:
     asked: list[Destination] = []
     events: list[EgressEvent] = []
 
@@ -208,15 +191,9 @@ def serve_once(
 
 
 def test_denied_connect_answers_403_with_rule_and_records_the_attempt() -> None:
-    denial = Decision(
-        False, "egress.not_allowed", "evil.test:443 is not in network.allow", "evil.test", 443
-    )
-    response, events, asked = serve_once(
-        b"CONNECT evil.test:443 HTTP/1.1\r\nHost: evil.test:443\r\n\r\n", denial
-    )
-    assert response.startswith(
-        b"HTTP/1.1 403 Forbidden\r\nContain-Denied-By: egress.not_allowed\r\n"
-    )
+    denial = Decision(False, "egress.not_allowed", "evil.test:443 is not in network.allow", "evil.test", 443)
+    response, events, asked = serve_once(b"CONNECT evil.test:443 HTTP/1.1\r\nHost: evil.test:443\r\n\r\n", denial)
+    assert response.startswith(b"HTTP/1.1 403 Forbidden\r\nContain-Denied-By: egress.not_allowed\r\n")
     assert response.endswith(b"evil.test:443 is not in network.allow\n")
     assert [(d.host, d.port, str(d.via)) for d in asked] == [("evil.test", 443, "connect")]
     assert events == [
@@ -236,12 +213,8 @@ def test_denied_connect_answers_403_with_rule_and_records_the_attempt() -> None:
 
 
 def test_connect_with_mismatched_host_is_refused_before_any_decision() -> None:
-    response, events, asked = serve_once(
-        b"CONNECT allowed.test:443 HTTP/1.1\r\nHost: evil.test:443\r\n\r\n"
-    )
-    assert response.startswith(
-        b"HTTP/1.1 403 Forbidden\r\nContain-Denied-By: egress.host_mismatch\r\n"
-    )
+    response, events, asked = serve_once(b"CONNECT allowed.test:443 HTTP/1.1\r\nHost: evil.test:443\r\n\r\n")
+    assert response.startswith(b"HTTP/1.1 403 Forbidden\r\nContain-Denied-By: egress.host_mismatch\r\n")
     assert asked == [] and events[0].rule_id == "egress.host_mismatch"
 
 
@@ -253,7 +226,5 @@ def test_malformed_requests_get_4xx_and_a_record_never_a_decision(head: bytes) -
 
 
 def test_oversize_head_is_refused_with_431() -> None:
-    response, _, asked = serve_once(
-        b"GET http://a.test/ HTTP/1.1\r\nX: " + b"a" * (MAX_HEAD_BYTES + 10)
-    )
+    response, _, asked = serve_once(b"GET http://a.test/ HTTP/1.1\r\nX: " + b"a" * (MAX_HEAD_BYTES + 10))
     assert response.startswith(b"HTTP/1.1 431") and asked == []

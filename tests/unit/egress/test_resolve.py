@@ -35,9 +35,7 @@ ALLOWED = [{"host": "allowed.test"}]
 
 
 def test_public_answer_is_allowed_and_pinned_in_order() -> None:
-    decision, asked = decide(
-        ALLOWED, "allowed.test", answers={"allowed.test": ["93.184.215.14", "2606:4700::1"]}
-    )
+    decision, asked = decide(ALLOWED, "allowed.test", answers={"allowed.test": ["93.184.215.14", "2606:4700::1"]})
     assert decision.allowed
     assert decision.addresses == (
         ipaddress.ip_address("93.184.215.14"),
@@ -65,17 +63,13 @@ def test_allowed_name_resolving_to_special_space_is_refused(address: str, rule: 
 
 
 def test_one_private_address_in_a_mixed_answer_refuses_the_whole_attempt() -> None:
-    decision, _ = decide(
-        ALLOWED, "allowed.test", answers={"allowed.test": ["93.184.215.14", "10.0.0.1"]}
-    )
+    decision, _ = decide(ALLOWED, "allowed.test", answers={"allowed.test": ["93.184.215.14", "10.0.0.1"]})
     assert decision.rule_id == "egress.special_address.private"
 
 
 def test_this_hosts_own_address_is_refused() -> None:
     own = frozenset({ipaddress.ip_address("93.184.215.14")})
-    decision, _ = decide(
-        ALLOWED, "allowed.test", answers={"allowed.test": ["93.184.215.14"]}, own=own
-    )
+    decision, _ = decide(ALLOWED, "allowed.test", answers={"allowed.test": ["93.184.215.14"]}, own=own)
     assert decision.rule_id == "egress.special_address.host_address"
 
 
@@ -90,9 +84,7 @@ def test_hosts_override_does_not_allow_a_name_that_allow_does_not_list() -> None
     assert decision.rule_id == "egress.not_allowed" and asked == []
 
 
-@pytest.mark.parametrize(
-    "address", ["169.254.169.254", "fd00:ec2::254", "169.254.1.1", "0.0.0.0", "224.0.0.1"]
-)
+@pytest.mark.parametrize("address", ["169.254.169.254", "fd00:ec2::254", "169.254.1.1", "0.0.0.0", "224.0.0.1"])
 def test_hosts_override_never_relaxes_metadata_link_local_or_unspecified(address: str) -> None:
     decision, _ = decide(ALLOWED, "allowed.test", hosts={"allowed.test": address})
     assert not decision.allowed

@@ -32,9 +32,7 @@ from contain.host.facts import CgroupMount, HostFacts
 from contain.host.kvm import KvmGuestResult, KvmStatus
 
 MEMORY = CgroupMount(1, "/sys/fs/cgroup/memory", ("memory",), "/job")
-V1 = tuple(
-    CgroupMount(1, f"/sys/fs/cgroup/{c}", (c,), "/") for c in ("pids", "cpu", "cpuacct", "freezer")
-)
+V1 = tuple(CgroupMount(1, f"/sys/fs/cgroup/{c}", (c,), "/") for c in ("pids", "cpu", "cpuacct", "freezer"))
 UNIFIED = CgroupMount(2, "/sys/fs/cgroup/unified", (), "/")
 
 FACTS = HostFacts(
@@ -144,9 +142,7 @@ def test_every_check_row_yields_a_check_of_its_own_name():
 def test_doctor_controller_table_matches_the_runtime_cgroup_table():
     from contain.runtime.cgroups import CONTROLLER_ROWS
 
-    assert [(c, v) for c, v, _ in CGROUP_CONTROLLERS] == [
-        (row.controller, row.versions) for row in CONTROLLER_ROWS
-    ]
+    assert [(c, v) for c, v, _ in CGROUP_CONTROLLERS] == [(row.controller, row.versions) for row in CONTROLLER_ROWS]
 
 
 def test_the_process_backend_needs_exactly_these_checks():
@@ -236,8 +232,7 @@ def test_landlock_absent_names_the_boot_parameter_with_the_current_lsm_list():
         "landlock",
         Status.WARN,
         "not available (ABI 0)",
-        "boot with lsm=lockdown,capability,yama,landlock "
-        "(the kernel needs CONFIG_SECURITY_LANDLOCK=y)",
+        "boot with lsm=lockdown,capability,yama,landlock (the kernel needs CONFIG_SECURITY_LANDLOCK=y)",
     )
     verdict = _by_name(report.verdicts)["landlock"]
     assert verdict.detail == "auto: sandboxes run without Landlock; required: refused"
@@ -500,9 +495,7 @@ def test_child_report_is_parsed_and_a_crash_is_unavailable():
     ok = kvm.parse_child_report('{"status": "runs", "detail": "d"}\n', "", 0, timeout_s=3.0)
     assert ok == KvmGuestResult(KvmStatus.RUNS, "d", 3.0)
     crash = kvm.parse_child_report("", "Traceback\nImportError: x\n", 1, timeout_s=3.0)
-    assert crash == KvmGuestResult(
-        KvmStatus.UNAVAILABLE, "checker exited with status 1: ImportError: x", 3.0
-    )
+    assert crash == KvmGuestResult(KvmStatus.UNAVAILABLE, "checker exited with status 1: ImportError: x", 3.0)
 
 
 def test_non_x86_hosts_are_unavailable_without_touching_the_device():

@@ -82,8 +82,7 @@ class FakeHost:
 
 
 def build_fake_host(base: Path) -> FakeHost:
-    host = FakeHost(base=base, home=base / "h", cwd=base / "h" / "proj", root=base / "r",
-                    proc=base / "p")
+    host = FakeHost(base=base, home=base / "h", cwd=base / "h" / "proj", root=base / "r", proc=base / "p")
     host.cwd.mkdir(parents=True)
     gh = host.plant("ghp_" + rand(36))
     akia = host.plant("AKIA" + rand(16, string.ascii_uppercase + string.digits))
@@ -93,55 +92,64 @@ def build_fake_host(base: Path) -> FakeHost:
     db_password = host.plant("Pw" + rand(18))
     proxy_password = host.plant("Px" + rand(14))
     jwt_body = host.plant("eyJ" + rand(20) + ".eyJ" + rand(30) + "." + rand(30))
-    pem = host.plant("-----BEGIN OPENSSH PRIVATE KEY-----\n" + rand(64)
-                     + "\n-----END OPENSSH PRIVATE KEY-----")
-    host.environ.update({
-        "PATH": "/usr/bin:/bin",
-        "HOME": str(host.home),
-        "PWD": str(host.cwd),
-        "KEYBOARD_LAYOUT": "us",
-        "XDG_SESSION_ID": "3",
-        "GIT_COMMIT": "0123456789abcdef0123456789abcdef01234567",
-        "GITHUB_TOKEN": gh,
-        "AWS_ACCESS_KEY_ID": akia,
-        "AWS_SECRET_ACCESS_KEY": aws_secret,
-        "AWS_REGION": "eu-west-1",
-        "NOTIFY_HOOK_VALUE": slack,  # name says nothing; the value's shape does
-        "MY_SETTING": openai,
-        "DATABASE_URL": f"postgres://app:{db_password}@db.internal.test:5432/prod",
-        "HTTPS_PROXY": f"http://proxyuser:{proxy_password}@proxy.corp.test:3128",
-        "SESSION_BLOB": jwt_body,
-        "DEPLOY_MATERIAL": pem,
-        "NO_AUTH": "1",
-    })
+    pem = host.plant("-----BEGIN OPENSSH PRIVATE KEY-----\n" + rand(64) + "\n-----END OPENSSH PRIVATE KEY-----")
+    host.environ.update(
+        {
+            "PATH": "/usr/bin:/bin",
+            "HOME": str(host.home),
+            "PWD": str(host.cwd),
+            "KEYBOARD_LAYOUT": "us",
+            "XDG_SESSION_ID": "3",
+            "GIT_COMMIT": "0123456789abcdef0123456789abcdef01234567",
+            "GITHUB_TOKEN": gh,
+            "AWS_ACCESS_KEY_ID": akia,
+            "AWS_SECRET_ACCESS_KEY": aws_secret,
+            "AWS_REGION": "eu-west-1",
+            "NOTIFY_HOOK_VALUE": slack,  # name says nothing; the value's shape does
+            "MY_SETTING": openai,
+            "DATABASE_URL": f"postgres://app:{db_password}@db.internal.test:5432/prod",
+            "HTTPS_PROXY": f"http://proxyuser:{proxy_password}@proxy.corp.test:3128",
+            "SESSION_BLOB": jwt_body,
+            "DEPLOY_MATERIAL": pem,
+            "NO_AUTH": "1",
+        }
+    )
     ssh_key = host.plant(rand(200))
-    host.write(host.home / ".ssh" / "id_ed25519",
-               f"-----BEGIN OPENSSH PRIVATE KEY-----\n{ssh_key}\n"
-               "-----END OPENSSH PRIVATE KEY-----\n")
+    host.write(
+        host.home / ".ssh" / "id_ed25519",
+        f"-----BEGIN OPENSSH PRIVATE KEY-----\n{ssh_key}\n-----END OPENSSH PRIVATE KEY-----\n",
+    )
     host.write(host.home / ".ssh" / "id_ed25519.pub", "ssh-ed25519 AAAA fake\n")
-    host.write(host.home / ".ssh" / "deploy", "-----BEGIN RSA PRIVATE KEY-----\n"
-               + host.plant(rand(120)) + "\n-----END RSA PRIVATE KEY-----\n")
-    host.write(host.home / ".aws" / "credentials",
-               f"[default]\naws_access_key_id = {akia}\naws_secret_access_key = {aws_secret}\n"
-               "[prod]\naws_access_key_id = x\n")
+    host.write(
+        host.home / ".ssh" / "deploy",
+        "-----BEGIN RSA PRIVATE KEY-----\n" + host.plant(rand(120)) + "\n-----END RSA PRIVATE KEY-----\n",
+    )
+    host.write(
+        host.home / ".aws" / "credentials",
+        f"[default]\naws_access_key_id = {akia}\naws_secret_access_key = {aws_secret}\n[prod]\naws_access_key_id = x\n",
+    )
     kube_token = host.plant(rand(48))
-    host.write(host.home / ".kube" / "config", json.dumps({
-        "apiVersion": "v1",
-        "clusters": [{"name": "prod", "cluster": {"server": "https://k8s.example.test:6443"}}],
-        "contexts": [{"name": "prod-admin", "context": {"cluster": "prod", "user": "admin"}}],
-        "users": [{"name": "admin", "user": {"token": kube_token}}],
-    }))
+    host.write(
+        host.home / ".kube" / "config",
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "clusters": [{"name": "prod", "cluster": {"server": "https://k8s.example.test:6443"}}],
+                "contexts": [{"name": "prod-admin", "context": {"cluster": "prod", "user": "admin"}}],
+                "users": [{"name": "admin", "user": {"token": kube_token}}],
+            }
+        ),
+    )
     registry_auth = host.plant(base64.b64encode(f"bob:{rand(20)}".encode()).decode())
-    host.write(host.home / ".docker" / "config.json",
-               json.dumps({"auths": {"registry.example.test": {"auth": registry_auth}}}))
+    host.write(
+        host.home / ".docker" / "config.json", json.dumps({"auths": {"registry.example.test": {"auth": registry_auth}}})
+    )
     netrc_password = host.plant(rand(22))
-    host.write(host.home / ".netrc",
-               f"machine api.example.test login bob password {netrc_password}\n")
+    host.write(host.home / ".netrc", f"machine api.example.test login bob password {netrc_password}\n")
     git_token = host.plant("ghp_" + rand(36))
     host.write(host.home / ".git-credentials", f"https://bob:{git_token}@github.com\n")
     gh_token = host.plant("gho_" + rand(36))
-    host.write(host.home / ".config" / "gh" / "hosts.yml",
-               f"github.com:\n  user: bob\n  oauth_token: {gh_token}\n")
+    host.write(host.home / ".config" / "gh" / "hosts.yml", f"github.com:\n  user: bob\n  oauth_token: {gh_token}\n")
     npm_token = host.plant("npm_" + rand(36))
     host.write(host.home / ".npmrc", f"//registry.npmjs.org/:_authToken={npm_token}\n")
     pg_password = host.plant(rand(16))
@@ -154,8 +162,7 @@ def build_fake_host(base: Path) -> FakeHost:
     host.write(host.cwd / "README.md", "project\n")
     # file system root: daemon sockets, resolv.conf, passwd, shared tmp
     host.write(host.root / "etc" / "resolv.conf", "search example.test\nnameserver 10.0.0.53\n")
-    host.write(host.root / "etc" / "passwd",
-               "root:x:0:0::/root:/bin/sh\nalice:x:1000:1000::/h:/bin/sh\n")
+    host.write(host.root / "etc" / "passwd", "root:x:0:0::/root:/bin/sh\nalice:x:1000:1000::/h:/bin/sh\n")
     (host.root / "tmp").mkdir(parents=True)
     host.unix_socket(host.root / "run" / "docker.sock")
     host.unix_socket(host.root / "tmp" / ".X11-unix" / "X0")
@@ -169,12 +176,14 @@ def build_fake_host(base: Path) -> FakeHost:
     host.write(host.proc / "net" / "ipv6_route", IPV6_ROUTE)
     host.write(host.proc / "net" / "tcp", TCP)
     host.write(host.proc / "net" / "tcp6", TCP6)
-    host.write(host.proc / "net" / "unix",
-               "Num       RefCount Protocol Flags    Type St Inode Path\n"
-               "0000000000000000: 00000002 00000000 00010000 0001 01 1001 "
-               "/run/systemd/journal/stdout\n"
-               "0000000000000000: 00000002 00000000 00010000 0001 01 1002 @/tmp/.X11-unix/X0\n"
-               "0000000000000000: 00000003 00000000 00000000 0001 03 1003 /run/client-side\n")
+    host.write(
+        host.proc / "net" / "unix",
+        "Num       RefCount Protocol Flags    Type St Inode Path\n"
+        "0000000000000000: 00000002 00000000 00010000 0001 01 1001 "
+        "/run/systemd/journal/stdout\n"
+        "0000000000000000: 00000002 00000000 00010000 0001 01 1002 @/tmp/.X11-unix/X0\n"
+        "0000000000000000: 00000003 00000000 00000000 0001 03 1003 /run/client-side\n",
+    )
     host.write(host.proc / "self" / "status", STATUS)
     host.write(host.proc / "self" / "mountinfo", MOUNTINFO)
     for pid in ("1", "42", "43"):

@@ -41,8 +41,7 @@ def test_findings_carry_the_manifest_line_of_their_key(tmp_path: Path) -> None:
 def test_text_report_names_rule_severity_key_path_and_fix(tmp_path: Path) -> None:
     path = _write(tmp_path, MANIFEST)
     text = render_check_text(check_manifest(path, home=tmp_path))
-    assert (f"{path}:5: error CHK-001 credential visible inside the sandbox "
-            "[credentials.0.via]") in text
+    assert (f"{path}:5: error CHK-001 credential visible inside the sandbox [credentials.0.via]") in text
     assert "fix: use via: broker" in text
     assert text.rstrip().endswith("info")
 
@@ -76,7 +75,6 @@ def test_sarif_has_the_2_1_0_structure_with_rules_results_and_locations(tmp_path
 
 def test_invalid_manifest_raises_boundary_invalid(tmp_path: Path) -> None:
     with pytest.raises(BoundaryInvalid):
-        check_manifest(_write(tmp_path, "version: 1\nfiles: [{path: /x, acces: read}]\n"),
-                       home=tmp_path)
+        check_manifest(_write(tmp_path, "version: 1\nfiles: [{path: /x, acces: read}]\n"), home=tmp_path)
     with pytest.raises(BoundaryInvalid):
         check_manifest(tmp_path / "missing.yaml", home=tmp_path)

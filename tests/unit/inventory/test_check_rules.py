@@ -56,12 +56,14 @@ def _clean(home: Path, repo: Path) -> Manifest:
 def _set(key: str, value: Any) -> Callable[[Manifest, Path, Path], None]:
     def apply(m: Manifest, home: Path, repo: Path) -> None:
         m[key] = value
+
     return apply
 
 
 def _del(key: str) -> Callable[[Manifest, Path, Path], None]:
     def apply(m: Manifest, home: Path, repo: Path) -> None:
         del m[key]
+
     return apply
 
 
@@ -71,6 +73,7 @@ Mutation = Callable[[Manifest, Path, Path], None]
 def _bind(access: str, host: Callable[[Path, Path], Path]) -> Mutation:
     def apply(m: Manifest, home: Path, repo: Path) -> None:
         m["files"].append({"host": str(host(home, repo)), "path": "/data/x", "access": access})
+
     return apply
 
 
@@ -78,6 +81,7 @@ def _network(host: str) -> Callable[[Manifest, Path, Path], None]:
     def apply(m: Manifest, home: Path, repo: Path) -> None:
         m["threats"] = ["generated_code"]  # keep CHK-016 out of the way
         m["network"] = {"allow": [{"host": host, "ports": [443]}]}
+
     return apply
 
 
@@ -162,8 +166,7 @@ def test_symlinked_home_bind_is_resolved_before_comparing(tmp_path: Path) -> Non
     home, repo = _world(tmp_path)
     (tmp_path / "alias").symlink_to(home)
     manifest = _clean(home, repo)
-    manifest["files"].append({"host": str(tmp_path / "alias"), "path": "/data/h",
-                              "access": "write"})
+    manifest["files"].append({"host": str(tmp_path / "alias"), "path": "/data/h", "access": "write"})
     assert "CHK-003" in {f.rule_id for f in _findings(manifest, home)}
 
 
@@ -195,19 +198,20 @@ def test_default_protected_paths_cover_git_hooks_without_listing_them(tmp_path: 
     assert _findings(_clean(home, repo), home) == ()
 
 
-@pytest.mark.parametrize(("name", "fires"), [
-    ("fs__write_file", True),
-    ("billing.updateInvoice", True),
-    ("mail.send", True),
-    ("billing.*", True),
-    ("*", True),
-    ("billing.read_*", False),
-    ("docs.search", False),
-    ("fs__read_file", False),
-])
-def test_untrusted_documents_rule_judges_tool_names_by_their_verbs(
-    name: str, fires: bool, tmp_path: Path
-) -> None:
+@pytest.mark.parametrize(
+    ("name", "fires"),
+    [
+        ("fs__write_file", True),
+        ("billing.updateInvoice", True),
+        ("mail.send", True),
+        ("billing.*", True),
+        ("*", True),
+        ("billing.read_*", False),
+        ("docs.search", False),
+        ("fs__read_file", False),
+    ],
+)
+def test_untrusted_documents_rule_judges_tool_names_by_their_verbs(name: str, fires: bool, tmp_path: Path) -> None:
     home, repo = _world(tmp_path)
     manifest = _clean(home, repo)
     manifest["tools"] = [{"name": name, "verdict": "allow"}]

@@ -14,8 +14,7 @@ from .conftest import FakeHost
 
 
 def _inventory(host: FakeHost):  # type: ignore[no-untyped-def]
-    return take_inventory(home=host.home, environ=host.environ, cwd=host.cwd, root=host.root,
-                          proc_root=host.proc)
+    return take_inventory(home=host.home, environ=host.environ, cwd=host.cwd, root=host.root, proc_root=host.proc)
 
 
 def _found(inventory, group: Group) -> set[tuple[str, str]]:  # type: ignore[no-untyped-def]
@@ -26,10 +25,14 @@ def test_inventory_finds_every_planted_credential(fake_host: FakeHost) -> None:
     found = _found(_inventory(fake_host), Group.CREDENTIALS)
     home, cwd = fake_host.home, fake_host.cwd
     expected = {
-        ("env-secret", "$GITHUB_TOKEN"), ("env-secret", "$AWS_ACCESS_KEY_ID"),
-        ("env-secret", "$AWS_SECRET_ACCESS_KEY"), ("env-secret", "$NOTIFY_HOOK_VALUE"),
-        ("env-secret", "$MY_SETTING"), ("env-secret", "$DATABASE_URL"),
-        ("env-secret", "$HTTPS_PROXY"), ("env-secret", "$SESSION_BLOB"),
+        ("env-secret", "$GITHUB_TOKEN"),
+        ("env-secret", "$AWS_ACCESS_KEY_ID"),
+        ("env-secret", "$AWS_SECRET_ACCESS_KEY"),
+        ("env-secret", "$NOTIFY_HOOK_VALUE"),
+        ("env-secret", "$MY_SETTING"),
+        ("env-secret", "$DATABASE_URL"),
+        ("env-secret", "$HTTPS_PROXY"),
+        ("env-secret", "$SESSION_BLOB"),
         ("env-secret", "$DEPLOY_MATERIAL"),
         ("ssh-private-key", str(home / ".ssh/id_ed25519")),
         ("ssh-private-key", str(home / ".ssh/deploy")),
@@ -47,8 +50,17 @@ def test_inventory_finds_every_planted_credential(fake_host: FakeHost) -> None:
     }
     assert expected <= found
     names = {loc for kind, loc in found if kind == "env-secret"}
-    for benign in ("$PATH", "$PWD", "$KEYBOARD_LAYOUT", "$XDG_SESSION_ID", "$GIT_COMMIT",
-                   "$NO_AUTH", "$SSH_AUTH_SOCK", "$HOME", "$XDG_RUNTIME_DIR"):
+    for benign in (
+        "$PATH",
+        "$PWD",
+        "$KEYBOARD_LAYOUT",
+        "$XDG_SESSION_ID",
+        "$GIT_COMMIT",
+        "$NO_AUTH",
+        "$SSH_AUTH_SOCK",
+        "$HOME",
+        "$XDG_RUNTIME_DIR",
+    ):
         assert benign not in names
 
 
@@ -110,8 +122,7 @@ def test_verdicts_block_secrets_read_the_working_tree_and_review_records(
 
 def test_no_planted_secret_appears_in_text_or_json_output(fake_host: FakeHost) -> None:
     inventory = _inventory(fake_host)
-    outputs = [render_inventory_text(inventory), json.dumps(inventory_to_json(inventory)),
-               repr(inventory.items)]
+    outputs = [render_inventory_text(inventory), json.dumps(inventory_to_json(inventory)), repr(inventory.items)]
     for output in outputs:
         for secret in fake_host.secrets:
             assert secret not in output
@@ -122,5 +133,4 @@ def test_json_summary_counts_items_per_group_and_verdict(fake_host: FakeHost) ->
     data = inventory_to_json(_inventory(fake_host))
     total = sum(sum(v.values()) for v in data["summary"].values())
     assert total == len(data["items"])
-    assert data["summary"]["records"]["review"] == sum(
-        1 for item in data["items"] if item["group"] == "records")
+    assert data["summary"]["records"]["review"] == sum(1 for item in data["items"] if item["group"] == "records")

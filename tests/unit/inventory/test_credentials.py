@@ -47,8 +47,7 @@ def test_world_readable_credential_file_is_called_out(tmp_path: Path) -> None:
 
 def test_secret_name_holding_a_path_is_review_not_a_value() -> None:
     items = classify_credentials(CredentialFacts((("VAULT_TOKEN_FILE", "/run/secrets/v"),), (), ()))
-    assert [(i.kind, i.verdict, i.fingerprint) for i in items] == [
-        ("env-path", Verdict.REVIEW, None)]
+    assert [(i.kind, i.verdict, i.fingerprint) for i in items] == [("env-path", Verdict.REVIEW, None)]
 
 
 def test_parse_dotenv_handles_export_quotes_and_comments() -> None:
@@ -58,7 +57,6 @@ def test_parse_dotenv_handles_export_quotes_and_comments() -> None:
 
 def test_dotenv_reason_lists_secret_names_never_values(tmp_path: Path) -> None:
     (tmp_path / ".env").write_text("API_KEY=s3cr3t-value-here\nDEBUG=true\n")
-    items = classify_credentials(gather_credential_facts(home=tmp_path / "h", environ={},
-                                                         cwd=tmp_path))
+    items = classify_credentials(gather_credential_facts(home=tmp_path / "h", environ={}, cwd=tmp_path))
     assert len(items) == 1 and "API_KEY" in items[0].reason
     assert "s3cr3t" not in repr(items)

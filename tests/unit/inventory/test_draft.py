@@ -23,8 +23,9 @@ from .conftest import FakeHost
 
 
 def _draft(host: FakeHost) -> str:
-    return draft_manifest(take_inventory(home=host.home, environ=host.environ, cwd=host.cwd,
-                                         root=host.root, proc_root=host.proc))
+    return draft_manifest(
+        take_inventory(home=host.home, environ=host.environ, cwd=host.cwd, root=host.root, proc_root=host.proc)
+    )
 
 
 def test_draft_round_trips_through_load_boundary(fake_host: FakeHost, tmp_path: Path) -> None:
@@ -61,8 +62,9 @@ def test_draft_never_contains_a_secret_value(fake_host: FakeHost) -> None:
 
 def test_draft_does_not_bind_the_home_directory() -> None:
     home = Path("/home/alice")
-    inventory = Inventory(home=home, cwd=home, items=(
-        InventoryItem(Group.FILES, "working-tree", str(home), Verdict.REVIEW, "home"),))
+    inventory = Inventory(
+        home=home, cwd=home, items=(InventoryItem(Group.FILES, "working-tree", str(home), Verdict.REVIEW, "home"),)
+    )
     data = yaml.safe_load(draft_manifest(inventory))
     assert data["files"] == [{"path": "/work/out", "access": "scratch"}]
     assert data["credentials"] == []

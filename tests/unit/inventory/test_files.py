@@ -18,8 +18,7 @@ def test_mountinfo_drops_pseudo_filesystems_and_unescapes_spaces() -> None:
 
 
 def test_network_filesystem_reason_says_writes_leave_the_machine() -> None:
-    facts = FileFacts(Path("/h"), True, Path("/h/p"), None, (),
-                      (Mount("/mnt/share", "nfs4", "srv:/x", True),))
+    facts = FileFacts(Path("/h"), True, Path("/h/p"), None, (), (Mount("/mnt/share", "nfs4", "srv:/x", True),))
     mount = next(i for i in classify_files(facts) if i.kind == "mount")
     assert "another machine" in mount.reason and mount.verdict is Verdict.BLOCK
 

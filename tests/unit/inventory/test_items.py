@@ -14,12 +14,30 @@ def test_fingerprint_shows_no_character_run_of_the_value() -> None:
 
 def test_item_json_uses_plain_values() -> None:
     item = InventoryItem(Group.FILES, "home", "/h", Verdict.BLOCK, "why")
-    assert item.to_json() == {"group": "files", "kind": "home", "location": "/h",
-                              "verdict": "block", "reason": "why", "fingerprint": None}
+    assert item.to_json() == {
+        "group": "files",
+        "kind": "home",
+        "location": "/h",
+        "verdict": "block",
+        "reason": "why",
+        "fingerprint": None,
+    }
 
 
 def test_package_exports_match_all() -> None:
     public = {n for n in dir(inventory) if not n.startswith("_")}
-    modules = {"check", "check_rules", "collect", "credentials", "draft", "files", "items",
-               "network", "processes", "records", "sarif", "secrets"}
+    modules = {
+        "check",
+        "check_rules",
+        "collect",
+        "credentials",
+        "draft",
+        "files",
+        "items",
+        "network",
+        "processes",
+        "records",
+        "sarif",
+        "secrets",
+    }
     assert set(inventory.__all__) == public - modules

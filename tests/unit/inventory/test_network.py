@@ -40,8 +40,7 @@ def test_metadata_is_covered_by_the_default_route_and_not_without_it() -> None:
 
 
 def test_metadata_items_say_whether_a_route_exists() -> None:
-    facts = NetworkFacts(routes=parse_ipv4_routes(ROUTE_WITH_DEFAULT)[1:], resolvers=(),
-                         listening=(), proxies=())
+    facts = NetworkFacts(routes=parse_ipv4_routes(ROUTE_WITH_DEFAULT)[1:], resolvers=(), listening=(), proxies=())
     meta = [i for i in classify_network(facts) if i.location == "169.254.169.254"]
     assert len(meta) == 1 and "no route covers it" in meta[0].reason
     assert meta[0].verdict is Verdict.BLOCK
@@ -53,8 +52,7 @@ def test_listening_tcp_sockets_are_decoded() -> None:
 
 
 def test_resolv_conf_nameservers() -> None:
-    assert parse_resolv_conf("# c\nnameserver 1.1.1.1\nsearch x\nnameserver ::1\n") == (
-        "1.1.1.1", "::1")
+    assert parse_resolv_conf("# c\nnameserver 1.1.1.1\nsearch x\nnameserver ::1\n") == ("1.1.1.1", "::1")
 
 
 def test_redact_url_drops_password_query_and_fragment() -> None:
@@ -63,9 +61,12 @@ def test_redact_url_drops_password_query_and_fragment() -> None:
 
 
 def test_proxy_with_password_is_fingerprinted_not_printed() -> None:
-    facts = NetworkFacts(routes=(), resolvers=(), listening=(),
-                         proxies=(("https_proxy", "http://u:topsecret@p.test:3128"),
-                                  ("no_proxy", "localhost")))
+    facts = NetworkFacts(
+        routes=(),
+        resolvers=(),
+        listening=(),
+        proxies=(("https_proxy", "http://u:topsecret@p.test:3128"), ("no_proxy", "localhost")),
+    )
     proxies = [i for i in classify_network(facts) if i.kind == "proxy"]
     assert len(proxies) == 1
     assert proxies[0].location == "$https_proxy=http://u@p.test:3128"

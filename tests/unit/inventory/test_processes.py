@@ -13,19 +13,20 @@ from .conftest import FakeHost
 
 
 def test_capability_table_matches_the_kernel_numbering() -> None:
-    assert CAPABILITY_NAMES[21] == "CAP_SYS_ADMIN" and CAPABILITY_NAMES[40] == (
-        "CAP_CHECKPOINT_RESTORE")
+    assert CAPABILITY_NAMES[21] == "CAP_SYS_ADMIN" and CAPABILITY_NAMES[40] == ("CAP_CHECKPOINT_RESTORE")
     assert decode_capabilities(0x200000) == ("CAP_SYS_ADMIN",)
     assert decode_capabilities(1 << 50) == ("CAP_50",)
     assert len(decode_capabilities(0x1FFFFFFFFFF)) == 41
 
 
 def test_unix_listeners_include_abstract_and_skip_connected_sockets() -> None:
-    text = ("Num RefCount Protocol Flags Type St Inode Path\n"
-            "0: 00000002 00000000 00010000 0001 01 1 /run/a.sock\n"
-            "0: 00000002 00000000 00010000 0001 01 2 @abstract\n"
-            "0: 00000003 00000000 00000000 0001 03 3 /run/b.sock\n"
-            "0: 00000002 00000000 00010000 0001 01 4\n")
+    text = (
+        "Num RefCount Protocol Flags Type St Inode Path\n"
+        "0: 00000002 00000000 00010000 0001 01 1 /run/a.sock\n"
+        "0: 00000002 00000000 00010000 0001 01 2 @abstract\n"
+        "0: 00000003 00000000 00000000 0001 03 3 /run/b.sock\n"
+        "0: 00000002 00000000 00010000 0001 01 4\n"
+    )
     assert parse_unix_listeners(text) == ("/run/a.sock", "@abstract")
 
 
@@ -39,8 +40,7 @@ def test_every_daemon_socket_row_is_found_when_its_socket_exists(fake_host: Fake
             path = fake_host.root / template
         if not path.exists():
             fake_host.unix_socket(path)
-    facts = gather_process_facts(environ=fake_host.environ, root=fake_host.root,
-                                 proc_root=fake_host.proc)
+    facts = gather_process_facts(environ=fake_host.environ, root=fake_host.root, proc_root=fake_host.proc)
     kinds = {s.kind for s in facts.sockets}
     assert {row.kind for row in DAEMON_SOCKETS} | {"ssh-agent", "x11"} <= kinds
 

@@ -53,25 +53,40 @@ def test_every_not_secret_row_has_an_example_it_excuses() -> None:
         assert not is_secret_name(name), name
 
 
-@pytest.mark.parametrize("name", ["API_KEY", "GITHUB_TOKEN", "DB_PASSWORD", "PGPASSWORD",
-                                  "AWS_SECRET_ACCESS_KEY", "SESSION_COOKIE", "MYAPPTOKEN",
-                                  "BASIC_AUTH", "GOOGLE_APPLICATION_CREDENTIALS"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "API_KEY",
+        "GITHUB_TOKEN",
+        "DB_PASSWORD",
+        "PGPASSWORD",
+        "AWS_SECRET_ACCESS_KEY",
+        "SESSION_COOKIE",
+        "MYAPPTOKEN",
+        "BASIC_AUTH",
+        "GOOGLE_APPLICATION_CREDENTIALS",
+    ],
+)
 def test_secret_names(name: str) -> None:
     assert is_secret_name(name)
 
 
-@pytest.mark.parametrize("name", ["PATH", "KEYBOARD", "HOME", "PWD", "MONKEY", "AUTHOR",
-                                  "TOKENIZERS_PARALLELISM", "PASSTHROUGH", "LANG"])
+@pytest.mark.parametrize(
+    "name", ["PATH", "KEYBOARD", "HOME", "PWD", "MONKEY", "AUTHOR", "TOKENIZERS_PARALLELISM", "PASSTHROUGH", "LANG"]
+)
 def test_names_that_only_look_like_secrets(name: str) -> None:
     assert not is_secret_name(name)
 
 
-@pytest.mark.parametrize("value", [
-    "0123456789abcdef0123456789abcdef01234567",  # a commit id: hex tops out at 4 bits/char
-    "/usr/local/lib/python3.11/site-packages/something/else/entirely",
-    "en_US.UTF-8",
-    "rs=0:di=01;34:ln=01;36:mh=00:pi=40;33:so=01;35:do=01;35:bd=40;33;01",
-    "https://example.test/no/password",
-])
+@pytest.mark.parametrize(
+    "value",
+    [
+        "0123456789abcdef0123456789abcdef01234567",  # a commit id: hex tops out at 4 bits/char
+        "/usr/local/lib/python3.11/site-packages/something/else/entirely",
+        "en_US.UTF-8",
+        "rs=0:di=01;34:ln=01;36:mh=00:pi=40;33:so=01;35:do=01;35:bd=40;33;01",
+        "https://example.test/no/password",
+    ],
+)
 def test_values_that_are_not_secrets(value: str) -> None:
     assert secret_shape_of(value) is None

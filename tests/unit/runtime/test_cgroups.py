@@ -90,9 +90,7 @@ class FakeCgroupTree:
         directory = Path(path)
         if not directory.exists():
             raise FileNotFoundError(errno.ENOENT, "No such file", path)
-        if (directory / "cgroup.procs").read_text().split() or any(
-            p.is_dir() for p in directory.iterdir()
-        ):
+        if (directory / "cgroup.procs").read_text().split() or any(p.is_dir() for p in directory.iterdir()):
             raise OSError(errno.EBUSY, "Device or resource busy", path)
         for child in directory.iterdir():
             child.unlink()
@@ -118,16 +116,21 @@ class FakeCgroupTree:
 
 def _facts(mounts: tuple[CgroupMount, ...]) -> HostFacts:
     return HostFacts(
-        arch="x86_64", is_root=True, uid=0, gid=0, bwrap_path=None, bwrap_version=None,
-        user_namespaces=True, seccomp=True, landlock_abi=0, cgroups=mounts,
+        arch="x86_64",
+        is_root=True,
+        uid=0,
+        gid=0,
+        bwrap_path=None,
+        bwrap_version=None,
+        user_namespaces=True,
+        seccomp=True,
+        landlock_abi=0,
+        cgroups=mounts,
     )
 
 
 def _v1_world(tmp_path: Path) -> tuple[HostFacts, FakeCgroupTree]:
-    mounts = tuple(
-        CgroupMount(1, str(tmp_path / c), (c,), "/job" if c == "memory" else "/")
-        for c in V1_FILES
-    )
+    mounts = tuple(CgroupMount(1, str(tmp_path / c), (c,), "/job" if c == "memory" else "/") for c in V1_FILES)
     files = {tmp_path / c: dict(V1_FILES[c]) for c in V1_FILES}
     tree = FakeCgroupTree(tmp_path, files)
     (tmp_path / "memory" / "job").mkdir()
@@ -135,9 +138,7 @@ def _v1_world(tmp_path: Path) -> tuple[HostFacts, FakeCgroupTree]:
     return _facts(mounts), tree
 
 
-def _v2_world(
-    tmp_path: Path, own: str = "/user.slice/session.scope"
-) -> tuple[HostFacts, Path, FakeCgroupTree]:
+def _v2_world(tmp_path: Path, own: str = "/user.slice/session.scope") -> tuple[HostFacts, Path, FakeCgroupTree]:
     mount = tmp_path / "unified"
     tree = FakeCgroupTree(tmp_path, {mount: dict(V2_FILES)})
     for part in Path(own.lstrip("/")).parts:
@@ -169,7 +170,7 @@ def test_v1_plan_limits_memory_and_swap_together_with_memory_first() -> None:
         "pids": {"pids.max": "16"},
         "cpu": {"cpu.cfs_period_us": "100000", "cpu.cfs_quota_us": "50000"},
     }
-    assert list(plan["memory"]) [:2] == ["memory.limit_in_bytes", "memory.memsw.limit_in_bytes"]
+    assert list(plan["memory"])[:2] == ["memory.limit_in_bytes", "memory.memsw.limit_in_bytes"]
     assert list(plan["cpu"]) == ["cpu.cfs_period_us", "cpu.cfs_quota_us"]
 
 
@@ -205,19 +206,19 @@ def test_unknown_version_is_refused() -> None:
 
 
 def test_v1_hierarchies_sit_in_own_cgroup_of_each_mount_and_merge_comounted(tmp_path: Path) -> None:
-    facts = _facts((
-        CgroupMount(1, "/cg/memory", ("memory",), "/job"),
-        CgroupMount(1, "/cg/cpu,cpuacct", ("cpu", "cpuacct"), "/"),
-        CgroupMount(1, "/cg/pids", ("pids",), "/"),
-        CgroupMount(1, "/cg/freezer", ("freezer",), "/"),
-        CgroupMount(2, "/cg/unified", ("hugetlb",), "/"),
-    ))
+    facts = _facts(
+        (
+            CgroupMount(1, "/cg/memory", ("memory",), "/job"),
+            CgroupMount(1, "/cg/cpu,cpuacct", ("cpu", "cpuacct"), "/"),
+            CgroupMount(1, "/cg/pids", ("pids",), "/"),
+            CgroupMount(1, "/cg/freezer", ("freezer",), "/"),
+            CgroupMount(2, "/cg/unified", ("hugetlb",), "/"),
+        )
+    )
     assert plan_cgroup_hierarchies(facts, delegated_root=None) == (
         CgroupHierarchy(1, "/cg/memory", "/cg/memory/job", "/cg/memory/job/contain", ("memory",)),
         CgroupHierarchy(1, "/cg/pids", "/cg/pids", "/cg/pids/contain", ("pids",)),
-        CgroupHierarchy(
-            1, "/cg/cpu,cpuacct", "/cg/cpu,cpuacct", "/cg/cpu,cpuacct/contain", ("cpu", "cpuacct")
-        ),
+        CgroupHierarchy(1, "/cg/cpu,cpuacct", "/cg/cpu,cpuacct", "/cg/cpu,cpuacct/contain", ("cpu", "cpuacct")),
         CgroupHierarchy(1, "/cg/freezer", "/cg/freezer", "/cg/freezer/contain", ("freezer",)),
     )
 
@@ -243,9 +244,7 @@ def test_malformed_delegated_root_is_refused(root: str) -> None:
 
 
 def test_missing_v1_freezer_is_refused_with_its_reason() -> None:
-    facts = _facts(tuple(
-        CgroupMount(1, f"/cg/{c}", (c,), "/") for c in ("memory", "pids", "cpu", "cpuacct")
-    ))
+    facts = _facts(tuple(CgroupMount(1, f"/cg/{c}", (c,), "/") for c in ("memory", "pids", "cpu", "cpuacct")))
     with pytest.raises(UnsupportedHost, match="freezer") as info:
         plan_cgroup_hierarchies(facts, delegated_root=None)
     why = next(row.why for row in CONTROLLER_ROWS if row.controller == "freezer")
@@ -253,10 +252,12 @@ def test_missing_v1_freezer_is_refused_with_its_reason() -> None:
 
 
 def test_split_v1_v2_or_no_controllers_is_refused_naming_each() -> None:
-    facts = _facts((
-        CgroupMount(1, "/cg/memory", ("memory",), "/"),
-        CgroupMount(2, "/cg/unified", ("pids", "cpu"), "/"),
-    ))
+    facts = _facts(
+        (
+            CgroupMount(1, "/cg/memory", ("memory",), "/"),
+            CgroupMount(2, "/cg/unified", ("pids", "cpu"), "/"),
+        )
+    )
     with pytest.raises(UnsupportedHost, match="memory=v1, pids=v2, cpu=v2"):
         plan_cgroup_hierarchies(facts, delegated_root=None)
     with pytest.raises(UnsupportedHost, match="memory=missing"):
@@ -273,13 +274,22 @@ def test_every_controller_row_has_a_reason_and_a_version() -> None:
 
 def test_parse_oom_control_cpu_stat_and_memory_events() -> None:
     assert parse_keyed_counters("oom_kill_disable 0\nunder_oom 1\noom_kill 3\n") == {
-        "oom_kill_disable": 0, "under_oom": 1, "oom_kill": 3,
+        "oom_kill_disable": 0,
+        "under_oom": 1,
+        "oom_kill": 3,
     }
-    assert parse_keyed_counters(
-        "usage_usec 1234567\nuser_usec 1000000\nsystem_usec 234567\nnr_periods 0\n"
-    ) == {"usage_usec": 1234567, "user_usec": 1000000, "system_usec": 234567, "nr_periods": 0}
+    assert parse_keyed_counters("usage_usec 1234567\nuser_usec 1000000\nsystem_usec 234567\nnr_periods 0\n") == {
+        "usage_usec": 1234567,
+        "user_usec": 1000000,
+        "system_usec": 234567,
+        "nr_periods": 0,
+    }
     assert parse_keyed_counters("low 0\nhigh 0\nmax 7\noom 2\noom_kill 2\nweird x\n") == {
-        "low": 0, "high": 0, "max": 7, "oom": 2, "oom_kill": 2,
+        "low": 0,
+        "high": 0,
+        "max": 7,
+        "oom": 2,
+        "oom_kill": 2,
     }
 
 
@@ -316,7 +326,10 @@ def test_v1_attach_usage_reset_and_remove(tmp_path: Path) -> None:
     (Path(cg.dirs["pids"]) / "pids.current").write_text("3\n")
     usage = cg.usage()
     assert (usage.cpu_s, usage.memory_peak_bytes, usage.oom_kills, usage.pids_current) == (
-        2.5, 50331648, 2, 3,
+        2.5,
+        50331648,
+        2,
+        3,
     )
     assert cg.reset_peak() is True
     assert cg.usage().memory_peak_bytes == 0
@@ -402,9 +415,7 @@ def test_delegated_root_from_environment_places_every_hierarchy_there(
     for controller in V1_FILES:
         tree.mkdir(str(tmp_path / controller / "deleg"))
     cg = SandboxCgroup.create("t9", RES, facts, ops=tree.ops())
-    assert [Path(p).parent for p in cg.paths] == [
-        tmp_path / controller / "deleg/contain" for controller in V1_FILES
-    ]
+    assert [Path(p).parent for p in cg.paths] == [tmp_path / controller / "deleg/contain" for controller in V1_FILES]
 
 
 def test_bad_name_is_refused(tmp_path: Path) -> None:
@@ -437,9 +448,7 @@ def test_v2_usage_reads_cpu_stat_events_and_peak(tmp_path: Path) -> None:
     (leaf / "memory.events").write_text("low 0\nhigh 0\nmax 9\noom 1\noom_kill 1\n")
     (leaf / "memory.peak").write_text("1048576\n")
     (leaf / "pids.current").write_text("5\n")
-    assert cg.usage() == type(cg.usage())(
-        cpu_s=1.5, memory_peak_bytes=1048576, oom_kills=1, pids_current=5
-    )
+    assert cg.usage() == type(cg.usage())(cpu_s=1.5, memory_peak_bytes=1048576, oom_kills=1, pids_current=5)
 
 
 def test_v2_without_memory_peak_reports_none_and_cannot_reset(tmp_path: Path) -> None:
@@ -475,14 +484,23 @@ def test_sweep_removes_only_empty_cgroups_of_dead_owners(tmp_path: Path) -> None
     facts, tree = _v1_world(tmp_path)
     parent = tmp_path / "pids/contain"
     tree.mkdir(str(parent))
-    names = (f"contain-{DEAD_PID}-a-1", f"contain-{DEAD_PID}-b-2", f"contain-{os.getppid()}-c-3",
-             f"contain-{os.getpid()}-d-4", "other")
+    names = (
+        f"contain-{DEAD_PID}-a-1",
+        f"contain-{DEAD_PID}-b-2",
+        f"contain-{os.getppid()}-c-3",
+        f"contain-{os.getpid()}-d-4",
+        "other",
+    )
     for name in names:
         tree.mkdir(str(parent / name))
     (parent / f"contain-{DEAD_PID}-b-2/cgroup.procs").write_text("12345")
     removed = sweep_stale_cgroups(facts, ops=tree.ops())
     assert removed == [str(parent / f"contain-{DEAD_PID}-a-1")]
-    assert sorted(p.name for p in parent.iterdir() if p.is_dir()) == sorted([
-        f"contain-{DEAD_PID}-b-2", f"contain-{os.getppid()}-c-3", f"contain-{os.getpid()}-d-4",
-        "other",
-    ])
+    assert sorted(p.name for p in parent.iterdir() if p.is_dir()) == sorted(
+        [
+            f"contain-{DEAD_PID}-b-2",
+            f"contain-{os.getppid()}-c-3",
+            f"contain-{os.getpid()}-d-4",
+            "other",
+        ]
+    )

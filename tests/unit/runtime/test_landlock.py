@@ -10,9 +10,7 @@ from contain.runtime.landlock import DEVICE_WRITE_PATHS, LandlockPlan, plan_land
 
 
 def test_required_plan_reads_everything_and_writes_named_paths_plus_devices() -> None:
-    plan = plan_landlock(
-        abi=7, write_paths=["/work/out", "/tmp"], requirement=LayerRequirement.REQUIRED
-    )
+    plan = plan_landlock(abi=7, write_paths=["/work/out", "/tmp"], requirement=LayerRequirement.REQUIRED)
     assert plan == LandlockPlan(
         abi=7,
         read_paths=("/",),
@@ -46,9 +44,7 @@ def test_auto_plan_says_auto_to_the_agent() -> None:
 
 
 def test_repeated_write_paths_appear_once() -> None:
-    plan = plan_landlock(
-        abi=7, write_paths=["/tmp", "/dev/null", "/tmp"], requirement=LayerRequirement.AUTO
-    )
+    plan = plan_landlock(abi=7, write_paths=["/tmp", "/dev/null", "/tmp"], requirement=LayerRequirement.AUTO)
     assert plan is not None
     assert plan.write_paths == ("/tmp", "/dev/null", "/dev/zero", "/dev/full")
 

@@ -48,9 +48,7 @@ DOC = Path(__file__).resolve().parents[3] / "docs" / "seccomp.md"
 
 def run_bpf(program: bytes, *, nr: int, arch: int, args: Sequence[int] = (0,) * 6) -> int:
     """Run a seccomp BPF program on one ``struct seccomp_data``; return the 32-bit action."""
-    data = struct.pack(
-        "<iIQ6Q", nr, arch, 0, *[a & (2**64 - 1) for a in (*args, 0, 0, 0, 0, 0, 0)[:6]]
-    )
+    data = struct.pack("<iIQ6Q", nr, arch, 0, *[a & (2**64 - 1) for a in (*args, 0, 0, 0, 0, 0, 0)[:6]])
     insns = [struct.unpack_from("<HBBI", program, off) for off in range(0, len(program), 8)]
     acc, pc = 0, 0
     while True:
@@ -97,8 +95,7 @@ def witness(rule: SyscallRule) -> list[int]:
 
 def nr_on(arch: str, name: str) -> int:
     """The arch's syscall number, from the plan (libseccomp's tables)."""
-    plan = plan_filter([SyscallRule(syscall=name, action=Action.KILL_PROCESS, why="x", probe="x")],
-                       arch=arch)
+    plan = plan_filter([SyscallRule(syscall=name, action=Action.KILL_PROCESS, why="x", probe="x")], arch=arch)
     assert plan.denies, f"{name} does not exist on {arch}"
     return plan.denies[0][1]
 
@@ -138,15 +135,62 @@ def test_no_deny_row_shadows_an_allow_row() -> None:
 
 def test_the_briefed_minimum_is_denied() -> None:
     required = {
-        "ptrace", "process_vm_readv", "process_vm_writev", "mount", "umount2", "pivot_root",
-        "chroot", "move_mount", "open_tree", "fsopen", "fsconfig", "fsmount", "fspick",
-        "mount_setattr", "unshare", "setns", "clone", "clone3", "bpf", "perf_event_open",
-        "userfaultfd", "keyctl", "add_key", "request_key", "io_uring_setup", "io_uring_enter",
-        "io_uring_register", "kexec_load", "kexec_file_load", "init_module", "finit_module",
-        "delete_module", "open_by_handle_at", "name_to_handle_at", "ioctl", "socket",
-        "socketpair", "personality", "acct", "swapon", "swapoff", "reboot", "settimeofday",
-        "clock_settime", "adjtimex", "clock_adjtime", "syslog", "quotactl", "lookup_dcookie",
-        "vhangup", "uselib", "nfsservctl", "iopl", "ioperm", "fanotify_init", "seccomp",
+        "ptrace",
+        "process_vm_readv",
+        "process_vm_writev",
+        "mount",
+        "umount2",
+        "pivot_root",
+        "chroot",
+        "move_mount",
+        "open_tree",
+        "fsopen",
+        "fsconfig",
+        "fsmount",
+        "fspick",
+        "mount_setattr",
+        "unshare",
+        "setns",
+        "clone",
+        "clone3",
+        "bpf",
+        "perf_event_open",
+        "userfaultfd",
+        "keyctl",
+        "add_key",
+        "request_key",
+        "io_uring_setup",
+        "io_uring_enter",
+        "io_uring_register",
+        "kexec_load",
+        "kexec_file_load",
+        "init_module",
+        "finit_module",
+        "delete_module",
+        "open_by_handle_at",
+        "name_to_handle_at",
+        "ioctl",
+        "socket",
+        "socketpair",
+        "personality",
+        "acct",
+        "swapon",
+        "swapoff",
+        "reboot",
+        "settimeofday",
+        "clock_settime",
+        "adjtimex",
+        "clock_adjtime",
+        "syslog",
+        "quotactl",
+        "lookup_dcookie",
+        "vhangup",
+        "uselib",
+        "nfsservctl",
+        "iopl",
+        "ioperm",
+        "fanotify_init",
+        "seccomp",
     }
     denied = {r.syscall for r in SECCOMP_RULES if r.is_deny}
     assert required - denied == set()
@@ -180,9 +224,11 @@ def test_rule_validation_refuses_malformed_rows() -> None:
         SyscallRule(syscall="bpf", action=Action.KILL_PROCESS, why="a\nb", probe="SY-06")
     with pytest.raises(ValueError, match="one test per argument"):
         SyscallRule(
-            syscall="socket", action=Action.KILL_PROCESS, why="w", probe="SY-07",
-            when=(ArgCondition(index=0, op=ArgOp.NE, value=1),
-                  ArgCondition(index=0, op=ArgOp.NE, value=2)),
+            syscall="socket",
+            action=Action.KILL_PROCESS,
+            why="w",
+            probe="SY-07",
+            when=(ArgCondition(index=0, op=ArgOp.NE, value=1), ArgCondition(index=0, op=ArgOp.NE, value=2)),
         )
     with pytest.raises(ValueError, match="outside mask"):
         ArgCondition(index=1, op=ArgOp.MASKED_EQ, value=0x100, mask=0xFF)
@@ -229,8 +275,17 @@ def test_the_pfc_text_mentions_every_denied_syscall() -> None:
 
 def test_ordinary_syscalls_are_allowed(x86_bpf: bytes) -> None:
     # read, write, openat, execve, mmap, exit_group, getpid, fork-style clone(SIGCHLD)
-    for nr, args in ((0, ()), (1, ()), (257, ()), (59, ()), (9, ()), (231, ()), (39, ()),
-                     (56, (17,)), (56, (0x003D0F00,))):  # 0x3d0f00: glibc pthread_create flags
+    for nr, args in (
+        (0, ()),
+        (1, ()),
+        (257, ()),
+        (59, ()),
+        (9, ()),
+        (231, ()),
+        (39, ()),
+        (56, (17,)),
+        (56, (0x003D0F00,)),
+    ):  # 0x3d0f00: glibc pthread_create flags
         assert x86(x86_bpf, nr, *args) == RET_ALLOW, nr
 
 
@@ -318,8 +373,7 @@ def test_missing_libseccomp_raises_with_the_debian_package(tmp_path: Path) -> No
 
 
 def test_a_syscall_unknown_to_libseccomp_is_an_error_not_a_silent_skip() -> None:
-    rule = SyscallRule(syscall="no_such_syscall", action=Action.KILL_PROCESS, why="w",
-                       probe="SY-06")
+    rule = SyscallRule(syscall="no_such_syscall", action=Action.KILL_PROCESS, why="w", probe="SY-06")
     with pytest.raises(UnsupportedHost, match="no_such_syscall"):
         compile_filter([rule], arch="x86_64")
 
@@ -329,7 +383,11 @@ def test_conflicting_rows_are_refused_before_libseccomp_merges_them_silently() -
     kill = SyscallRule(syscall="bpf", action=Action.KILL_PROCESS, why="w", probe="SY-06")
     eperm = SyscallRule(syscall="bpf", action=Action.ERRNO, errno_value=1, why="w", probe="SY-06")
     masked = SyscallRule(
-        syscall="bpf", action=Action.ERRNO, errno_value=2, why="w", probe="SY-06",
+        syscall="bpf",
+        action=Action.ERRNO,
+        errno_value=2,
+        why="w",
+        probe="SY-06",
         when=(ArgCondition(index=0, op=ArgOp.EQ, value=5),),
     )
     for rows in ([kill, eperm], [eperm, kill], [masked, kill]):
@@ -350,12 +408,8 @@ class _FailingLib:
         return getattr(self._real, name)
 
 
-@pytest.mark.parametrize(
-    "call", ["seccomp_attr_set", "seccomp_rule_add_exact_array", "seccomp_export_bpf"]
-)
-def test_a_failing_libseccomp_call_names_the_call_and_errno(
-    call: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
+@pytest.mark.parametrize("call", ["seccomp_attr_set", "seccomp_rule_add_exact_array", "seccomp_export_bpf"])
+def test_a_failing_libseccomp_call_names_the_call_and_errno(call: str, monkeypatch: pytest.MonkeyPatch) -> None:
     real = seccomp._libseccomp(None)
     monkeypatch.setattr(seccomp, "_libseccomp", lambda path: _FailingLib(real, call))
     with pytest.raises(UnsupportedHost) as info:
