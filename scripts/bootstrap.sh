@@ -14,6 +14,13 @@ PACKAGES=(
   "libc6-dev:/usr/lib/x86_64-linux-gnu/libc.a"
   "iproute2:/usr/sbin/ip"
   "util-linux:/usr/bin/unshare"
+  "curl:/usr/bin/curl"
+  "openssl:/usr/bin/openssl"
+  "tinyproxy:/usr/bin/tinyproxy"
+  "chromium:/usr/bin/chromium"
+  "postgresql:/usr/lib/postgresql"
+  "nodejs:/usr/bin/node"
+  "npm:/usr/bin/npm"
 )
 missing=()
 for entry in "${PACKAGES[@]}"; do
@@ -45,6 +52,16 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   touch "$stamp"
 else
   echo "bootstrap: contain already installed in .venv"
+fi
+# npm packages used by tests (the MCP reference servers), pinned by tests/npm/package-lock.json.
+if [ -f tests/npm/package.json ]; then
+  if [ ! -d tests/npm/node_modules ] || [ tests/npm/package.json -nt tests/npm/node_modules ]; then
+    echo "bootstrap: installing npm packages for tests (tests/npm)"
+    npm install --prefix tests/npm --no-audit --no-fund --silent
+    touch tests/npm/node_modules
+  else
+    echo "bootstrap: npm packages for tests present"
+  fi
 fi
 echo "bootstrap: building the in-sandbox agent (cached when unchanged)"
 .venv/bin/contain doctor --build-agent >/dev/null
