@@ -85,6 +85,7 @@ class BwrapInputs:
     empty_file_fd_for: dict[str, int]  # mask sandbox path -> fd with empty content
     seccomp_fd: int | None
     info_fd: int
+    socket_binds: tuple[tuple[str, str], ...] = ()  # (host Unix socket, sandbox path under /.contain)
 
 
 def default_scratch_paths(boundary: Boundary) -> tuple[str, ...]:
@@ -175,6 +176,8 @@ def plan_bwrap_argv(boundary: Boundary, inputs: BwrapInputs, *, bwrap: str = "bw
     for path in default_scratch_paths(boundary):
         argv += ["--perms", "0755", "--size", disk, "--tmpfs", path]
     argv += ["--ro-bind", inputs.agent_host_path, AGENT_SANDBOX_PATH]
+    for host_socket, sandbox_path in inputs.socket_binds:
+        argv += ["--bind", host_socket, sandbox_path]  # connect() needs write permission on the inode
 
     for bind in sorted(inputs.paths.binds, key=lambda b: (_depth(b.rule.path), b.rule.path)):
         flag = "--bind" if bind.rule.access is FileAccess.WRITE else "--ro-bind"

@@ -35,6 +35,7 @@ import threading
 import time
 import uuid
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from types import TracebackType
 
 from contain.boundary.model import Boundary, FileAccess
@@ -57,7 +58,7 @@ from contain.runtime.plan import LayerPlan, plan_base_env, plan_layers, plan_rli
 from contain.runtime.result import Captured, RunResult, Timings, Usage, Violation
 from contain.runtime.seccomp import compile_filter
 
-__all__ = ["BACKENDS", "Sandbox"]
+__all__ = ["BACKENDS", "Attachment", "Sandbox"]
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +76,25 @@ def _egress_module() -> object | None:
     except ImportError:
         return None
     return egress
+
+
+@dataclass(frozen=True)
+class Attachment:
+    """Something a trusted service hands into one sandbox under /.contain: a read-only file
+    (``data``) such as a capability token, or a host Unix socket (``host_path``) such as the
+    broker's. The boundary cannot name these; only the code that starts the sandbox can."""
+
+    sandbox_path: str
+    data: bytes | None = None
+    host_path: str | None = None
+
+    def validate(self) -> None:
+        if not self.sandbox_path.startswith("/.contain/") or "/../" in self.sandbox_path or "\x00" in self.sandbox_path:
+            raise SandboxStartError(f"attachment path {self.sandbox_path!r} must be under /.contain/", "report this as a bug")
+        if (self.data is None) == (self.host_path is None):
+            raise SandboxStartError(f"attachment {self.sandbox_path} needs exactly one of data or host_path", "report this as a bug")
+        if self.data is not None and len(self.data) > 60000:
+            raise SandboxStartError(f"attachment {self.sandbox_path} is larger than a pipe buffer", "keep attachments small")
 
 
 class Sandbox:
@@ -99,6 +119,8 @@ class Sandbox:
         backend: str = "process",
         facts: HostFacts | None = None,
         host_environ: Mapping[str, str] | None = None,
+        attachments: Sequence[Attachment] = (),
+        extra_env: Mapping[str, str] | None = None,
     ) -> None:
         if backend not in BACKENDS:
             raise UnsupportedHost(
@@ -107,6 +129,10 @@ class Sandbox:
             )
         self.boundary = boundary if boundary is not None else Boundary()
         self.backend = backend
+        self._attachments = tuple(attachments)
+        self._extra_env = dict(extra_env or {})
+        for attachment in self._attachments:
+            attachment.validate()
         self._facts = facts
         self._host_environ = host_environ if host_environ is not None else os.environ
         self._lock = threading.Lock()
@@ -193,6 +219,7 @@ class Sandbox:
             ) from exc
         egress_env = self._egress.sandbox_env() if self._egress is not None else {}  # type: ignore[attr-defined]
         self._base_env = plan_base_env(self.boundary, host_environ=self._host_environ, egress_env=egress_env)
+        self._base_env.update(self._extra_env)
         self._setup_s = time.perf_counter() - began
 
     def _spawn(self, facts: HostFacts, agent: str, bpf: bytes, uid: int, gid: int, layers: LayerPlan) -> None:
@@ -217,6 +244,8 @@ class Sandbox:
             resolv = egress_module.RESOLV_CONF_TEXT
         etc = generated_etc_files(home=default_scratch_paths(self.boundary)[0], resolv_conf=resolv)
         data_fds = {path: data_fd(text.encode()) for path, text in etc.items()}
+        data_fds.update({a.sandbox_path: data_fd(a.data) for a in self._attachments if a.data is not None})
+        socket_binds = tuple((a.host_path, a.sandbox_path) for a in self._attachments if a.host_path is not None)
         empties = {
             m.sandbox_path: data_fd(b"")
             for b in self._paths.binds
@@ -240,6 +269,7 @@ class Sandbox:
             agent_host_path=agent,
             agent_args=tuple(agent_args),
             data_fds=data_fds,
+            socket_binds=socket_binds,
             empty_file_fd_for=empties,
             seccomp_fd=seccomp_fd,
             info_fd=info_w,
