@@ -35,7 +35,6 @@ import threading
 import time
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from types import TracebackType
 
 from contain.boundary.model import Boundary, FileAccess
@@ -44,6 +43,7 @@ from contain.host.facts import HostFacts, probe_host
 from contain.runtime import files as sandbox_files
 from contain.runtime.agent_build import ensure_agent_binary
 from contain.runtime.agent_channel import AgentChannel, Exited, SpawnFailed
+from contain.runtime.attachments import Attachment
 from contain.runtime.bwrap import (
     ETC_PASSTHROUGH,
     BwrapInputs,
@@ -55,8 +55,10 @@ from contain.runtime.cgroups import ROOT_ENV as CGROUP_ROOT_ENV
 from contain.runtime.cgroups import SandboxCgroup
 from contain.runtime.paths import PathFacts, gather_path_facts
 from contain.runtime.plan import LayerPlan, plan_base_env, plan_layers, plan_rlimits, sandbox_host_ids
+from contain.runtime.process import SandboxProcess
 from contain.runtime.result import Captured, RunResult, Timings, Usage, Violation
 from contain.runtime.seccomp import compile_filter
+from contain.runtime.streams import CappedReader, StdinFeeder
 
 __all__ = ["BACKENDS", "Attachment", "Sandbox"]
 
@@ -76,25 +78,6 @@ def _egress_module() -> object | None:
     except ImportError:
         return None
     return egress
-
-
-@dataclass(frozen=True)
-class Attachment:
-    """Something a trusted service hands into one sandbox under /.contain: a read-only file
-    (``data``) such as a capability token, or a host Unix socket (``host_path``) such as the
-    broker's. The boundary cannot name these; only the code that starts the sandbox can."""
-
-    sandbox_path: str
-    data: bytes | None = None
-    host_path: str | None = None
-
-    def validate(self) -> None:
-        if not self.sandbox_path.startswith("/.contain/") or "/../" in self.sandbox_path or "\x00" in self.sandbox_path:
-            raise SandboxStartError(f"attachment path {self.sandbox_path!r} must be under /.contain/", "report this as a bug")
-        if (self.data is None) == (self.host_path is None):
-            raise SandboxStartError(f"attachment {self.sandbox_path} needs exactly one of data or host_path", "report this as a bug")
-        if self.data is not None and len(self.data) > 60000:
-            raise SandboxStartError(f"attachment {self.sandbox_path} is larger than a pipe buffer", "keep attachments small")
 
 
 class Sandbox:
@@ -350,6 +333,78 @@ class Sandbox:
                 raise SandboxLost(f"this sandbox is no longer usable: {self._lost}", "start a new Sandbox")
             return self._run_locked(list(argv), stdin, timeout, env, cwd)
 
+    def spawn(
+        self,
+        argv: Sequence[str],
+        *,
+        env: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+        timeout: float | None = None,
+        keep_stderr: bool = True,
+    ) -> SandboxProcess:
+        """Start a long-lived command with live pipes (for stdio servers); see ``SandboxProcess``.
+
+        The sandbox runs nothing else until the process ends. ``timeout`` (default and maximum:
+        the boundary's ``wall_s``) kills it; output is not captured or capped here.
+
+        Raises:
+            SandboxStartError: the command could not be executed (the stage and errno are named).
+            SandboxLost: the sandbox is no longer usable.
+        """
+        if not argv:
+            raise ValueError("argv cannot be empty")
+        self._lock.acquire()
+        try:
+            if self._proc is None:
+                self.start()
+            if self._lost:
+                raise SandboxLost(f"this sandbox is no longer usable: {self._lost}", "start a new Sandbox")
+            assert self._channel is not None and self._layers is not None
+            resources = self.boundary.resources
+            wall = min(timeout, resources.wall_s) if timeout is not None else resources.wall_s
+            run_env = {**self._base_env, **(env or {})}
+            in_child, in_host = os.pipe2(os.O_CLOEXEC)
+            out_host, out_child = os.pipe2(os.O_CLOEXEC)
+            if keep_stderr:
+                err_host, err_child = os.pipe2(os.O_CLOEXEC)
+            else:
+                err_host, err_child = None, os.open("/dev/null", os.O_WRONLY | os.O_CLOEXEC)
+            try:
+                reply = self._channel.start(
+                    list(argv),
+                    run_env,
+                    cwd or self.scratch_paths[0],
+                    plan_rlimits(resources, cgroups=self._layers.cgroups),
+                    (in_child, out_child, err_child),
+                )
+            finally:
+                for fd in (in_child, out_child, err_child):
+                    os.close(fd)
+            if isinstance(reply, SpawnFailed):
+                for host_fd in (in_host, out_host, err_host):
+                    if host_fd is not None:
+                        os.close(host_fd)
+                raise SandboxStartError(
+                    f"cannot run {argv[0]!r} in the sandbox ({reply.stage}): {os.strerror(reply.errno)}",
+                    "check the command's path inside the sandbox",
+                )
+        except BaseException:
+            self._lock.release()
+            raise
+        return SandboxProcess(
+            self._channel,
+            stdin=in_host,
+            stdout=out_host,
+            stderr=err_host,
+            deadline=time.monotonic() + wall,
+            on_lost=self._mark_lost,
+            on_done=self._lock.release,
+        )
+
+    def _mark_lost(self, reason: str) -> None:
+        self._lost = reason
+        self._destroy()
+
     def _run_locked(
         self,
         argv: list[str],
@@ -399,9 +454,9 @@ class Sandbox:
                     os.close(fd)
             return self._spawn_failed_result(argv, reply, time.perf_counter() - began)
 
-        stdout = _Capped(out_r, resources.output_bytes)
-        stderr = _Capped(err_r, resources.output_bytes)
-        feeder = _Feeder(in_host, stdin or b"") if in_host is not None else None
+        stdout = CappedReader(out_r, resources.output_bytes)
+        stderr = CappedReader(err_r, resources.output_bytes)
+        feeder = StdinFeeder(in_host, stdin or b"") if in_host is not None else None
         violations: list[Violation] = []
         exited, timed_out, cpu_killed = self._wait(stdout, stderr, feeder, began + wall, before, violations)
         run_s = time.perf_counter() - began
@@ -468,9 +523,9 @@ class Sandbox:
 
     def _wait(
         self,
-        stdout: _Capped,
-        stderr: _Capped,
-        feeder: _Feeder | None,
+        stdout: CappedReader,
+        stderr: CappedReader,
+        feeder: StdinFeeder | None,
         deadline: float,
         before: object,
         violations: list[Violation],
@@ -514,10 +569,10 @@ class Sandbox:
                         exited = self._channel.wait_exited(0)
                         if exited is not None:
                             selector.unregister(key.fd)
-                    elif isinstance(key.data, _Capped):
+                    elif isinstance(key.data, CappedReader):
                         if not key.data.pump():
                             selector.unregister(key.fd)
-                    elif isinstance(key.data, _Feeder) and not key.data.pump():
+                    elif isinstance(key.data, StdinFeeder) and not key.data.pump():
                         selector.unregister(key.fd)
                 if (
                     self._cgroup is not None
@@ -668,82 +723,6 @@ class Sandbox:
                     os.kill(pid, signal.SIGKILL)
         if self._cgroup is not None:
             self._cgroup.kill_all(timeout_s=5.0)
-
-
-class _Capped:
-    """Reads one output pipe, keeping at most ``cap`` bytes; past the cap the pipe is closed."""
-
-    def __init__(self, fd: int, cap: int) -> None:
-        self.fd = fd
-        self.cap = cap
-        self.chunks: list[bytes] = []
-        self.size = 0
-        self.total = 0
-        self.truncated = False
-        self.open = True
-        os.set_blocking(fd, False)
-
-    def pump(self) -> bool:
-        """Read what is available; False once the stream is finished (EOF or cap)."""
-        try:
-            data = os.read(self.fd, 65536)
-        except BlockingIOError:
-            return True
-        if not data:
-            self.close()
-            return False
-        self.total += len(data)
-        room = self.cap - self.size
-        if len(data) > room:
-            self.chunks.append(data[:room])
-            self.size = self.cap
-            self.truncated = True
-            self.close()  # the writer gets EPIPE/SIGPIPE instead of filling host memory
-            return False
-        self.chunks.append(data)
-        self.size += len(data)
-        return True
-
-    def close(self) -> None:
-        if self.open:
-            self.open = False
-            os.close(self.fd)
-
-    def result(self) -> Captured:
-        return Captured(b"".join(self.chunks), self.truncated, self.total)
-
-
-class _Feeder:
-    """Writes stdin bytes to the command without blocking the event loop."""
-
-    def __init__(self, fd: int, data: bytes) -> None:
-        self.fd = fd
-        self.view = memoryview(data)
-        self.open = True
-        os.set_blocking(fd, False)
-        if not data:
-            self.close()
-
-    def pump(self) -> bool:
-        if not self.open:
-            return False
-        try:
-            written = os.write(self.fd, self.view[:65536])
-        except BlockingIOError:
-            return True
-        except BrokenPipeError:
-            self.close()
-            return False
-        self.view = self.view[written:]
-        if not self.view:
-            self.close()
-            return False
-        return True
-
-    def close(self) -> None:
-        if self.open:
-            self.open = False
-            os.close(self.fd)
 
 
 def _socketpair() -> tuple[socket.socket, int]:
