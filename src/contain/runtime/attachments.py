@@ -29,15 +29,13 @@ class Attachment:
     host_path: str | None = None
 
     def validate(self) -> None:
-        if not self.sandbox_path.startswith("/.contain/") or "/../" in self.sandbox_path or "\x00" in self.sandbox_path:
-            raise SandboxStartError(
-                f"attachment path {self.sandbox_path!r} must be under /.contain/", "report this as a bug"
-            )
+        """Raises SandboxStartError for a path outside /.contain, both or neither source, or oversize data."""
+        path = self.sandbox_path
+        if not path.startswith("/.contain/") or posixpath.normpath(path) != path or "\x00" in path:
+            raise SandboxStartError(f"attachment path {path!r} must be a normalised path under /.contain/", BUG)
+        if path == "/.contain/agent":
+            raise SandboxStartError("an attachment cannot replace the agent", BUG)
         if (self.data is None) == (self.host_path is None):
-            raise SandboxStartError(
-                f"attachment {self.sandbox_path} needs exactly one of data or host_path", "report this as a bug"
-            )
-        if self.data is not None and len(self.data) > 60000:
-            raise SandboxStartError(
-                f"attachment {self.sandbox_path} is larger than a pipe buffer", "keep attachments small"
-            )
+            raise SandboxStartError(f"attachment {path} needs exactly one of data or host_path", BUG)
+        if self.data is not None and len(self.data) > MAX_ATTACHMENT_BYTES:
+            raise SandboxStartError(f"attachment {path} is larger than {MAX_ATTACHMENT_BYTES} bytes", "keep it small")
