@@ -7,6 +7,7 @@ there. The manifest cannot ask for them, so a task cannot widen its own reach th
 
 from __future__ import annotations
 
+import posixpath
 from dataclasses import dataclass
 
 from contain.errors import SandboxStartError
