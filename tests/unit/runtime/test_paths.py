@@ -1,0 +1,71 @@
+"""Facts about bound host paths: protected-path masks, symlink decoys, reachability."""
+
+import os
+
+import pytest
+
+from contain.boundary import Boundary
+from contain.errors import SandboxStartError
+from contain.runtime.paths import gather_path_facts
+
+
+def write_bind(tmp_path, **extra):
+    return Boundary.model_validate({"files": [{"host": str(tmp_path), "path": "/work/repo", "access": "write", **extra}]})
+
+
+def test_existing_protected_paths_are_rebound_and_missing_ones_masked_at_the_first_missing_component(tmp_path):
+    (tmp_path / ".git" / "hooks").mkdir(parents=True)
+    (tmp_path / ".bashrc").write_text("")
+    uid, gid = os.getuid(), os.getgid()
+    facts = gather_path_facts(write_bind(tmp_path, protect=["ci/deploy.sh"]), sandbox_host_uid=uid, sandbox_host_gid=gid)
+    masks = {m.sandbox_path: (m.kind, m.exists) for m in facts.binds[0].masks}
+    assert masks["/work/repo/.git/hooks"] == ("dir", True)
+    assert masks["/work/repo/.bashrc"] == ("file", True)
+    assert masks["/work/repo/.git/config"] == ("file", False)
+    assert masks["/work/repo/.vscode"] == ("dir", False)
+    assert masks["/work/repo/ci"] == ("dir", False)  # the first missing component, not ci/deploy.sh
+    assert "/work/repo/ci/deploy.sh" not in masks
+    assert {m.host_path for m in facts.created_placeholders()} >= {str(tmp_path / ".vscode"), str(tmp_path / "ci")}
+
+
+def test_a_missing_git_dir_is_masked_whole(tmp_path):
+    facts = gather_path_facts(write_bind(tmp_path), sandbox_host_uid=os.getuid(), sandbox_host_gid=os.getgid())
+    paths = [m.sandbox_path for m in facts.binds[0].masks]
+    assert "/work/repo/.git" in paths and not any(p.startswith("/work/repo/.git/") for p in paths)
+
+
+@pytest.mark.parametrize("link", [".git", ".vscode", ".bashrc"])
+def test_a_symlinked_protected_path_is_refused(tmp_path, link):
+    decoy = tmp_path.parent / f"decoy-{link.strip('.')}"
+    decoy.mkdir(exist_ok=True)
+    (tmp_path / link).symlink_to(decoy)
+    with pytest.raises(SandboxStartError, match="is a symlink"):
+        gather_path_facts(write_bind(tmp_path), sandbox_host_uid=os.getuid(), sandbox_host_gid=os.getgid())
+
+
+def test_required_missing_paths_refuse_and_optional_ones_are_reported(tmp_path):
+    b = Boundary.model_validate({"files": [{"host": str(tmp_path / "absent"), "path": "/inputs/x", "access": "read"}]})
+    with pytest.raises(SandboxStartError, match="does not exist"):
+        gather_path_facts(b, sandbox_host_uid=os.getuid(), sandbox_host_gid=os.getgid())
+    optional = Boundary.model_validate(
+        {"files": [{"host": str(tmp_path / "absent"), "path": "/inputs/x", "access": "read", "required": False}]}
+    )
+    assert gather_path_facts(optional, sandbox_host_uid=os.getuid(), sandbox_host_gid=os.getgid()).skipped == ("/inputs/x",)
+
+
+def test_a_bind_the_sandbox_user_cannot_reach_is_refused_naming_the_directory(tmp_path):
+    locked = tmp_path / "locked"
+    (locked / "data").mkdir(parents=True)
+    locked.chmod(0o700)
+    b = Boundary.model_validate({"files": [{"host": str(locked / "data"), "path": "/inputs/data", "access": "read"}]})
+    with pytest.raises(SandboxStartError) as info:
+        gather_path_facts(b, sandbox_host_uid=65534, sandbox_host_gid=65534)
+    assert str(locked) in info.value.cause and "chmod o+x" in info.value.fix
+
+
+def test_a_write_bind_not_writable_by_the_sandbox_user_is_refused(host_tmp):
+    with pytest.raises(SandboxStartError, match="not writable by the sandbox user"):
+        gather_path_facts(write_bind(host_tmp), sandbox_host_uid=65534, sandbox_host_gid=65534)
+    # Control: once the sandbox user owns it, the same bind is accepted.
+    os.chown(host_tmp, 65534, 65534) if os.geteuid() == 0 else host_tmp.chmod(0o777)
+    assert gather_path_facts(write_bind(host_tmp), sandbox_host_uid=65534, sandbox_host_gid=65534).binds

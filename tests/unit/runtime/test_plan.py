@@ -1,0 +1,109 @@
+"""Layer decisions are pure functions of the boundary and host facts; every gap refuses."""
+
+import pytest
+
+from contain.boundary import Boundary
+from contain.errors import UnsupportedHost
+from contain.host.facts import CgroupMount, HostFacts
+from contain.runtime.agent_channel import Rlimit
+from contain.runtime.plan import plan_base_env, plan_layers, plan_rlimits, sandbox_host_ids
+
+V1 = tuple(
+    CgroupMount(1, f"/sys/fs/cgroup/{c}", (c,), "/") for c in ("memory", "pids", "cpu", "cpuacct", "freezer")
+)
+
+
+def facts(**overrides) -> HostFacts:
+    base = dict(
+        arch="x86_64", is_root=True, uid=0, gid=0, bwrap_path="/usr/bin/bwrap", bwrap_version="0.8.0",
+        user_namespaces=True, seccomp=True, landlock_abi=7, cgroups=V1,
+        libseccomp_path="/usr/lib/x86_64-linux-gnu/libseccomp.so.2",
+    )
+    base.update(overrides)
+    return HostFacts(**base)
+
+
+def boundary(**sections) -> Boundary:
+    return Boundary.model_validate(sections)
+
+
+def test_a_capable_host_gets_every_layer():
+    plan = plan_layers(Boundary(), facts(), egress_available=False)
+    assert plan.seccomp and plan.cgroups and plan.landlock is not None and not plan.egress
+    assert plan.report == {
+        "namespaces": "user, mount, pid, ipc, uts, net, cgroup",
+        "seccomp": "applied",
+        "landlock": "applied (ABI 7)",
+        "cgroups": "memory, pids, cpu (cgroup v1)",
+        "network": "none (loopback only)",
+    }
+
+
+@pytest.mark.parametrize(
+    ("host", "cause", "fix"),
+    [
+        (dict(bwrap_path=None), "bubblewrap (bwrap) is not installed", "apt-get install bubblewrap"),
+        (dict(user_namespaces=False), "user namespaces are disabled", "max_user_namespaces"),
+        (dict(seccomp=False), "no seccomp filter support", "CONFIG_SECCOMP_FILTER"),
+        (dict(libseccomp_path=None), "libseccomp is not installed", "libseccomp2"),
+        (dict(cgroups=()), "cgroup limits are required", "hardening.cgroups: off"),
+        (dict(is_root=False, uid=1000, gid=1000), "not running as root", "CONTAIN_CGROUP_ROOT"),
+    ],
+)
+def test_a_missing_layer_refuses_with_its_cause_and_fix(host, cause, fix):
+    with pytest.raises(UnsupportedHost) as info:
+        plan_layers(Boundary(), facts(**host), egress_available=False)
+    assert cause in info.value.cause and fix in info.value.fix
+
+
+def test_required_landlock_on_a_kernel_without_it_refuses():
+    with pytest.raises(UnsupportedHost, match="Landlock"):
+        plan_layers(boundary(hardening={"landlock": "required"}), facts(landlock_abi=0), egress_available=False)
+
+
+def test_auto_and_off_layers_are_reported_never_silent():
+    plan = plan_layers(
+        boundary(hardening={"landlock": "auto", "cgroups": "auto"}),
+        facts(landlock_abi=0, cgroups=()),
+        egress_available=False,
+    )
+    assert plan.landlock is None and not plan.cgroups
+    assert plan.report["landlock"] == "unavailable on this kernel (auto)"
+    assert plan.report["cgroups"].startswith("unavailable (") and "rlimits only (auto)" in plan.report["cgroups"]
+    off = plan_layers(boundary(hardening={"landlock": "off", "cgroups": "off"}), facts(), egress_available=False)
+    assert off.report["landlock"] == "off by manifest" and off.report["cgroups"].startswith("off by manifest")
+
+
+def test_a_network_allow_list_without_egress_refuses():
+    with pytest.raises(UnsupportedHost, match="egress proxy is not available"):
+        plan_layers(boundary(network={"allow": [{"host": "pypi.org"}]}), facts(), egress_available=False)
+    plan = plan_layers(boundary(network={"allow": [{"host": "pypi.org"}]}), facts(), egress_available=True)
+    assert plan.egress and plan.report["network"] == "egress proxy (allow list)"
+
+
+def test_the_sandbox_never_runs_as_host_root():
+    assert sandbox_host_ids(facts()) == (65534, 65534)
+    assert sandbox_host_ids(facts(is_root=False, uid=1000, gid=1001)) == (1000, 1001)
+
+
+def test_rlimits_bound_cpu_processes_files_and_cores_and_data_only_without_cgroups():
+    resources = boundary(resources={"cpu_s": "2.5s", "pids_max": 64, "disk_bytes": "1MiB"}).resources
+    assert plan_rlimits(resources, cgroups=True) == (
+        Rlimit("CPU", 3, 4),
+        Rlimit("NPROC", 64, 64),
+        Rlimit("FSIZE", 1 << 20, 1 << 20),
+        Rlimit("NOFILE", 1024, 1024),
+        Rlimit("CORE", 0, 0),
+    )
+    assert plan_rlimits(resources, cgroups=False)[-1] == Rlimit("DATA", resources.memory_bytes, resources.memory_bytes)
+
+
+def test_the_environment_is_built_from_nothing():
+    b = boundary(env={"MODE": "x"}, credentials=[{"name": "TOKEN", "via": "env", "source": "HOST_TOKEN"}])
+    env = plan_base_env(b, host_environ={"HOST_TOKEN": "t", "AWS_SECRET_ACCESS_KEY": "leak"}, egress_env={"HTTP_PROXY": "p"})
+    assert env == {
+        "PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/work", "LANG": "C.UTF-8", "TMPDIR": "/tmp",
+        "USER": "sandbox", "HTTP_PROXY": "p", "MODE": "x", "TOKEN": "t",
+    }
+    with pytest.raises(UnsupportedHost, match="HOST_TOKEN"):
+        plan_base_env(b, host_environ={}, egress_env={})
