@@ -307,15 +307,27 @@ class Resources(BaseModel):
     )
 
 
+def _yaml_off(value: object) -> object:
+    # YAML 1.1 reads a bare `off` as the boolean false; accept it as the word the user wrote.
+    if value is False:
+        return LayerRequirement.OFF
+    if value is True:
+        raise ValueError("write required, auto or off (a bare `on`/`yes` is ambiguous)")
+    return value
+
+
+Requirement = Annotated[LayerRequirement, BeforeValidator(_yaml_off)]
+
+
 class Hardening(BaseModel):
     """Extra layers whose availability depends on the host."""
 
     model_config = _STRICT
-    landlock: LayerRequirement = Field(
+    landlock: Requirement = Field(
         default=LayerRequirement.AUTO,
         description="Landlock filesystem rules inside the sandbox: required | auto | off.",
     )
-    cgroups: LayerRequirement = Field(
+    cgroups: Requirement = Field(
         default=LayerRequirement.REQUIRED,
         description="cgroup limits for memory, pids and CPU; off falls back to per-process rlimits only.",
     )

@@ -81,3 +81,10 @@ def test_there_are_example_boundaries():
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.name)
 def test_every_example_boundary_loads(example):
     load_boundary(example)
+
+
+def test_a_bare_yaml_off_means_off_and_a_bare_on_is_refused(tmp_path):
+    boundary = load_boundary(write(tmp_path, "hardening: {landlock: off, cgroups: off}\n"))
+    assert (boundary.hardening.landlock.value, boundary.hardening.cgroups.value) == ("off", "off")
+    with pytest.raises(BoundaryInvalid, match="ambiguous"):
+        load_boundary(write(tmp_path, "hardening: {landlock: on}\n"))
