@@ -101,6 +101,7 @@ class EgressSession:
         self._stop: asyncio.Event | None = None
         self._alloc_lock: asyncio.Lock | None = None
         self._servers: list[asyncio.Server] = []
+        self._main_task: asyncio.Task[None] | None = None
         self._closed = False
 
     # ---- public surface -------------------------------------------------------------------
@@ -113,6 +114,26 @@ class EgressSession:
     def drain_events(self) -> list[EgressEvent]:
         """Attempts recorded since the last drain, oldest first."""
         return self.events.drain()
+
+    def settle(self, timeout_s: float = 1.0) -> None:
+        """Wait (bounded) until every connection handler has finished and recorded its event.
+
+        Called after a run's processes are dead: their connections are closing, and a tunnel's
+        event (with its byte counts) is written only when it closes.
+        """
+        loop, main = self._loop, self._main_task
+        if self._closed or main is None or not loop.is_running():
+            return
+
+        async def quiet() -> None:
+            deadline = loop.time() + timeout_s
+            while loop.time() < deadline:
+                if not [t for t in asyncio.all_tasks() if t is not asyncio.current_task() and t is not main]:
+                    return
+                await asyncio.sleep(0.005)
+
+        with contextlib.suppress(Exception):  # a stopped loop has nothing left to record
+            asyncio.run_coroutine_threadsafe(quiet(), loop).result(timeout_s + 1.0)
 
     def is_serving(self) -> bool:
         """True while the loop thread is alive and listeners are open."""
@@ -172,6 +193,7 @@ class EgressSession:
     async def _main(self, captures: list[tuple[str, int]]) -> None:
         self._stop = asyncio.Event()
         self._alloc_lock = asyncio.Lock()
+        self._main_task = asyncio.current_task()
         proxy_sock, udp_sock, dns_tcp_sock, *capture_socks = self._sockets
         servers: list[asyncio.Server] = [await asyncio.start_server(self.proxy.handle, sock=proxy_sock)]
         servers.append(await asyncio.start_server(self.dns.handle_tcp, sock=dns_tcp_sock))

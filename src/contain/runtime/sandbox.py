@@ -35,7 +35,8 @@ import threading
 import time
 import uuid
 from collections.abc import Mapping, Sequence
-from types import TracebackType
+from types import ModuleType, TracebackType
+from typing import TYPE_CHECKING
 
 from contain.boundary.model import Boundary, FileAccess
 from contain.errors import ContainError, FileTransferError, SandboxLost, SandboxStartError, UnsupportedHost
@@ -52,13 +53,16 @@ from contain.runtime.bwrap import (
     plan_bwrap_argv,
 )
 from contain.runtime.cgroups import ROOT_ENV as CGROUP_ROOT_ENV
-from contain.runtime.cgroups import SandboxCgroup
+from contain.runtime.cgroups import CgroupUsage, SandboxCgroup
 from contain.runtime.paths import PathFacts, gather_path_facts
 from contain.runtime.plan import LayerPlan, plan_base_env, plan_layers, plan_rlimits, sandbox_host_ids
 from contain.runtime.process import SandboxProcess
 from contain.runtime.result import Captured, RunResult, Timings, Usage, Violation
 from contain.runtime.seccomp import compile_filter
 from contain.runtime.streams import CappedReader, StdinFeeder
+
+if TYPE_CHECKING:
+    from contain.egress import EgressSession
 
 __all__ = ["BACKENDS", "Attachment", "Sandbox"]
 
@@ -72,7 +76,7 @@ _CPU_CHECK_INTERVAL_S = 0.1
 _DEFAULT_RESOLV_CONF = "nameserver 127.0.0.1\noptions timeout:1 attempts:1\n"
 
 
-def _egress_module() -> object | None:
+def _egress_module() -> ModuleType | None:
     try:
         from contain import egress
     except ImportError:
@@ -122,7 +126,7 @@ class Sandbox:
         self._proc: subprocess.Popen[bytes] | None = None
         self._channel: AgentChannel | None = None
         self._cgroup: SandboxCgroup | None = None
-        self._egress: object | None = None
+        self._egress: EgressSession | None = None
         self._agent_pid: int | None = None
         self._paths: PathFacts | None = None
         self._layers: LayerPlan | None = None
@@ -185,7 +189,7 @@ class Sandbox:
                 )
             self._spawn(facts, agent, bpf, uid, gid, layers)
             if egress is not None:
-                self._egress = egress.start_egress(self.boundary, netns_path=f"/proc/{self._agent_pid}/ns/net")  # type: ignore[attr-defined]
+                self._egress = egress.start_egress(self.boundary, netns_path=f"/proc/{self._agent_pid}/ns/net")
             assert self._channel is not None
             self._channel.read_ready(_STARTUP_TIMEOUT_S)
         except BaseException as exc:
@@ -200,7 +204,7 @@ class Sandbox:
             raise SandboxStartError(
                 f"the sandbox failed to start: {stderr or exc}", "run `contain doctor` to see what this host lacks"
             ) from exc
-        egress_env = self._egress.sandbox_env() if self._egress is not None else {}  # type: ignore[attr-defined]
+        egress_env = self._egress.sandbox_env() if self._egress is not None else {}
         self._base_env = plan_base_env(self.boundary, host_environ=self._host_environ, egress_env=egress_env)
         self._base_env.update(self._extra_env)
         self._setup_s = time.perf_counter() - began
@@ -421,7 +425,7 @@ class Sandbox:
             run_env.update(env)
         workdir = cwd or self.scratch_paths[0]
         if self._egress is not None:
-            self._egress.drain_events()  # type: ignore[attr-defined]
+            self._egress.drain_events()
         before = self._cgroup.usage() if self._cgroup else None
         if self._cgroup:
             self._cgroup.reset_peak()
@@ -497,7 +501,8 @@ class Sandbox:
                 )
         egress_events: list[dict[str, object]] = []
         if self._egress is not None:
-            for event in self._egress.drain_events():  # type: ignore[attr-defined]
+            self._egress.settle()
+            for event in self._egress.drain_events():
                 egress_events.append(event.to_dict())
                 message = event.violation_message()
                 if message:
@@ -527,7 +532,7 @@ class Sandbox:
         stderr: CappedReader,
         feeder: StdinFeeder | None,
         deadline: float,
-        before: object,
+        before: CgroupUsage | None,
         violations: list[Violation],
     ) -> tuple[Exited | None, bool, bool]:
         """Pump output, feed stdin, watch the clock and CPU until the agent reports EXITED."""
@@ -576,12 +581,13 @@ class Sandbox:
                         selector.unregister(key.fd)
                 if (
                     self._cgroup is not None
+                    and before is not None
                     and exited is None
                     and kill_sent_at is None
                     and time.monotonic() >= next_cpu_check
                 ):
                     next_cpu_check = time.monotonic() + _CPU_CHECK_INTERVAL_S
-                    used = self._cgroup.usage().cpu_s - before.cpu_s  # type: ignore[attr-defined]
+                    used = self._cgroup.usage().cpu_s - before.cpu_s
                     if used > cpu_budget:
                         cpu_killed = True
                         kill_sent_at = time.perf_counter()
@@ -706,7 +712,7 @@ class Sandbox:
             self._channel.close()
             self._channel = None
         if self._egress is not None:
-            self._egress.close()  # type: ignore[attr-defined]
+            self._egress.close()
             self._egress = None
         if self._cgroup is not None:
             self._cgroup.remove(timeout_s=5.0)

@@ -1,0 +1,112 @@
+"""Egress through the real Sandbox: allowed names reachable by every path, everything else not.
+
+The host-side proxy, stub resolver and capture are tested in depth in test_egress_netns.py; this
+file checks they are wired into the sandbox: proxy variables set, resolv.conf pointing at the
+stub, decisions recorded in the RunResult and refused attempts reported as violations.
+"""
+
+from __future__ import annotations
+
+import http.server
+import shutil
+import socket
+import socketserver
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+from contain.boundary import Boundary
+from contain.runtime import Sandbox
+
+pytestmark = [pytest.mark.needs_bwrap, pytest.mark.needs_root]
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    seen: list[str] = []
+
+    def do_GET(self) -> None:
+        type(self).seen.append(self.path)
+        self.send_response(200)
+        self.end_headers()
+        self.wfile.write(b"hello from host\n")
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def server() -> Iterator[tuple[int, list[str]]]:
+    _Handler.seen = []
+    srv = socketserver.ThreadingTCPServer(("127.0.0.1", 0), _Handler)
+    thread = threading.Thread(target=srv.serve_forever, daemon=True)
+    thread.start()
+    yield srv.server_address[1], _Handler.seen
+    srv.shutdown()
+    srv.server_close()
+
+
+def allowing(port: int) -> Boundary:
+    return Boundary.model_validate(
+        {"network": {"allow": [{"host": "api.test", "ports": [port]}], "hosts": {"api.test": "127.0.0.1"}}}
+    )
+
+
+def test_an_allowed_name_is_reachable_through_the_proxy_and_by_name(server) -> None:
+    port, seen = server
+    code = (
+        "import socket, urllib.request\n"
+        f"print(urllib.request.urlopen('http://api.test:{port}/urllib', timeout=5).read().decode().strip())\n"
+        f"s = socket.create_connection(('api.test', {port}), timeout=5)\n"
+        "s.sendall(b'GET /transparent HTTP/1.0\\r\\nHost: api.test\\r\\n\\r\\n')\n"
+        "print(s.recv(200).split(b'\\r\\n')[0].decode())\n"
+    )
+    with Sandbox(allowing(port)) as sb:
+        result = sb.run(["python3", "-c", code])
+    assert result.stdout.data.decode().splitlines() == ["hello from host", "HTTP/1.0 200 OK"], result.stderr.data
+    assert seen == ["/urllib", "/transparent"]
+    assert [(e["host"], e["verdict"], e["via"]) for e in result.egress] == [
+        ("api.test", "allow", "http"),
+        ("api.test", "allow", "transparent"),
+    ]
+    assert result.violations == ()
+
+
+@pytest.mark.skipif(shutil.which("node") is None, reason="node is not installed")
+def test_node_fetch_which_ignores_proxy_variables_is_captured(server) -> None:
+    port, seen = server
+    code = f"fetch('http://api.test:{port}/node').then(r => r.text()).then(t => console.log(t.trim()))"
+    with Sandbox(allowing(port)) as sb:
+        result = sb.run(["node", "-e", code])
+    assert result.stdout.data == b"hello from host\n", result.stderr.data
+    assert seen == ["/node"]
+
+
+def test_other_hosts_ports_literals_and_noproxy_are_refused_and_reported(server) -> None:
+    port, seen = server
+    other = socket.socket()
+    other.bind(("127.0.0.1", 0))
+    other_port = other.getsockname()[1]
+    other.close()
+    script = (
+        f"curl -s -m 3 http://other.test:{port}/a; echo \" rc=$?\"; "
+        f"curl -s -m 3 http://api.test:{other_port}/b; echo \" rc=$?\"; "
+        f"curl -s -m 3 http://127.0.0.1:{port}/c; echo \" rc=$?\"; "
+        f"curl -s -m 3 --noproxy '*' http://other.test:{port}/d; echo \" rc=$?\"; "
+        f"curl -s -m 3 --noproxy '*' http://127.0.0.1:{port}/e; echo \" rc=$?\"; "
+        f"(echo > /dev/tcp/127.0.0.1/{port}) 2>/dev/null; echo \"devtcp rc=$?\"; "
+        "getent hosts exfil-canary.example.com; echo \"dns rc=$?\""
+    )
+    with Sandbox(allowing(port)) as sb:
+        result = sb.run(["bash", "-c", script])
+    out = result.stdout.data.decode()
+    assert seen == []  # nothing reached the server: every request was refused before it
+    assert "hello from host" not in out
+    assert "dns rc=2" in out  # NXDOMAIN from the stub: the name is not allowed
+    messages = [v.message for v in result.violations]
+    assert f"other.test:{port} is not in network.allow" in messages
+    assert any("exfil-canary.example.com" in m for m in messages)
+    # Control: the same sandbox reaches the allowed destination.
+    with Sandbox(allowing(port)) as sb:
+        assert sb.run(["curl", "-s", "-m", "3", f"http://api.test:{port}/ok"]).stdout.data == b"hello from host\n"
+    assert seen == ["/ok"]
