@@ -259,7 +259,7 @@ def test_a_fork_bomb_is_held_by_the_pids_limit_and_the_host_stays_responsive() -
     thread.join()
     made = int(result.stdout.data.decode())
     assert made < 32
-    assert any(v.kind == "pids" for v in result.violations) or made < 32
+    assert any(v.kind == "pids" for v in result.violations)
     assert probe["latency"] < 1.0
     assert time.perf_counter() - began < 20
     # Control: with room for them, the same bomb makes all 400.

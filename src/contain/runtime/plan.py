@@ -33,6 +33,7 @@ __all__ = [
 # When contain runs as root the sandbox runs as this host uid, never as root.
 NOBODY_UID = 65534
 _BASE_PATH = "/usr/local/bin:/usr/bin:/bin"
+_NPROC_SLACK = 16
 
 
 @dataclass(frozen=True)
@@ -135,14 +136,18 @@ def plan_rlimits(resources: Resources, *, cgroups: bool) -> tuple[Rlimit, ...]:
     """Per-process limits every workload starts with.
 
     CPU: soft at the budget (SIGXCPU), hard one second later (SIGKILL). NPROC is counted per user
-    namespace on Linux >= 5.14, so it bounds the sandbox's own processes. DATA stands in for the
+    namespace on Linux >= 5.14, so it bounds the sandbox's own processes; with cgroups it sits
+    slightly above ``pids.max`` so that the cgroup, whose refusals the host can count, acts first. DATA stands in for the
     memory limit only when cgroups are off; AS is never set (it breaks runtimes that reserve large
     address ranges, such as V8 and the JVM).
     """
     cpu = max(1, math.ceil(resources.cpu_s))
+    # With cgroups, pids.max is the limit that holds (and the one the host can observe and report);
+    # NPROC stays a little above it as a backstop. Without cgroups NPROC is the limit.
+    nproc = resources.pids_max + _NPROC_SLACK if cgroups else resources.pids_max
     limits = [
         Rlimit("CPU", cpu, cpu + 1),
-        Rlimit("NPROC", resources.pids_max, resources.pids_max),
+        Rlimit("NPROC", nproc, nproc),
         Rlimit("FSIZE", resources.disk_bytes, resources.disk_bytes),
         Rlimit("NOFILE", resources.open_files_max, resources.open_files_max),
         Rlimit("CORE", 0, 0),

@@ -90,12 +90,14 @@ def test_rlimits_bound_cpu_processes_files_and_cores_and_data_only_without_cgrou
     resources = boundary(resources={"cpu_s": "2.5s", "pids_max": 64, "disk_bytes": "1MiB"}).resources
     assert plan_rlimits(resources, cgroups=True) == (
         Rlimit("CPU", 3, 4),
-        Rlimit("NPROC", 64, 64),
+        Rlimit("NPROC", 80, 80),
         Rlimit("FSIZE", 1 << 20, 1 << 20),
         Rlimit("NOFILE", 1024, 1024),
         Rlimit("CORE", 0, 0),
     )
-    assert plan_rlimits(resources, cgroups=False)[-1] == Rlimit("DATA", resources.memory_bytes, resources.memory_bytes)
+    without = plan_rlimits(resources, cgroups=False)
+    assert without[1] == Rlimit("NPROC", 64, 64)
+    assert without[-1] == Rlimit("DATA", resources.memory_bytes, resources.memory_bytes)
 
 
 def test_the_environment_is_built_from_nothing():
