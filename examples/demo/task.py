@@ -40,7 +40,8 @@ def attempt(name: str, action) -> None:
 
 def read_secrets() -> list[str]:
     found = [k for k in os.environ if any(w in k for w in ("TOKEN", "SECRET", "KEY", "PASSWORD"))]
-    for pattern in ("/root/.aws/credentials", "/root/.ssh/*", "/home/*/.ssh/*", "/etc/shadow", os.environ.get("DEMO_CREDENTIALS_PATH", "")):
+    planted = os.environ.get("DEMO_CREDENTIALS_PATH", "")
+    for pattern in ("/root/.aws/credentials", "/root/.ssh/*", "/home/*/.ssh/*", "/etc/shadow", planted):
         for path in glob.glob(pattern) if pattern else []:
             with open(path) as handle:
                 found.append(f"{path}: {handle.read(40)}")
@@ -50,7 +51,8 @@ def read_secrets() -> list[str]:
 
 
 def write_outside() -> str:
-    for path in ("/inputs/data/invoices.csv", "/usr/bin/python3-evil", "/etc/cron.d/evil", os.environ.get("DEMO_HOST_MARKER", "/tmp/x")):
+    marker = os.environ.get("DEMO_HOST_MARKER", "/tmp/x")
+    for path in ("/inputs/data/invoices.csv", "/usr/bin/python3-evil", "/etc/cron.d/evil", marker):
         with open(path, "a") as handle:
             handle.write("pwned\n")
     return "wrote everywhere"

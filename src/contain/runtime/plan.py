@@ -137,9 +137,9 @@ def plan_rlimits(resources: Resources, *, cgroups: bool) -> tuple[Rlimit, ...]:
 
     CPU: soft at the budget (SIGXCPU), hard one second later (SIGKILL). NPROC is counted per user
     namespace on Linux >= 5.14, so it bounds the sandbox's own processes; with cgroups it sits
-    slightly above ``pids.max`` so that the cgroup, whose refusals the host can count, acts first. DATA stands in for the
-    memory limit only when cgroups are off; AS is never set (it breaks runtimes that reserve large
-    address ranges, such as V8 and the JVM).
+    slightly above ``pids.max`` so that the cgroup, whose refusals the host can count, acts first.
+    DATA stands in for the memory limit only when cgroups are off; AS is never set (it breaks
+    runtimes that reserve large address ranges, such as V8 and the JVM).
     """
     cpu = max(1, math.ceil(resources.cpu_s))
     # With cgroups, pids.max is the limit that holds (and the one the host can observe and report);
