@@ -2,8 +2,10 @@
 
 Variants, interleaved round by round so that noise on this shared machine hits all of them alike:
   - ``bare``: the command run directly (fork + exec from Python);
-  - ``bwrap``: raw ``bwrap --unshare-all`` with the same system binds contain uses, no seccomp,
-    no agent, no cgroup, started as the same host user contain's sandbox runs as;
+  - ``bwrap``: raw ``bwrap --unshare-all`` with the same mounts contain's sandbox gets (/usr, loader
+    links, its /etc tree, /proc, /dev, tmpfs for /tmp, /dev/shm and /work, read-only root), no
+    seccomp, no agent, no cgroup, started as the same host user contain's sandbox runs as;
+  - ``bwrap-minimal``: raw bwrap with only /usr, loader links, /proc, /dev, /tmp and /work;
   - ``contain-api``: ``Sandbox(Boundary())`` with full policy (seccomp, Landlock, cgroups, the
     agent), started, one run, closed: the whole life of a one-shot sandbox;
   - ``contain-cli``: ``contain run -- CMD`` as a shell would start it (a new interpreter each time).
@@ -69,6 +71,7 @@ class StartupReport:
             "ratios": {
                 "api_true_over_bwrap_true": self.ratio("contain-api/true", "bwrap/true"),
                 "api_python_over_bwrap_python": self.ratio("contain-api/python", "bwrap/python"),
+                "api_true_over_bwrap_minimal_true": self.ratio("contain-api/true", "bwrap-minimal/true"),
             },
             "throughput": self.throughput,
         }
@@ -80,13 +83,31 @@ def _summarise(name: str, samples: Sequence[float]) -> Summary:
     return Summary(name, len(ordered), statistics.median(ordered), p95)
 
 
-def _raw_bwrap_argv(command: list[str]) -> list[str]:
+def _raw_bwrap_argv(command: list[str], *, etc_tree: str | None) -> list[str]:
+    """Raw bwrap with the mounts contain's sandbox gets (or only the minimum when etc_tree is None):
+    the difference to contain is then its own layers (seccomp, cgroup, agent, Landlock) and the
+    Python that drives them."""
     argv = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--ro-bind", "/usr", "/usr"]
     for link in ("/bin", "/sbin", "/lib", "/lib64"):
         if os.path.islink(link):
             argv += ["--symlink", os.readlink(link), link]
-    argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", "/work", "--", *command]
-    return argv
+    if etc_tree is not None:
+        argv += ["--ro-bind", etc_tree, "/etc"]
+    argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", "/work"]
+    if etc_tree is not None:
+        argv += ["--tmpfs", "/dev/shm", "--remount-ro", "/"]
+    return [*argv, "--", *command]
+
+
+def _sandbox_etc_tree() -> str:
+    from pathlib import Path
+
+    from contain.runtime.agent_build import ensure_agent_binary
+    from contain.runtime.bwrap import ETC_PASSTHROUGH, generated_etc_files
+    from contain.runtime.etc_tree import ensure_etc_tree
+
+    generated = generated_etc_files(home="/work", resolv_conf="nameserver 127.0.0.1\n")
+    return ensure_etc_tree(Path(ensure_agent_binary()).parent, generated, (e.path for e in ETC_PASSTHROUGH))
 
 
 def _timed(action: Callable[[], object]) -> float:
@@ -111,8 +132,13 @@ def measure_startup(*, rounds: int, contain_cli: str | None, include_cli: bool =
     def bare(cmd: list[str]) -> None:
         subprocess.run(cmd, check=True, stdin=subprocess.DEVNULL)
 
+    etc_tree = _sandbox_etc_tree()
+
     def bwrap(cmd: list[str]) -> None:
-        subprocess.run(_raw_bwrap_argv(cmd), check=True, stdin=subprocess.DEVNULL, **as_user)  # type: ignore[call-overload]
+        subprocess.run(_raw_bwrap_argv(cmd, etc_tree=etc_tree), check=True, stdin=subprocess.DEVNULL, **as_user)  # type: ignore[call-overload]
+
+    def bwrap_minimal(cmd: list[str]) -> None:
+        subprocess.run(_raw_bwrap_argv(cmd, etc_tree=None), check=True, stdin=subprocess.DEVNULL, **as_user)  # type: ignore[call-overload]
 
     def api(cmd: list[str]) -> None:
         with Sandbox(boundary) as sandbox:
@@ -123,7 +149,12 @@ def measure_startup(*, rounds: int, contain_cli: str | None, include_cli: bool =
     def cli(cmd: list[str]) -> None:
         subprocess.run([contain_cli or "contain", "run", "--", *cmd], check=True, stdin=subprocess.DEVNULL)
 
-    variants: dict[str, Callable[[list[str]], None]] = {"bare": bare, "bwrap": bwrap, "contain-api": api}
+    variants: dict[str, Callable[[list[str]], None]] = {
+        "bare": bare,
+        "bwrap-minimal": bwrap_minimal,
+        "bwrap": bwrap,
+        "contain-api": api,
+    }
     if include_cli:
         variants["contain-cli"] = cli
     samples: dict[str, list[float]] = {f"{v}/{c}": [] for v in variants for c in COMMANDS}
@@ -170,6 +201,9 @@ def render_startup(report: StartupReport) -> str:
         f"contain-api/true vs bwrap/true: {report.ratio('contain-api/true', 'bwrap/true'):.2f}x (target <= 2x)"
     )
     lines.append(f"contain-api/python vs bwrap/python: {report.ratio('contain-api/python', 'bwrap/python'):.2f}x")
+    lines.append(
+        f"contain-api/true vs bwrap-minimal/true: {report.ratio('contain-api/true', 'bwrap-minimal/true'):.2f}x"
+    )
     if "contain-cli/true" in report.summaries:
         lines.append(
             f"contain-cli/true median: {report.summaries['contain-cli/true'].median_s * 1e3:.1f} ms (target <= 120 ms)"

@@ -78,10 +78,10 @@ class BwrapInputs:
     paths: PathFacts
     loader_links: dict[str, str]  # "/lib" -> "usr/lib" for symlinks on the host
     loader_dirs: tuple[str, ...]  # loader paths that are real directories on the host
-    etc_present: tuple[str, ...]  # ETC_PASSTHROUGH entries that exist on the host
+    etc_tree: str  # host directory holding the whole sandbox /etc (see etc_tree.py)
     agent_host_path: str
     agent_args: tuple[str, ...]  # after the agent path, e.g. --control-fd 5 --landlock-...
-    data_fds: dict[str, int]  # sandbox path -> fd with the content of a generated file
+    data_fds: dict[str, int]  # sandbox path -> fd with the content of a small file (attachments)
     empty_file_fd_for: dict[str, int]  # mask sandbox path -> fd with empty content
     seccomp_fd: int | None
     info_fd: int
@@ -119,7 +119,7 @@ def plan_bwrap_argv(boundary: Boundary, inputs: BwrapInputs, *, bwrap: str = "bw
 
     Steps, in order (later mounts cover earlier ones):
       1. namespaces and process flags;
-      2. the system view: /usr, loader links, passthrough /etc, generated /etc, /proc, /dev;
+      2. the system view: /usr, loader links, /etc (one cached tree), /proc, /dev;
       3. size-limited tmpfs: /tmp, /dev/shm, scratch paths;
       4. the agent binary;
       5. read and write binds, parents before children;
@@ -166,8 +166,7 @@ def plan_bwrap_argv(boundary: Boundary, inputs: BwrapInputs, *, bwrap: str = "bw
             argv += ["--symlink", inputs.loader_links[link], link]
         elif link in inputs.loader_dirs:
             argv += ["--ro-bind", link, link]
-    for path in inputs.etc_present:
-        argv += ["--ro-bind", path, path]
+    argv += ["--ro-bind", inputs.etc_tree, "/etc"]
     for path, fd in sorted(inputs.data_fds.items()):
         argv += ["--perms", "0444", "--ro-bind-data", str(fd), path]
     argv += ["--proc", "/proc", "--dev", "/dev"]

@@ -27,6 +27,7 @@ import errno
 import json
 import logging
 import os
+import select
 import selectors
 import signal
 import socket
@@ -35,6 +36,7 @@ import threading
 import time
 import uuid
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from types import ModuleType, TracebackType
 from typing import TYPE_CHECKING
 
@@ -54,6 +56,7 @@ from contain.runtime.bwrap import (
 )
 from contain.runtime.cgroups import ROOT_ENV as CGROUP_ROOT_ENV
 from contain.runtime.cgroups import CgroupUsage, SandboxCgroup
+from contain.runtime.etc_tree import ensure_etc_tree
 from contain.runtime.paths import PathFacts, gather_path_facts
 from contain.runtime.plan import LayerPlan, plan_base_env, plan_layers, plan_rlimits, sandbox_host_ids
 from contain.runtime.process import SandboxProcess
@@ -230,8 +233,8 @@ class Sandbox:
 
             resolv = egress_module.RESOLV_CONF_TEXT
         etc = generated_etc_files(home=default_scratch_paths(self.boundary)[0], resolv_conf=resolv)
-        data_fds = {path: data_fd(text.encode()) for path, text in etc.items()}
-        data_fds.update({a.sandbox_path: data_fd(a.data) for a in self._attachments if a.data is not None})
+        etc_tree = ensure_etc_tree(Path(agent).parent, etc, (e.path for e in ETC_PASSTHROUGH))
+        data_fds = {a.sandbox_path: data_fd(a.data) for a in self._attachments if a.data is not None}
         socket_binds = tuple((a.host_path, a.sandbox_path) for a in self._attachments if a.host_path is not None)
         empties = {
             m.sandbox_path: data_fd(b"")
@@ -252,7 +255,7 @@ class Sandbox:
             paths=self._paths,
             loader_links={p: os.readlink(p) for p in _LOADER_PATHS if os.path.islink(p)},
             loader_dirs=tuple(p for p in _LOADER_PATHS if os.path.isdir(p) and not os.path.islink(p)),
-            etc_present=tuple(e.path for e in ETC_PASSTHROUGH if os.path.lexists(e.path)),
+            etc_tree=etc_tree,
             agent_host_path=agent,
             agent_args=tuple(agent_args),
             data_fds=data_fds,
@@ -263,7 +266,10 @@ class Sandbox:
         )
         argv = plan_bwrap_argv(self.boundary, inputs, bwrap=facts.bwrap_path or "bwrap")
         log.debug("bwrap argv: %s", argv)
-        as_other = facts.is_root
+        if facts.is_root:
+            # Drop to the sandbox user in a tiny exec (the agent's launcher mode) rather than
+            # with subprocess's user=, which forces a full fork of this process instead of vfork.
+            argv = [agent, "--exec-as", str(uid), str(gid), "--", *argv]
         try:
             self._proc = subprocess.Popen(
                 argv,
@@ -274,9 +280,6 @@ class Sandbox:
                 env={"PATH": "/usr/bin:/bin"},
                 cwd="/",
                 close_fds=True,
-                user=uid if as_other else None,
-                group=gid if as_other else None,
-                extra_groups=[] if as_other else None,
             )
         except OSError as exc:
             os.close(info_r)
@@ -701,9 +704,7 @@ class Sandbox:
                 self._channel.exit()
         proc = self._proc
         if proc is not None:
-            try:
-                proc.wait(timeout=2.0)
-            except subprocess.TimeoutExpired:
+            if not _wait_for_exit(proc, 2.0):
                 self._destroy()
                 proc.wait(timeout=5.0)
             if proc.stderr is not None:
@@ -754,6 +755,27 @@ def _read_child_pid(info_fd: int, proc: subprocess.Popen[bytes]) -> int:
     raise SandboxStartError(
         f"bubblewrap exited before the sandbox started: {stderr or 'no message'}", "run `contain doctor`"
     )
+
+
+def _wait_for_exit(proc: subprocess.Popen[bytes], timeout_s: float) -> bool:
+    """Wait for ``proc`` with a pidfd, which wakes on exit instead of polling with sleeps."""
+    try:
+        pidfd = os.pidfd_open(proc.pid)
+    except OSError:  # already reaped, or a kernel without pidfd (< 5.3)
+        try:
+            proc.wait(timeout=timeout_s)
+            return True
+        except subprocess.TimeoutExpired:
+            return False
+    try:
+        poller = select.poll()
+        poller.register(pidfd, select.POLLIN)
+        if not poller.poll(timeout_s * 1000):
+            return False
+    finally:
+        os.close(pidfd)
+    proc.wait()
+    return True
 
 
 def _decode_status(status: int) -> tuple[int | None, int | None]:

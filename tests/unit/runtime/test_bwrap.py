@@ -10,10 +10,10 @@ def inputs(paths: PathFacts, **extra) -> BwrapInputs:
         paths=paths,
         loader_links={"/bin": "usr/bin", "/lib": "usr/lib", "/lib64": "usr/lib64", "/sbin": "usr/sbin"},
         loader_dirs=(),
-        etc_present=("/etc/ld.so.cache",),
+        etc_tree="/cache/etc-1234",
         agent_host_path="/cache/contain-agent-x",
         agent_args=("--control-fd", "5"),
-        data_fds={"/etc/passwd": 7},
+        data_fds={"/.contain/token": 7},
         empty_file_fd_for={},
         seccomp_fd=6,
         info_fd=4,
@@ -30,8 +30,8 @@ PROLOGUE = [
     "--ro-bind", "/usr", "/usr",
     "--symlink", "usr/bin", "/bin", "--symlink", "usr/sbin", "/sbin", "--symlink", "usr/lib", "/lib",
     "--symlink", "usr/lib64", "/lib64",
-    "--ro-bind", "/etc/ld.so.cache", "/etc/ld.so.cache",
-    "--perms", "0444", "--ro-bind-data", "7", "/etc/passwd",
+    "--ro-bind", "/cache/etc-1234", "/etc",
+    "--perms", "0444", "--ro-bind-data", "7", "/.contain/token",
     "--proc", "/proc", "--dev", "/dev",
 ]
 

@@ -28,6 +28,7 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <grp.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <linux/capability.h>
@@ -1033,7 +1034,35 @@ static int handle_request(int ruleset_fd) {
 
 /* ---- main ------------------------------------------------------------------------------- */
 
+/* Launcher mode, on the host: `contain-agent --exec-as UID GID -- PROGRAM ARGS...` drops every
+ * group, sets gid then uid (checking each took), and execs PROGRAM. The launcher uses it to start
+ * bwrap as the unprivileged sandbox user through posix_spawn/vfork instead of a full fork of the
+ * Python process. It never kills anything, so the pid-1 rule below does not apply to it. */
+static int exec_as(int argc, char **argv) {
+    long uid, gid;
+    if (argc < 6 || strcmp(argv[4], "--") != 0 || parse_int(argv[2], 1, 0x7fffffffL, &uid) < 0 ||
+        parse_int(argv[3], 1, 0x7fffffffL, &gid) < 0) {
+        dprintf(STDERR_FILENO, "contain-agent: usage: --exec-as UID GID -- PROGRAM [ARGS...] "
+                               "(UID and GID must not be 0)\n");
+        return EXIT_REFUSED;
+    }
+    if (setgroups(0, NULL) < 0 || setresgid((gid_t)gid, (gid_t)gid, (gid_t)gid) < 0 ||
+        setresuid((uid_t)uid, (uid_t)uid, (uid_t)uid) < 0) {
+        dprintf(STDERR_FILENO, "contain-agent: cannot switch to %ld:%ld: %s\n", uid, gid, strerror(errno));
+        return EXIT_REFUSED;
+    }
+    if (getuid() != (uid_t)uid || geteuid() != (uid_t)uid || getgid() != (gid_t)gid || setuid(0) == 0) {
+        dprintf(STDERR_FILENO, "contain-agent: the switch to %ld:%ld did not hold\n", uid, gid);
+        return EXIT_REFUSED;
+    }
+    execv(argv[5], &argv[5]);
+    dprintf(STDERR_FILENO, "contain-agent: cannot exec %s: %s\n", argv[5], strerror(errno));
+    return EXIT_REFUSED;
+}
+
 int main(int argc, char **argv) {
+    if (argc > 1 && strcmp(argv[1], "--exec-as") == 0)
+        return exec_as(argc, argv);
     /* First, before anything else: kill(-1, SIGKILL) outside a pid namespace of our own would
      * kill every process this user may signal on the host. */
     if (getpid() != 1) {
