@@ -6,26 +6,21 @@ from contain.runtime.etc_tree import ensure_etc_tree
 
 
 def test_the_tree_holds_generated_files_and_public_copies_and_is_reused(tmp_path):
-    host = tmp_path / "etc"
-    (host / "certs").mkdir(parents=True)
-    (host / "ld.so.cache").write_bytes(b"cache")
-    (host / "certs" / "a.pem").write_text("A")
-    (host / "certs" / "link.pem").symlink_to("a.pem")
-    (host / "private").write_text("secret")
-    (host / "private").chmod(0o600)
     cache = tmp_path / "cache"
     cache.mkdir()
-    passthrough = [str(host / "ld.so.cache"), str(host / "certs"), str(host / "private")]
     generated = {"/etc/passwd": "sandbox:x:1000:1000::/work:/bin/sh\n"}
-    # Passthrough paths are made relative to /etc; emulate with a fake root by symlink-free names.
-    tree = ensure_etc_tree(cache, generated, [])
-    assert open(os.path.join(tree, "passwd")).read() == generated["/etc/passwd"]
-    assert ensure_etc_tree(cache, generated, []) == tree  # same content, same tree
-    other = ensure_etc_tree(cache, {"/etc/passwd": "changed\n"}, [])
+    tree = ensure_etc_tree(cache, generated, ["/etc/ld.so.cache"])
+    with open(os.path.join(tree, "passwd")) as handle:
+        assert handle.read() == generated["/etc/passwd"]
+    with open(os.path.join(tree, "ld.so.cache"), "rb") as copy, open("/etc/ld.so.cache", "rb") as original:
+        assert copy.read() == original.read()
+    assert oct(os.stat(tree).st_mode & 0o777) == "0o755"
+    assert ensure_etc_tree(cache, generated, ["/etc/ld.so.cache"]) == tree  # same content, same tree
+    other = ensure_etc_tree(cache, {"/etc/passwd": "changed\n"}, ["/etc/ld.so.cache"])
     assert other != tree
 
 
-def test_only_world_readable_files_are_copied_and_symlinks_stay_symlinks(tmp_path, monkeypatch):
+def test_only_world_readable_files_are_copied_and_symlinks_stay_symlinks(tmp_path):
     from contain.runtime import etc_tree
 
     source = tmp_path / "src"
