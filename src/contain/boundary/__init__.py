@@ -4,6 +4,7 @@ from contain.boundary.load import boundary_from_mapping, boundary_json_schema, l
 from contain.boundary.model import (
     PROTECTED_PATHS,
     ArgConstraint,
+    Backend,
     Boundary,
     Credential,
     CredentialVia,
@@ -15,6 +16,7 @@ from contain.boundary.model import (
     NetworkRule,
     RecordRule,
     Resources,
+    Runtime,
     Threat,
     ToolRule,
     ToolVerdict,
@@ -23,6 +25,7 @@ from contain.boundary.model import (
 __all__ = [
     "PROTECTED_PATHS",
     "ArgConstraint",
+    "Backend",
     "Boundary",
     "Credential",
     "CredentialVia",
@@ -34,6 +37,7 @@ __all__ = [
     "NetworkRule",
     "RecordRule",
     "Resources",
+    "Runtime",
     "Threat",
     "ToolRule",
     "ToolVerdict",

@@ -26,6 +26,7 @@ __all__ = [
     "PROTECTED_PATHS",
     "RESERVED_SANDBOX_PATHS",
     "ArgConstraint",
+    "Backend",
     "Boundary",
     "Credential",
     "CredentialVia",
@@ -38,6 +39,7 @@ __all__ = [
     "ProtectedPath",
     "RecordRule",
     "Resources",
+    "Runtime",
     "Threat",
     "ToolRule",
     "ToolVerdict",
@@ -319,6 +321,23 @@ def _yaml_off(value: object) -> object:
 Requirement = Annotated[LayerRequirement, BeforeValidator(_yaml_off)]
 
 
+class Backend(StrEnum):
+    """Where the task's code runs. ``none`` declares that it runs without a contain runtime
+    (``contain run`` refuses it; ``contain check`` flags it for generated code)."""
+
+    PROCESS = "process"
+    CONTAINER = "container"
+    MICROVM = "microvm"
+    NONE = "none"
+
+
+class Runtime(BaseModel):
+    """The runtime the boundary is written for."""
+
+    model_config = _STRICT
+    backend: Backend = Field(default=Backend.PROCESS, description="process | container | microvm | none.")
+
+
 class Hardening(BaseModel):
     """Extra layers whose availability depends on the host."""
 
@@ -413,6 +432,7 @@ class Boundary(BaseModel):
     tools: tuple[ToolRule, ...] = Field(default=(), description="Gate rules for tool calls.")
     records: tuple[RecordRule, ...] = Field(default=(), description="External records, written only via the broker.")
     hardening: Hardening = Field(default_factory=Hardening, description="Host-dependent layers.")
+    runtime: Runtime = Field(default_factory=Runtime, description="Where the code runs (default: process).")
 
     @field_validator("task")
     @classmethod

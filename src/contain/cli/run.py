@@ -15,7 +15,7 @@ from contain.errors import BoundaryInvalid
 
 def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
     parser.add_argument("--manifest", "-m", help="boundary manifest (default: scratch only, no network)")
-    parser.add_argument("--backend", default="process", help="sandbox backend (default: process)")
+    parser.add_argument("--backend", help="sandbox backend (default: the manifest's runtime.backend, else process)")
     parser.add_argument("--json", action="store_true", help="print the RunResult as one JSON object")
     parser.add_argument("--timeout", type=float, help="wall-clock seconds")
     parser.add_argument("--memory", help="memory limit, e.g. 256MiB")

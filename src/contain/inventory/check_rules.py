@@ -14,12 +14,14 @@ Decisions written down here:
   ``lefthook.yml`` — editing those runs code as the user on the next commit.
 * "No resource limits" cannot happen (every budget has a finite default), so CHK-014 is
   ``info``: the budgets were left at the defaults and were not sized for the task.
-* "Generated code with no runtime boundary": the manifest has no backend field, so the weakest
-  runtime it can express is ``hardening: {landlock: off, cgroups: off}`` (CHK-012).
+* "Generated code with no runtime boundary": ``runtime.backend: none`` with the generated_code
+  threat (CHK-017); the weakest runtime short of that is ``hardening: {landlock: off, cgroups:
+  off}`` (CHK-012).
+* A microVM or container isolates the host kernel, not what is mounted into it: a writable host
+  directory (CHK-018) or a long-lived secret (CHK-019) is as exposed as in a process sandbox.
 
-Not expressible in a ``Boundary`` yet, and therefore **not** implemented (no row pretends to):
-a broker action without a business validator, a microVM or container with a host directory
-mounted writable, a long-lived secret mounted into a microVM or container.
+Not expressible in a ``Boundary``, and therefore checked elsewhere: a broker action without a
+business validator needs the broker's configuration (``contain check --broker-config``).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from pathlib import Path
 
 from contain.boundary import (
     PROTECTED_PATHS,
+    Backend,
     Boundary,
     CredentialVia,
     FileAccess,
@@ -420,6 +423,37 @@ def _untrusted_with_egress(boundary: Boundary, facts: CheckFacts) -> Iterable[Hi
         yield Hit(("network", "allow"), f"untrusted documents can steer requests to {hosts}")
 
 
+def _generated_code_without_runtime(boundary: Boundary, facts: CheckFacts) -> Iterable[Hit]:
+    if Threat.GENERATED_CODE in boundary.threats and boundary.runtime.backend is Backend.NONE:
+        yield Hit(("runtime", "backend"), "generated code is declared to run with no runtime boundary")
+
+
+def _guest_backend(boundary: Boundary) -> bool:
+    return boundary.runtime.backend in (Backend.CONTAINER, Backend.MICROVM)
+
+
+def _guest_writable_host_dir(boundary: Boundary, facts: CheckFacts) -> Iterable[Hit]:
+    if not _guest_backend(boundary):
+        return
+    for i, rule in enumerate(boundary.files):
+        if rule.access is FileAccess.WRITE:
+            yield Hit(
+                ("files", i, "access"),
+                f"host directory {rule.host} is mounted writable into the {boundary.runtime.backend.value}",
+            )
+
+
+def _guest_long_lived_secret(boundary: Boundary, facts: CheckFacts) -> Iterable[Hit]:
+    if not _guest_backend(boundary):
+        return
+    for i, cred in enumerate(boundary.credentials):
+        if cred.via is CredentialVia.ENV:
+            yield Hit(
+                ("credentials", i, "via"),
+                f"credential {cred.name} is handed into the {boundary.runtime.backend.value} for its whole life",
+            )
+
+
 CHECK_RULES: tuple[CheckRule, ...] = (
     CheckRule(
         "CHK-001",
@@ -552,5 +586,29 @@ CHECK_RULES: tuple[CheckRule, ...] = (
         "text in a document can instruct the agent to send data to an allowed host",
         "drop network access, or keep it to hosts that cannot receive arbitrary data",
         _untrusted_with_egress,
+    ),
+    CheckRule(
+        "CHK-017",
+        Severity.ERROR,
+        "generated code with no runtime boundary",
+        "code a model wrote reaches everything the agent process can: files, credentials, network",
+        "set runtime.backend: process (or container, microvm) and name what the code may touch",
+        _generated_code_without_runtime,
+    ),
+    CheckRule(
+        "CHK-018",
+        Severity.WARNING,
+        "host directory mounted writable into a container or microVM",
+        "the guest boundary isolates the host kernel, not a directory shared with it: writes land on the host",
+        "mount it read-only and export results from scratch, or review what the task writes there",
+        _guest_writable_host_dir,
+    ),
+    CheckRule(
+        "CHK-019",
+        Severity.ERROR,
+        "long-lived secret mounted into a container or microVM",
+        "isolation from the host does not make a secret inside the guest safe: guest code can read and send it",
+        "use via: broker so the secret stays with the broker's actions",
+        _guest_long_lived_secret,
     ),
 )

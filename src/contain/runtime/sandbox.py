@@ -106,18 +106,24 @@ class Sandbox:
         self,
         boundary: Boundary | None = None,
         *,
-        backend: str = "process",
+        backend: str | None = None,
         facts: HostFacts | None = None,
         host_environ: Mapping[str, str] | None = None,
         attachments: Sequence[Attachment] = (),
         extra_env: Mapping[str, str] | None = None,
     ) -> None:
+        self.boundary = boundary if boundary is not None else Boundary()
+        backend = backend or self.boundary.runtime.backend.value
+        if backend == "none":
+            raise UnsupportedHost(
+                "the boundary declares runtime.backend: none (its code runs without a contain runtime)",
+                "set runtime.backend: process to run it in a sandbox",
+            )
         if backend not in BACKENDS:
             raise UnsupportedHost(
                 f"backend {backend!r} is not available in this version",
                 f"use one of: {', '.join(BACKENDS)}",
             )
-        self.boundary = boundary if boundary is not None else Boundary()
         self.backend = backend
         self._attachments = tuple(attachments)
         self._extra_env = dict(extra_env or {})

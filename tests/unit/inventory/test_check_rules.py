@@ -94,6 +94,16 @@ def _unprotected_husky(m: Manifest, home: Path, repo: Path) -> None:
     m["files"][0]["protect"] = []
 
 
+def _both(
+    first: Callable[[Manifest, Path, Path], None], second: Callable[[Manifest, Path, Path], None]
+) -> Callable[[Manifest, Path, Path], None]:
+    def apply(m: Manifest, home: Path, repo: Path) -> None:
+        first(m, home, repo)
+        second(m, home, repo)
+
+    return apply
+
+
 # rule id -> how to turn the clean manifest into one that trips it
 TRIPS: dict[str, Callable[[Manifest, Path, Path], None]] = {
     "CHK-001": _set("credentials", [{"name": "API", "via": "env", "source": "CI_API"}]),
@@ -112,6 +122,12 @@ TRIPS: dict[str, Callable[[Manifest, Path, Path], None]] = {
     "CHK-014": _del("resources"),
     "CHK-015": _set("threats", []),
     "CHK-016": _set("network", {"allow": [{"host": "pypi.org"}]}),
+    "CHK-017": _set("runtime", {"backend": "none"}),
+    "CHK-018": _set("runtime", {"backend": "microvm"}),
+    "CHK-019": _both(
+        _set("runtime", {"backend": "container"}),
+        _set("credentials", [{"name": "API", "via": "env", "source": "CI_API"}]),
+    ),
 }
 
 
