@@ -334,18 +334,22 @@ def test_ten_gigabytes_of_output_are_capped_without_growing_host_memory() -> Non
 
 
 def test_host_tmp_shm_and_ipc_are_unchanged_after_teardown() -> None:
-    def snapshot() -> tuple[set[str], set[str], str, str]:
+    def snapshot() -> tuple[set[str], set[str], str, str, str, set[str], str]:
         return (
             set(os.listdir("/tmp")),
             set(os.listdir("/dev/shm")),
             Path("/proc/sysvipc/shm").read_text(),
             Path("/proc/sysvipc/msg").read_text(),
+            Path("/proc/sysvipc/sem").read_text(),
+            set(os.listdir("/dev/mqueue")) if os.path.isdir("/dev/mqueue") else set(),
+            Path("/proc/self/mountinfo").read_text(),
         )
 
     before = snapshot()
     code = (
         "import os, subprocess\n"
         "open('/tmp/marker-x', 'w').write('x'); open('/dev/shm/marker-y', 'w').write('y')\n"
+        "import ctypes; libc = ctypes.CDLL(None); libc.shmget(0, 4096, 0o1600); libc.semget(0, 1, 0o1600); libc.msgget(0, 0o1600)\n"
         "subprocess.run(['sh', '-c', 'sleep 1000 &'])\n"
         "print('ok')\n"
     )
