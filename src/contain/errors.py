@@ -7,7 +7,8 @@ The tree::
     ├── UnsupportedHost           this host lacks a layer the boundary needs (fail closed)
     ├── SandboxStartError         a sandbox could not be set up or started
     ├── SandboxLost               a running sandbox died or stopped answering
-    └── FileTransferError         put_file / get_file / export refused or failed
+    ├── FileTransferError         put_file / get_file / export refused or failed
+    └── GateError                 a grant key, the review store or a review request is unusable
 
 The CLI renders these in one place (``contain.cli.main``); library code never prints or exits.
 Foreign exceptions are translated where they enter, with ``raise ... from exc``.
@@ -19,6 +20,7 @@ __all__ = [
     "BoundaryInvalid",
     "ContainError",
     "FileTransferError",
+    "GateError",
     "SandboxLost",
     "SandboxStartError",
     "UnsupportedHost",
@@ -69,3 +71,11 @@ class SandboxLost(ContainError):
 
 class FileTransferError(ContainError):
     """Raised when put_file, get_file or an export is refused (symlink, size, path) or fails."""
+
+
+class GateError(ContainError):
+    """Raised when the gate's grant key, its review store or a review request cannot be used.
+
+    Examples: a key file readable by group or others, an unknown request id, approving a request
+    that is no longer pending. A gate *decision* is never an exception: it is a ``Decision``.
+    """
