@@ -1,0 +1,387 @@
+"""The MCP gateway: upstream tools exposed as ``server__tool``, every call through pins and the gate.
+
+For every ``tools/call`` the gateway, in this order (each step can end it):
+
+1. splits the exposed name into server and upstream tool, and lists that server's tools *now*,
+   checking each against its pin (``contain.mcp.pins``): a tool whose definition changed since it
+   was pinned is withheld (rule ``pin-changed``); an unknown tool, or a name the upstream lists
+   twice, is refused (``unknown-tool``). Listing at call time costs one round trip per call, and
+   closes the gap where an upstream changes a definition between the client's listing and a call;
+2. takes the reserved argument ``_contain_grant`` (a grant token) out of the arguments: it is
+   never forwarded and is not part of the argument digest;
+3. validates the remaining arguments against the *pinned* input schema; malformed arguments are
+   refused (rule ``schema``) before the upstream sees anything;
+4. asks the gate (``contain.gate.Gate``) with the pinned tool digest; an exception is a deny;
+5. ``allow``: forwards. ``deny``: an error result (``isError: true``) naming the rule and reason,
+   whatever grant was offered. ``review``: with a grant token, ``verify_grant`` for exactly this
+   principal, tool, tool digest and argument digest (a use is consumed), then forwards; without
+   one, a grant a reviewer already approved for this exact call (found in the review store) is
+   verified the same way; failing that, the call is submitted to the review queue and the agent
+   gets a "pending" error result with the request id, or (``wait_s > 0``) the gateway waits for
+   the decision and, when approved, verifies the minted grant like any other. So after an
+   approval the agent may simply retry the same call, or pass the token itself;
+6. logs the call and its outcome as one JSON line (argument digest, never argument values).
+
+Not enforced here: what the upstream does with an allowed call (run it with ``sandbox: true`` to
+bound that), what results say (results pass through unchanged, and a result can carry text that
+tries to steer the agent), resources, prompts and sampling (not proxied at all: only tools are).
+Only name, cleaned description and pinned input schema of a tool reach the client; annotations,
+titles and output schemas are dropped because the pin does not cover them.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import anyio
+import mcp_types as types
+
+from contain.boundary.model import ToolVerdict
+from contain.gate.digests import argument_digest
+from contain.gate.grants import GrantCheck, GrantKey, UseCounter, verify_grant
+from contain.gate.model import Decision, Gate, ToolCall
+from contain.gate.schema import validate_arguments
+from contain.mcp.pins import PinState, PinStore, ToolDefinition
+from contain.mcp.review import ReviewQueue, ReviewState, ReviewStatus
+from contain.mcp.sanitize import sanitize_text
+
+__all__ = [
+    "GRANT_ARGUMENT",
+    "NAME_SEPARATOR",
+    "CallLog",
+    "Gateway",
+    "UpstreamSession",
+    "exposed_name",
+    "split_exposed_name",
+]
+
+log = logging.getLogger(__name__)
+
+NAME_SEPARATOR = "__"
+GRANT_ARGUMENT = "_contain_grant"
+_GRANT_PROPERTY = {
+    "type": "string",
+    "description": "Grant token from a reviewer's approval of this exact call (contain review).",
+}
+
+
+class UpstreamSession(Protocol):
+    """What the gateway needs from one upstream server (an ``mcp.Client`` adapter, or a fake)."""
+
+    async def list_tools(self) -> list[types.Tool]: ...
+
+    async def call_tool(self, name: str, arguments: dict[str, Any]) -> types.CallToolResult: ...
+
+
+def exposed_name(server: str, tool: str) -> str:
+    """The name a client sees: ``server__tool`` (server names never contain ``__``)."""
+    return f"{server}{NAME_SEPARATOR}{tool}"
+
+
+def split_exposed_name(name: str) -> tuple[str, str] | None:
+    """``server__tool`` -> (server, tool); None when there is no separator or a part is empty."""
+    server, sep, tool = name.partition(NAME_SEPARATOR)
+    if not sep or not server or not tool:
+        return None
+    return server, tool
+
+
+class CallLog:
+    """Appends one JSON object per line to a file (0600), flushed per line; thread-safe."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = os.fspath(path)
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        self._file = os.fdopen(fd, "a", encoding="utf-8")
+        self._lock = threading.Lock()
+
+    def write(self, record: Mapping[str, Any]) -> None:
+        line = json.dumps(dict(record), sort_keys=True, ensure_ascii=False, default=str)
+        with self._lock:
+            self._file.write(line + "\n")
+            self._file.flush()
+
+    def close(self) -> None:
+        with self._lock:
+            self._file.close()
+
+
+@dataclass(frozen=True)
+class _Resolved:
+    """An upstream tool found in a fresh listing, with its pin state."""
+
+    server: str
+    definition: ToolDefinition  # the pinned definition (schema and digest the gate uses)
+    digest: str
+    state: PinState
+
+
+def _text_result(text: str, *, status: Mapping[str, Any], is_error: bool) -> types.CallToolResult:
+    return types.CallToolResult(
+        content=[types.TextContent(text=text)], structured_content={"contain": dict(status)}, is_error=is_error
+    )
+
+
+class Gateway:
+    """Transport-agnostic gateway core; ``contain.mcp.serve_gateway`` puts an MCP server in front.
+
+    Args:
+        upstreams: connected upstream sessions by server name.
+        gate: the gate built from the boundary's ``tools:`` rules.
+        pins: the pin store.
+        reviews: where ``review`` calls are queued.
+        grant_key: the key grants are verified with.
+        uses: the grant use counter (shared with every other verifier of the same grants).
+        principal: on whose behalf calls are made.
+        call_log: where every call and decision is written.
+        wait_s: how long a ``review`` call waits for a decision (0: answer "pending" at once).
+        poll_interval_s: how often the review queue is read while waiting.
+        clock: seconds since the epoch (grant expiry); tests inject one.
+        sleep: the async sleep used while waiting; tests inject one.
+    """
+
+    def __init__(
+        self,
+        *,
+        upstreams: Mapping[str, UpstreamSession],
+        gate: Gate,
+        pins: PinStore,
+        reviews: ReviewQueue,
+        grant_key: GrantKey,
+        uses: UseCounter,
+        principal: str,
+        call_log: CallLog,
+        wait_s: float = 0.0,
+        poll_interval_s: float = 0.25,
+        clock: Callable[[], float] = time.time,
+        sleep: Callable[[float], Awaitable[None]] = anyio.sleep,
+    ) -> None:
+        self.upstreams = dict(upstreams)
+        self.gate = gate
+        self.pins = pins
+        self.reviews = reviews
+        self.grant_key = grant_key
+        self.uses = uses
+        self.principal = principal
+        self.call_log = call_log
+        self.wait_s = wait_s
+        self.poll_interval_s = poll_interval_s
+        self._clock = clock
+        self._sleep = sleep
+
+    # -- listing ---------------------------------------------------------------------------------
+
+    async def _list_server(self, server: str) -> list[_Resolved]:
+        """List one upstream's tools and check each against its pin (pinning new ones)."""
+        resolved = []
+        listed = await self.upstreams[server].list_tools()
+        counts: dict[str, int] = {}
+        for tool in listed:
+            counts[tool.name] = counts.get(tool.name, 0) + 1
+        offered: list[ToolDefinition] = []
+        for tool in listed:
+            if counts[tool.name] > 1:
+                # Which of two same-named definitions would the upstream run? Neither is exposed.
+                self.call_log.write(
+                    {"time": self._clock(), "event": "withheld", "server": server, "upstream_tool": tool.name,
+                     "reason": "the upstream lists this name more than once"}
+                )
+                continue
+            offered.append(ToolDefinition(tool.name, tool.description or "", dict(tool.input_schema)))
+        for definition, check in zip(offered, self.pins.check_all(server, offered), strict=True):
+            if check.is_withheld:
+                self.call_log.write(
+                    {
+                        "time": self._clock(),
+                        "event": "withheld",
+                        "server": server,
+                        "upstream_tool": definition.name,
+                        "pinned_digest": check.pin.digest,
+                        "offered_digest": check.pin.candidate_digest,
+                        "reason": "the definition differs from the pinned one",
+                    }
+                )
+            elif check.state is PinState.NEW:
+                self.call_log.write(
+                    {"time": self._clock(), "event": "pinned", "server": server,
+                     "upstream_tool": definition.name, "digest": check.pin.digest}
+                )
+            resolved.append(_Resolved(server, check.pin.definition, check.pin.digest, check.state))
+        return resolved
+
+    async def list_tools(self) -> list[types.Tool]:
+        """Every upstream's tools whose definition matches its pin, namespaced and cleaned."""
+        exposed: list[types.Tool] = []
+        for server in self.upstreams:
+            for item in await self._list_server(server):
+                if item.state is PinState.CHANGED:
+                    continue
+                cleaned = sanitize_text(item.definition.description)
+                if cleaned.changed:
+                    self.call_log.write(
+                        {"time": self._clock(), "event": "sanitized", "server": server,
+                         "upstream_tool": item.definition.name, "removed": cleaned.removed}
+                    )
+                schema = dict(item.definition.input_schema)
+                properties = dict(schema.get("properties") or {})
+                properties[GRANT_ARGUMENT] = _GRANT_PROPERTY
+                schema["properties"] = properties
+                exposed.append(
+                    types.Tool(
+                        name=exposed_name(server, item.definition.name),
+                        description=cleaned.text,
+                        input_schema=schema,
+                    )
+                )
+        return exposed
+
+    # -- calls -----------------------------------------------------------------------------------
+
+    async def call_tool(self, name: str, arguments: Mapping[str, Any] | None) -> types.CallToolResult:
+        """Decide and (maybe) forward one call; see the module docstring for the steps."""
+        began = time.perf_counter()
+        record: dict[str, Any] = {"time": self._clock(), "event": "call", "principal": self.principal, "tool": name}
+        try:
+            result = await self._call(name, dict(arguments or {}), record)
+        except Exception as exc:  # fail closed: an error anywhere in the decision path refuses
+            log.exception("gateway call %s failed", name)
+            record.update(outcome="error", rule_id="error", reason=f"{type(exc).__name__}: {exc}")
+            result = _text_result(
+                f"contain: the call was refused because the gateway failed: {type(exc).__name__}",
+                status={"status": "error", "rule_id": "error"},
+                is_error=True,
+            )
+        record["duration_ms"] = round((time.perf_counter() - began) * 1000, 3)
+        self.call_log.write(record)
+        return result
+
+    def _refuse(self, record: dict[str, Any], decision: Decision, *, outcome: str = "refused") -> types.CallToolResult:
+        record.update(outcome=outcome, verdict=str(decision.verdict), rule_id=decision.rule_id, reason=decision.reason)
+        return _text_result(
+            f"contain: {record['tool']} was refused by {decision.rule_id}: {decision.reason}",
+            status={"status": "denied", "rule_id": decision.rule_id, "reason": decision.reason},
+            is_error=True,
+        )
+
+    async def _call(self, name: str, arguments: dict[str, Any], record: dict[str, Any]) -> types.CallToolResult:
+        parts = split_exposed_name(name)
+        if parts is None or parts[0] not in self.upstreams:
+            return self._refuse(record, Decision(ToolVerdict.DENY, "unknown-tool", f"no upstream serves {name!r}"))
+        server, tool = parts
+        record.update(server=server, upstream_tool=tool)
+        found = [item for item in await self._list_server(server) if item.definition.name == tool]
+        if len(found) != 1:
+            return self._refuse(record, Decision(ToolVerdict.DENY, "unknown-tool", f"{server} has no tool {tool!r}"))
+        item = found[0]
+        record["tool_digest"] = item.digest
+        if item.state is PinState.CHANGED:
+            reason = "its definition changed since it was pinned; approve it with `contain mcp pins approve`"
+            return self._refuse(record, Decision(ToolVerdict.DENY, "pin-changed", reason))
+        grant = arguments.pop(GRANT_ARGUMENT, None)
+        if grant is not None and not isinstance(grant, str):
+            return self._refuse(record, Decision(ToolVerdict.DENY, "schema", f"{GRANT_ARGUMENT} must be a string"))
+        schema = item.definition.input_schema
+        check = validate_arguments(arguments, schema)
+        if not check.ok:
+            return self._refuse(record, Decision(ToolVerdict.DENY, "schema", check.reason))
+        digest = argument_digest(arguments)
+        record["argument_digest"] = digest
+        call = ToolCall(self.principal, server, name, item.digest, arguments, schema)
+        decision = self.gate.evaluate(call)
+        record.update(verdict=str(decision.verdict), rule_id=decision.rule_id, reason=decision.reason)
+        if decision.verdict is ToolVerdict.DENY:
+            return self._refuse(record, decision)
+        if decision.verdict is ToolVerdict.REVIEW:
+            refusal = await self._authorize_review(record, call, decision, grant, digest)
+            if refusal is not None:
+                return refusal
+        return await self._forward(record, server, tool, arguments)
+
+    async def _authorize_review(
+        self, record: dict[str, Any], call: ToolCall, decision: Decision, grant: str | None, digest: str
+    ) -> types.CallToolResult | None:
+        """None when a valid grant covers this exact call (a use is consumed); else the refusal."""
+        if grant is None:
+            stored = self.reviews.approved_grant(call)
+            if stored is not None:
+                # A reviewer approved this exact call: the agent's retry uses the minted grant.
+                stored_check = self._verify(stored, call.tool, call.tool_digest, digest)
+                if stored_check.ok:
+                    record["grant_source"] = "store"
+                    record["grant_id"] = stored_check.grant.grant_id if stored_check.grant else None
+                    return None
+                record["stored_grant_refused"] = stored_check.reason  # used up or expired: ask again
+            request_id = self.reviews.submit(call, decision)
+            record["request_id"] = request_id
+            status = await self._wait_for_decision(request_id)
+            if status.state is ReviewState.DENIED:
+                reason = status.reason or "a reviewer denied it"
+                return self._refuse(record, Decision(ToolVerdict.DENY, "review-denied", reason))
+            if status.state is not ReviewState.APPROVED or status.grant_token is None:
+                return self._pending(record, request_id, decision, status.state)
+            grant, record["grant_source"] = status.grant_token, "wait"
+        else:
+            record["grant_source"] = "argument"
+        check = self._verify(grant, call.tool, call.tool_digest, digest)
+        record["grant_id"] = check.grant.grant_id if check.grant is not None else None
+        if not check.ok:
+            return self._refuse(record, Decision(ToolVerdict.DENY, "grant", check.reason))
+        return None
+
+    def _verify(self, token: str, tool: str, tool_digest: str, digest: str) -> GrantCheck:
+        return verify_grant(
+            self.grant_key,
+            token,
+            principal=self.principal,
+            tool=tool,
+            tool_digest=tool_digest,
+            argument_digest=digest,
+            uses=self.uses,
+            now=self._clock(),
+        )
+
+    async def _wait_for_decision(self, request_id: str) -> ReviewStatus:
+        status = self.reviews.status(request_id)
+        deadline = time.monotonic() + self.wait_s
+        while status.state is ReviewState.PENDING and time.monotonic() < deadline:
+            await self._sleep(min(self.poll_interval_s, max(0.0, deadline - time.monotonic())))
+            status = self.reviews.status(request_id)
+        return status
+
+    def _pending(
+        self, record: dict[str, Any], request_id: str, decision: Decision, state: ReviewState
+    ) -> types.CallToolResult:
+        record["outcome"] = "pending" if state is ReviewState.PENDING else str(state)
+        text = (
+            f"contain: {record['tool']} needs a reviewer's approval ({decision.rule_id}: {decision.reason}). "
+            f"Request {request_id} is {state}. After approval, call again with the same arguments and "
+            f"{GRANT_ARGUMENT} set to the grant token."
+        )
+        return _text_result(
+            text,
+            status={"status": str(state), "request_id": request_id, "rule_id": decision.rule_id,
+                    "reason": decision.reason},
+            is_error=True,
+        )
+
+    async def _forward(
+        self, record: dict[str, Any], server: str, tool: str, arguments: dict[str, Any]
+    ) -> types.CallToolResult:
+        try:
+            result = await self.upstreams[server].call_tool(tool, arguments)
+        except Exception as exc:
+            record.update(outcome="upstream-error", upstream_error=f"{type(exc).__name__}: {exc}")
+            return _text_result(
+                f"contain: upstream {server} failed: {exc}",
+                status={"status": "upstream-error"},
+                is_error=True,
+            )
+        record.update(outcome="forwarded", upstream_is_error=result.is_error)
+        return result
