@@ -5,7 +5,10 @@ setup:
 	@bash scripts/bootstrap.sh
 
 demo: setup
+	@echo "demo 1/2: a model-written script in the process sandbox"
 	@.venv/bin/python examples/demo/run_demo.py
+	@echo "demo 2/2: external records changed only through the write broker"
+	@.venv/bin/python examples/broker/demo.py
 
 test: setup
 	@echo "test: ruff, mypy, pytest"

@@ -149,3 +149,9 @@ def test_an_ordinary_user_gets_a_contained_sandbox_with_rlimits_only(host_tmp):
     # Control: the same user outside the sandbox reads the planted file.
     assert subprocess.run(["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups", "cat", str(secret)],
                           capture_output=True, check=False).stdout == b"s3cret"
+
+
+def test_records_without_a_broker_are_refused(host_tmp):
+    manifest = manifest_in(host_tmp, "version: 1\nprincipal: alice\nrecords: [{name: invoices, actions: [update_invoice]}]\n")
+    done = contain("run", "--manifest", manifest, "--", "true")
+    assert done.returncode == 125 and b"no broker is configured" in done.stderr and b"--broker-config" in done.stderr

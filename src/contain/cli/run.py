@@ -28,6 +28,9 @@ def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
     parser.add_argument("--env", action="append", default=[], metavar="K=V", help="set a variable inside")
     parser.add_argument("--allow-host", action="append", default=[], metavar="HOST[:PORT]", help="allow a destination")
     parser.add_argument("--stdin", action="store_true", help="pass this process's stdin to the command")
+    parser.add_argument(
+        "--broker-config", metavar="FILE", help="broker.yaml of the running broker (for manifests that name records)"
+    )
     parser.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD [ARG...]")
 
 
@@ -58,8 +61,18 @@ def execute(args: argparse.Namespace) -> int:
             boundary = extend_boundary(boundary, flags)
         except ValueError as exc:
             raise BoundaryInvalid(str(exc), "see `contain run --help`") from exc
+    attachments = []
+    if boundary.records:
+        if not args.broker_config:
+            raise BoundaryInvalid(
+                "the manifest names records, which are written only through the broker, but no broker is configured",
+                "start `contain broker serve --config broker.yaml` and pass --broker-config broker.yaml",
+            )
+        from contain.broker.sandbox_link import attachments_from_config
+
+        attachments = attachments_from_config(boundary, args.broker_config, ttl_s=boundary.resources.wall_s + 60)
     stdin = sys.stdin.buffer.read() if args.stdin else None
-    with Sandbox(boundary, backend=args.backend) as sandbox:
+    with Sandbox(boundary, backend=args.backend, attachments=attachments) as sandbox:
         result = sandbox.run(command, stdin=stdin, timeout=args.timeout)
         teardown = sandbox.close()
     if args.json:

@@ -1,0 +1,216 @@
+"""Broker benchmark: durable, authorized writes per second through the broker vs raw SQLite.
+
+Not a test: it prints numbers and asserts nothing. In one run, on the same disk:
+
+* raw: the same rows inserted straight into a SQLite file (WAL, ``synchronous=FULL``, one
+  transaction per row) by one writer: the floor of what a durable row costs here;
+* broker: ``contain broker serve`` in its own process (SQLite ledger, WAL, synchronous=FULL),
+  action ``insert_row`` (authorization "the row's owner is the principal", a business rule, an
+  idempotency key per row) whose executor inserts the same row into its own SQLite file exactly as
+  the raw writer does. Each write is acknowledged only after request+decision+intent are durable,
+  the row is durable, and the outcome is durable. Clients are threads calling over the Unix socket.
+
+Reported: writes/s and p50/p99 latency per concurrency level, and the ratio to raw.
+
+Run: ``.venv/bin/python benchmarks/broker_bench.py [--rows 2000] [--concurrency 1 8 16]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+HERE = Path(__file__).resolve().parent
+_CLI = "import sys; from contain.cli import main; sys.exit(main())"
+ROOT = HERE.parent
+
+
+# -- the action under test (imported by the broker process as broker_bench:insert_row) -------------
+
+
+class Row(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    row_id: int
+    owner: str
+    amount_cents: int
+
+
+def _open(path: str) -> sqlite3.Connection:
+    conn = sqlite3.connect(path, isolation_level=None, timeout=30, check_same_thread=False)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=FULL")
+    conn.execute("CREATE TABLE IF NOT EXISTS rows (row_id INTEGER, owner TEXT, amount_cents INTEGER, key TEXT)")
+    return conn
+
+
+def insert_row(options: Mapping[str, Any]) -> Any:
+    from contain.broker import Action, CheckResult, Decision
+
+    path = str(options["database"])
+    local = threading.local()
+    # One writer at a time, queued in Python: SQLite's own busy handler would make concurrent
+    # writers sleep-and-retry with backoff, which costs more than the write itself.
+    writer = threading.Lock()
+
+    def conn() -> sqlite3.Connection:
+        if not hasattr(local, "conn"):
+            local.conn = _open(path)
+        return local.conn  # type: ignore[no-any-return]
+
+    def execute(args: Row, ctx: Any) -> Mapping[str, Any]:
+        c = conn()
+        row = (args.row_id, args.owner, args.amount_cents, ctx.intent.scoped_key)
+        with writer:
+            c.execute("BEGIN IMMEDIATE")
+            c.execute("INSERT INTO rows VALUES (?,?,?,?)", row)
+            c.execute("COMMIT")
+        return {"row_id": args.row_id}
+
+    def check(intent: Any, ctx: Any) -> Any:
+        found = conn().execute("SELECT 1 FROM rows WHERE key = ?", (intent.scoped_key,)).fetchone()
+        return CheckResult("applied" if found else "not_applied", {"row_id": intent.arguments["row_id"]})
+
+    return Action(
+        name="insert_row",
+        description="insert one row owned by the principal",
+        arguments=Row,
+        authorize=lambda p, a: Decision.allow("owner") if a.owner == p.name else Decision.deny("owner", "not yours"),
+        validate=lambda p, a: Decision.allow("amount") if a.amount_cents >= 0 else Decision.deny("amount", "negative"),
+        execute=execute,
+        check=check,
+    )
+
+
+# -- measurement ------------------------------------------------------------------------------------
+
+
+def _pct(samples: list[float], q: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000
+
+
+def bench_raw(work: Path, rows: int, round_: int) -> tuple[float, list[float]]:
+    conn = _open(str(work / f"raw{round_}.db"))
+    lat: list[float] = []
+    began = time.perf_counter()
+    for i in range(rows):
+        t = time.perf_counter()
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute("INSERT INTO rows VALUES (?,?,?,?)", (i, "alice", 1000 + i, f"alice/k{i}"))
+        conn.execute("COMMIT")
+        lat.append(time.perf_counter() - t)
+    elapsed = time.perf_counter() - began
+    conn.close()
+    return rows / elapsed, lat
+
+
+def start_broker(work: Path) -> tuple[subprocess.Popen[bytes], str]:
+    config = {
+        "storage": {"sqlite": str(work / "broker.db")},
+        "socket_path": str(work / "broker.sock"),
+        "token_key_file": str(work / "token.key"),
+        "grant_key_file": str(work / "grant.key"),
+        "checkpoint_key_file": str(work / "checkpoint.key"),
+        "ledger_checkpoints": str(work / "ledger.checkpoints"),
+        "import_paths": [str(HERE)],
+        "actions": [{"ref": "broker_bench:insert_row", "options": {"database": str(work / "target.db")}}],
+    }
+    (work / "broker.yaml").write_text(json.dumps(config))
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
+    cli = [sys.executable, "-c", _CLI, "broker"]
+    token = subprocess.run([*cli, "mint-token", "--config", str(work / "broker.yaml"), "--task", "bench",
+                            "--principal", "alice", "--action", "insert_row"], env=env, check=True,
+                           capture_output=True, text=True).stdout.strip()
+    proc = subprocess.Popen([*cli, "serve", "--config", str(work / "broker.yaml")], env=env, stderr=subprocess.PIPE)
+    assert proc.stderr is not None
+    line = proc.stderr.readline().decode()
+    if "listening" not in line:
+        raise RuntimeError(f"broker did not start: {line}")
+    return proc, token
+
+
+def bench_broker(work: Path, token: str, rows: int, concurrency: int, offset: int) -> tuple[float, list[float], int]:
+    from contain.broker import BrokerClient
+
+    lat: list[float] = []
+    failures = [0]
+    lock = threading.Lock()
+
+    def worker(start: int) -> None:
+        client = BrokerClient(str(work / "broker.sock"), token)
+        mine: list[float] = []
+        for i in range(start, rows, concurrency):
+            n = offset + i
+            t = time.perf_counter()
+            reply = client.call("insert_row", {"row_id": n, "owner": "alice", "amount_cents": 1000 + i},
+                                idempotency_key=f"k{n}")
+            mine.append(time.perf_counter() - t)
+            if reply.status != 200:
+                with lock:
+                    failures[0] += 1
+        with lock:
+            lat.extend(mine)
+
+    threads = [threading.Thread(target=worker, args=(s,)) for s in range(concurrency)]
+    began = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return rows / (time.perf_counter() - began), lat, failures[0]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--rows", type=int, default=2000, help="rows per measurement")
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 16])
+    parser.add_argument("--rounds", type=int, default=3, help="raw and broker runs interleaved, medians reported")
+    args = parser.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="broker-bench-", dir="/var/tmp"))
+    sys.path.insert(0, str(ROOT / "src"))
+    proc, token = start_broker(work)
+    raw: list[tuple[float, list[float]]] = []
+    brokered: dict[int, list[tuple[float, list[float], int]]] = {c: [] for c in args.concurrency}
+    offset = 0
+    try:
+        for round_ in range(args.rounds):
+            raw.append(bench_raw(work, args.rows, round_))
+            for level in args.concurrency:
+                brokered[level].append(bench_broker(work, token, args.rows, level, offset))
+                offset += args.rows
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    raw_rate = statistics.median(r for r, _ in raw)
+    raw_lat = [x for _, lat in raw for x in lat]
+    print(f"rows per run {args.rows}, rounds {args.rounds} (interleaved), medians of rates; latency over all runs")
+    print(f"raw SQLite (WAL, synchronous=FULL, 1 txn/row): {raw_rate:8.0f} rows/s    "
+          f"p50 {_pct(raw_lat, .5):.2f} ms  p99 {_pct(raw_lat, .99):.2f} ms")
+    for level, runs in brokered.items():
+        rate = statistics.median(r for r, _, _ in runs)
+        lat = [x for _, ls, _ in runs for x in ls]
+        failed = sum(f for _, _, f in runs)
+        print(f"broker, {level:2d} client(s):                    {rate:8.0f} writes/s  "
+              f"p50 {_pct(lat, .5):.2f} ms  p99 {_pct(lat, .99):.2f} ms  ratio {rate / raw_rate:.2f}x raw"
+              f"{f'  FAILED {failed}' if failed else ''}")
+    verify = subprocess.run([sys.executable, "-c", _CLI, "ledger", "verify", "--config", str(work / "broker.yaml")],
+                            env=dict(os.environ, PYTHONPATH=str(ROOT / "src")), capture_output=True, text=True)
+    print(verify.stdout.strip().splitlines()[-1])
+    print(f"(work dir {work})")
+
+
+if __name__ == "__main__":
+    main()

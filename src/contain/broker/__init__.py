@@ -1,0 +1,92 @@
+"""The trusted write broker: credentials stay outside, every write authorized, done once, on a ledger.
+
+``Broker`` (core) decides and executes; ``BrokerServer`` (service) serves it as JSON over a Unix
+socket; ``Store`` backends (SQLite WAL, PostgreSQL) keep the hash-chained ledger and the
+idempotency records; ``mint_token``/``verify_token`` are the callers' capability tokens;
+``attachments_for`` connects a sandbox. See docs/broker.md.
+"""
+
+from contain.broker.actions import (
+    Action,
+    ActionFailed,
+    CheckResult,
+    Decision,
+    ExecContext,
+    Intent,
+    Principal,
+    Secret,
+    SecretStore,
+    action_tool_digest,
+)
+from contain.broker.client import BrokerClient, Reply, client_script_bytes
+from contain.broker.config import ActionRef, BrokerConfig, load_actions, load_config
+from contain.broker.core import Broker, BrokerReply, BrokerRequest
+from contain.broker.idempotency import IdempotencyRecord, derive_key, plan_claim
+from contain.broker.ledger import (
+    Checkpoint,
+    Checkpointer,
+    LedgerEntry,
+    LedgerProblem,
+    entry_hash,
+    load_checkpoint_key,
+    load_public_key,
+    plan_entry,
+    read_checkpoints,
+    verify_entries,
+)
+from contain.broker.sandbox_link import attachments_for, attachments_from_config, token_for
+from contain.broker.service import BrokerServer, build_broker, openapi_document
+from contain.broker.storage import PostgresStore, SqliteStore, Store, open_store
+from contain.broker.tokens import TokenCheck, TokenKey, TokenScope, attenuate, mint_token, verify_token
+
+__all__ = [
+    "Action",
+    "ActionFailed",
+    "ActionRef",
+    "Broker",
+    "BrokerClient",
+    "BrokerConfig",
+    "BrokerReply",
+    "BrokerRequest",
+    "BrokerServer",
+    "CheckResult",
+    "Checkpoint",
+    "Checkpointer",
+    "Decision",
+    "ExecContext",
+    "IdempotencyRecord",
+    "Intent",
+    "LedgerEntry",
+    "LedgerProblem",
+    "PostgresStore",
+    "Principal",
+    "Reply",
+    "Secret",
+    "SecretStore",
+    "SqliteStore",
+    "Store",
+    "TokenCheck",
+    "TokenKey",
+    "TokenScope",
+    "action_tool_digest",
+    "attachments_for",
+    "attachments_from_config",
+    "attenuate",
+    "build_broker",
+    "client_script_bytes",
+    "derive_key",
+    "entry_hash",
+    "load_actions",
+    "load_checkpoint_key",
+    "load_config",
+    "load_public_key",
+    "mint_token",
+    "open_store",
+    "openapi_document",
+    "plan_claim",
+    "plan_entry",
+    "read_checkpoints",
+    "token_for",
+    "verify_entries",
+    "verify_token",
+]

@@ -1,0 +1,433 @@
+"""The broker's decision path: token → action → arguments → key → authorize → validate → grant →
+intent → execute → outcome, each refusal with its ledger entry. Transport-free (``service`` speaks HTTP).
+
+``Broker.handle(request)`` is the orchestrator, an ordered checklist; the order matters:
+  1. verify the capability token (401 forged/expired, 403 contradictory): the principal and task
+     come from the token only, never from the request body;
+  2. the action must exist (404) and be in the token's scope (403);
+  3. arguments must parse with the action's model (400); the argument digest is over the parsed
+     arguments, which is what will execute and what a grant must name;
+  4. idempotency (``plan_claim``): replay a stored result, 409 while in flight, 422 on a reused key
+     with different arguments. Looked up *before* authorization so a retry is answered from the
+     store and never re-decided against a record that the first write already changed;
+  5. authorize (403) and the business validator (422 or review) — stored under the key and replayed;
+  6. review: without a grant → 202 pending (not stored: the caller comes back with a grant); a
+     grant is verified by the broker itself (``contain.gate.grants.verify_grant``) → 403 if bad;
+  7. one durable transaction: claim the key, consume the grant use, append request + decision +
+     intent — **before** the executor runs;
+  8. execute with the action's own secrets; 9. append the outcome and store the reply.
+
+On start, ``reconcile`` settles intents left in flight by a crash through the action's ``check``
+hook: applied → the outcome is recorded and replayed; not applied → the key is released so a
+retry executes; otherwise the outcome is declared unknown and never retried blindly.
+
+Any exception inside a decision (authorize, validate) is a deny (fail closed).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import ValidationError
+
+from contain.broker.actions import Action, ActionFailed, CheckResult, Decision, Intent, Principal, SecretStore
+from contain.broker.actions import action_tool_digest as _tool_digest
+from contain.broker.idempotency import IdempotencyRecord, derive_key, is_valid_key, plan_claim
+from contain.broker.ledger import Checkpointer, plan_entry
+from contain.broker.storage import Store, Txn
+from contain.broker.tokens import TokenCheck, TokenKey, TokenScope, verify_token
+from contain.gate.digests import DIGEST_PREFIX, canonical_json
+from contain.gate.grants import GrantKey, decode_grant, verify_grant
+
+__all__ = ["Broker", "BrokerReply", "BrokerRequest"]
+
+log = logging.getLogger(__name__)
+_TOKEN_CACHE_SIZE = 1024
+
+
+@dataclass(frozen=True)
+class BrokerRequest:
+    """One call as it arrived: the bearer token, the action, raw JSON arguments, optional key and grant."""
+
+    token: str | None
+    action: str
+    arguments: Any
+    idempotency_key: str | None = None
+    grant: str | None = None
+
+
+@dataclass(frozen=True)
+class BrokerReply:
+    """HTTP status and JSON body."""
+
+    status: int
+    body: Mapping[str, Any]
+
+
+@dataclass
+class _Ctx:
+    """What is known about a request so far (for ledger entries)."""
+
+    task: str = "-"
+    principal: str = "-"
+    action: str = "-"
+    key: str = ""
+    digest: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class _DeferredUse:
+    """A UseCounter that only remembers the grant; the use is consumed in the claim transaction."""
+
+    def __init__(self) -> None:
+        self.grant_id: str | None = None
+        self.max_uses: int | None = None
+
+    def consume(self, grant_id: str, max_uses: int | None) -> bool:
+        self.grant_id, self.max_uses = grant_id, max_uses
+        return True
+
+
+class Broker:
+    """The trusted write broker (see the module docstring for the order of checks)."""
+
+    def __init__(
+        self,
+        *,
+        actions: Mapping[str, Action],
+        store: Store,
+        token_key: TokenKey,
+        grant_key: GrantKey,
+        secrets: SecretStore,
+        checkpointer: Checkpointer | None = None,
+        checkpoint_every: int = 256,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.actions = dict(actions)
+        self.store = store
+        self._token_key = token_key
+        self._grant_key = grant_key
+        self._secrets = secrets
+        self._checkpointer = checkpointer
+        self._checkpoint_every = checkpoint_every
+        self._last_checkpoint = 0
+        self._clock = clock
+        self._cp_lock = threading.Lock()
+        self.tool_digests = {name: _tool_digest(a) for name, a in self.actions.items()}
+        self._token_cache: dict[str, TokenCheck] = {}
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    def start(self) -> list[dict[str, Any]]:
+        """Open the store, reconcile intents left in flight, checkpoint the head; returns the reconcile report."""
+        self.store.on_commit = self._maybe_checkpoint
+        self.store.start()
+        report = self.reconcile()
+        self.checkpoint()
+        return report
+
+    def close(self) -> None:
+        self.checkpoint()
+        self.store.close()
+
+    def checkpoint(self) -> None:
+        """Sign the current head into the checkpoint file (no-op when nothing changed)."""
+        head = self.store.run(lambda t: t.head())
+        self._write_checkpoint(head)
+
+    def _maybe_checkpoint(self, head: tuple[int, str]) -> None:
+        if head[0] - self._last_checkpoint >= self._checkpoint_every:
+            self._write_checkpoint(head)
+
+    def _write_checkpoint(self, head: tuple[int, str]) -> None:
+        with self._cp_lock:
+            if self._checkpointer is None or head[0] <= self._last_checkpoint:
+                return
+            self._checkpointer.append(head, now=self._clock())
+            self._last_checkpoint = head[0]
+
+    def verify(self, token: str) -> TokenCheck:
+        """Verify a capability token against this broker's key and clock.
+
+        A token that verified once is remembered (bounded cache keyed by the exact token text),
+        so its HMAC chain is not rebuilt per request; expiry is still checked against the clock
+        on every use, and only successful verifications are cached.
+        """
+        now = self._clock()
+        cached = self._token_cache.get(token)
+        if cached is not None and cached.scope is not None:
+            if now < cached.scope.expires_at:
+                return cached
+            self._token_cache.pop(token, None)
+        check = verify_token(self._token_key, token, now=now)
+        if check.ok:
+            if len(self._token_cache) >= _TOKEN_CACHE_SIZE:
+                self._token_cache.clear()
+            self._token_cache[token] = check
+        return check
+
+    # -- ledger helpers ----------------------------------------------------------------------------
+
+    def _append(self, txn: Txn, ctx: _Ctx, kind: str, detail: Mapping[str, Any]) -> int:
+        entry = plan_entry(
+            txn.head(),
+            kind=kind,
+            task=ctx.task,
+            principal=ctx.principal,
+            action=ctx.action,
+            idempotency_key=ctx.key,
+            argument_digest=ctx.digest,
+            detail={**ctx.extra, **detail},
+            now=self._clock(),
+        )
+        txn.append(entry)
+        return entry.seq
+
+    def _refuse(self, ctx: _Ctx, status: int, code: str, reason: str, *, store: bool = False) -> BrokerReply:
+        body = {"status": "refused", "error": {"code": code, "reason": reason}, "action": ctx.action,
+                "idempotency_key": ctx.key or None, "argument_digest": ctx.digest or None}
+
+        def write(txn: Txn) -> BrokerReply:
+            if store:  # a request with this key may have claimed it meanwhile: answer as it says
+                raced = self._settle_existing(txn, ctx)
+                if raced is not None:
+                    return raced
+            seq = self._append(txn, ctx, "denial", {"status": status, "code": code, "reason": reason})
+            if store:
+                txn.put_record(IdempotencyRecord(ctx.principal, ctx.key, ctx.action, ctx.digest, "done",
+                                                 status, body, seq))
+            return BrokerReply(status, {**body, "ledger_seq": seq, "replayed": False})
+
+        return self.store.run(write)
+
+    def record_refusal(self, status: int, code: str, reason: str, *, token: str | None = None) -> BrokerReply:
+        """Record a refusal made before the decision path (malformed HTTP, unknown path, a bad
+        token on a read endpoint), so that every refusal has its ledger entry."""
+        ctx = _Ctx()
+        if token:
+            check = self.verify(token)
+            if check.scope is not None:
+                ctx.task, ctx.principal = check.scope.task, check.scope.principal
+        return self._refuse(ctx, status, code, reason[:300])
+
+    # -- the decision path -----------------------------------------------------------------------
+
+    def handle(self, request: BrokerRequest) -> BrokerReply:
+        """Decide, execute at most once, and record; never raises for a bad request."""
+        ctx = _Ctx(action=request.action if isinstance(request.action, str) else "-")
+        # 1. token
+        if not request.token:
+            return self._refuse(ctx, 401, "no_token", "no capability token (Authorization: Bearer ...)")
+        check = self.verify(request.token)
+        if not check.ok or check.scope is None:
+            return self._refuse(ctx, check.status, "token", check.reason)
+        scope = check.scope
+        ctx.task, ctx.principal = scope.task, scope.principal
+        ctx.extra = {"token_id": scope.token_id}
+        # 2. action
+        action = self.actions.get(ctx.action)
+        if action is None:
+            return self._refuse(ctx, 404, "unknown_action", f"no action named {ctx.action!r}")
+        if ctx.action not in scope.actions:
+            return self._refuse(ctx, 403, "out_of_scope",
+                                f"the token allows {sorted(scope.actions)}, not {ctx.action}")
+        # 3. arguments
+        if not isinstance(request.arguments, dict):
+            return self._refuse(ctx, 400, "bad_arguments", "arguments must be a JSON object")
+        try:
+            args = action.arguments.model_validate(request.arguments)
+            canonical = canonical_json(args.model_dump(mode="json"))
+            arguments = json.loads(canonical)
+            ctx.digest = DIGEST_PREFIX + hashlib.sha256(canonical).hexdigest()  # == argument_digest(arguments)
+        except (ValidationError, ValueError) as exc:
+            return self._refuse(ctx, 400, "bad_arguments", _short(exc))
+        # 4. idempotency key
+        if request.idempotency_key is not None:
+            if not isinstance(request.idempotency_key, str) or not is_valid_key(request.idempotency_key):
+                return self._refuse(ctx, 400, "bad_key", "idempotency_key must be 1-128 of [A-Za-z0-9_.:-]")
+            ctx.key = request.idempotency_key
+        else:
+            ctx.key = derive_key(action=action.name, argument_digest=ctx.digest, grant_id=_grant_ref(request.grant))
+        stored = self.store.read(lambda t: t.get_record(ctx.principal, ctx.key))
+        if stored is not None:  # rare: a retry, a duplicate or a reused key; settle it in the writer
+            early = self.store.run(lambda t: self._settle_existing(t, ctx))
+            if early is not None:
+                return early
+        return self._decide_and_execute(ctx, action, args, arguments, request.grant, scope)
+
+    def _settle_existing(self, txn: Txn, ctx: _Ctx) -> BrokerReply | None:
+        plan = plan_claim(txn.get_record(ctx.principal, ctx.key), action=ctx.action, argument_digest=ctx.digest)
+        if plan.outcome == "claim":
+            return None
+        if plan.outcome == "replay" and plan.record is not None:
+            seq = self._append(txn, ctx, "request", {"replayed": True, "status": plan.status_code,
+                                                     "first_intent_seq": plan.record.intent_seq})
+            return BrokerReply(plan.status_code, {**plan.record.response, "replayed": True, "ledger_seq": seq})
+        code = "key_reused" if plan.outcome == "mismatch" else "in_flight"
+        seq = self._append(txn, ctx, "denial", {"status": plan.status_code, "code": code, "reason": plan.reason})
+        return BrokerReply(plan.status_code, {"status": "refused", "error": {"code": code, "reason": plan.reason},
+                                              "action": ctx.action, "idempotency_key": ctx.key,
+                                              "argument_digest": ctx.digest, "ledger_seq": seq, "replayed": False})
+
+    def _decide(self, action: Action, principal: Principal, args: Any) -> tuple[Decision, int]:
+        try:
+            authz = action.authorize(principal, args)
+        except Exception as exc:  # fail closed: an authorization rule that breaks denies
+            authz = Decision.deny("authorize", f"authorization rule failed: {type(exc).__name__}")
+        if authz.verdict != "allow":
+            return authz, 403
+        try:
+            business = action.validate(principal, args)
+        except Exception as exc:  # fail closed
+            business = Decision.deny("validate", f"business rule failed: {type(exc).__name__}")
+        base = Decision(action.verdict, "action.verdict", f"{action.name} is registered with verdict {action.verdict}")
+        return base.stricter(authz).stricter(business), 422
+
+    def _decide_and_execute(
+        self, ctx: _Ctx, action: Action, args: Any, arguments: dict[str, Any], grant: str | None, scope: TokenScope
+    ) -> BrokerReply:
+        principal = Principal(scope.principal, scope.task)
+        decision, deny_status = self._decide(action, principal, args)
+        ctx.extra = {**ctx.extra, "rule_id": decision.rule_id}
+        if decision.verdict == "deny":
+            code = "unauthorized" if deny_status == 403 else "business_rule"
+            return self._refuse(ctx, deny_status, code, decision.reason, store=True)
+        uses = _DeferredUse()
+        grant_detail: dict[str, Any] = {}
+        if decision.verdict == "review":
+            if not grant:
+                return self._pending(ctx, action, arguments, decision)
+            verdict = verify_grant(self._grant_key, grant, principal=ctx.principal, tool=action.name,
+                                   tool_digest=self.tool_digests[action.name], argument_digest=ctx.digest,
+                                   uses=uses, now=self._clock())
+            if not verdict.ok or verdict.grant is None:
+                return self._refuse(ctx, 403, "grant", verdict.reason)
+            grant_detail = {"grant_id": verdict.grant.grant_id, "reviewer": verdict.grant.reviewer}
+        intent = Intent(action.name, ctx.principal, ctx.task, ctx.key, ctx.digest, arguments)
+        claimed = self.store.run(lambda t: self._claim(t, ctx, decision, arguments, uses, grant_detail))
+        if isinstance(claimed, BrokerReply):
+            return claimed
+        return self._execute(ctx, action, args, intent, claimed)
+
+    def _pending(self, ctx: _Ctx, action: Action, arguments: dict[str, Any], decision: Decision) -> BrokerReply:
+        body = {"status": "pending_review", "action": action.name, "reason": decision.reason,
+                "rule_id": decision.rule_id, "idempotency_key": ctx.key, "argument_digest": ctx.digest,
+                "tool": action.name, "tool_digest": self.tool_digests[action.name], "principal": ctx.principal,
+                "arguments": arguments}
+        seq = self.store.run(lambda t: self._append(t, ctx, "decision", {"verdict": "review", "pending": True,
+                                                                         "reason": decision.reason}))
+        return BrokerReply(202, {**body, "ledger_seq": seq, "replayed": False})
+
+    def _claim(self, txn: Txn, ctx: _Ctx, decision: Decision, arguments: dict[str, Any], uses: _DeferredUse,
+               grant_detail: dict[str, Any]) -> int | BrokerReply:
+        raced = self._settle_existing(txn, ctx)
+        if raced is not None:
+            return raced
+        if uses.grant_id is not None and not txn.consume_use(uses.grant_id, uses.max_uses):
+            reason = f"grant already used {uses.max_uses}/{uses.max_uses}; ask for a new review"
+            seq = self._append(txn, ctx, "denial", {"status": 403, "code": "grant", "reason": reason})
+            return BrokerReply(403, {"status": "refused", "error": {"code": "grant", "reason": reason},
+                                     "action": ctx.action, "idempotency_key": ctx.key, "ledger_seq": seq,
+                                     "replayed": False})
+        self._append(txn, ctx, "request", {"replayed": False})
+        self._append(txn, ctx, "decision", {"verdict": decision.verdict, "reason": decision.reason, **grant_detail})
+        seq = self._append(txn, ctx, "intent", {"arguments": arguments})
+        txn.put_record(IdempotencyRecord(ctx.principal, ctx.key, ctx.action, ctx.digest, "in_flight", 0, {}, seq))
+        return seq
+
+    def _execute(self, ctx: _Ctx, action: Action, args: Any, intent: Intent, intent_seq: int) -> BrokerReply:
+        base = {"action": action.name, "idempotency_key": ctx.key, "argument_digest": ctx.digest,
+                "intent_seq": intent_seq}
+        try:
+            returned = action.execute(args, action.context(intent, self._secrets))
+            try:  # the write happened: a result that is not JSON must not turn it into a failure
+                result = json.loads(canonical_json(dict(returned)))
+            except (TypeError, ValueError):
+                result = {"note": "the executor returned a result that is not a JSON object"}
+            status, body = 200, {**base, "status": "succeeded", "result": result}
+        except ActionFailed as exc:
+            status, body = 502, {**base, "status": "failed", "error": {"code": "executor", "reason": exc.reason}}
+        except Exception as exc:  # executor crashed: record that it failed; never echo its message (secrets)
+            log.warning("executor of %s raised %s", action.name, type(exc).__name__)
+            status, body = 502, {**base, "status": "failed",
+                                 "error": {"code": "executor", "reason": f"executor raised {type(exc).__name__}"}}
+
+        def finish(txn: Txn) -> int:
+            seq = self._append(txn, ctx, "outcome", {"status": body["status"], "http_status": status,
+                                                     "intent_seq": intent_seq, "result": body.get("result"),
+                                                     "error": body.get("error")})
+            txn.put_record(IdempotencyRecord(ctx.principal, ctx.key, ctx.action, ctx.digest, "done", status,
+                                             body, intent_seq))
+            return seq
+
+        seq = self.store.run(finish)
+        return BrokerReply(status, {**body, "ledger_seq": seq, "replayed": False})
+
+    # -- recovery ----------------------------------------------------------------------------------
+
+    def reconcile(self) -> list[dict[str, Any]]:
+        """Settle every in-flight intent (see the module docstring); returns one dict per intent."""
+        pending = self.store.run(lambda t: [(r, t.entry(r.intent_seq)) for r in t.in_flight()])
+        report: list[dict[str, Any]] = []
+        for record, entry in pending:
+            action = self.actions.get(record.action)
+            arguments = dict(entry.detail.get("arguments", {})) if entry is not None else {}
+            task = entry.task if entry is not None else "-"
+            intent = Intent(record.action, record.principal, task, record.key, record.argument_digest, arguments)
+            found = self._check(action, intent)
+            ctx = _Ctx(task, record.principal, record.action, record.key, record.argument_digest)
+            report.append({"idempotency_key": record.key, "principal": record.principal, "result": found.state})
+            self.store.run(functools.partial(self._settle, record=record, ctx=ctx, found=found))
+        return report
+
+    def _check(self, action: Action | None, intent: Intent) -> CheckResult:
+        if action is None or action.check is None:
+            return CheckResult("unknown", reason="the action has no check hook")
+        try:
+            return action.check(intent, action.context(intent, self._secrets))
+        except Exception as exc:  # a failing check cannot prove anything either way
+            return CheckResult("unknown", reason=f"check hook raised {type(exc).__name__}")
+
+    def _settle(self, txn: Txn, *, record: IdempotencyRecord, ctx: _Ctx, found: CheckResult) -> None:
+        base = {"action": record.action, "idempotency_key": record.key,
+                "argument_digest": record.argument_digest, "intent_seq": record.intent_seq}
+        detail = {"intent_seq": record.intent_seq, "result": found.state, "reason": found.reason}
+        if found.state == "applied":
+            result = json.loads(canonical_json(dict(found.result or {})))
+            body = {**base, "status": "succeeded", "result": result, "reconciled": True}
+            self._append(txn, ctx, "reconcile", {**detail, "status": "succeeded", "result_value": result})
+            txn.put_record(IdempotencyRecord(record.principal, record.key, record.action, record.argument_digest,
+                                             "done", 200, body, record.intent_seq))
+        elif found.state == "not_applied":
+            self._append(txn, ctx, "reconcile", {**detail, "status": "not_applied"})
+            txn.delete_record(record.principal, record.key)
+        else:
+            body = {**base, "status": "outcome_unknown",
+                    "error": {"code": "outcome_unknown", "reason": "the broker stopped during this write and "
+                              "cannot tell whether it happened; an operator must check the record"}}
+            self._append(txn, ctx, "reconcile", {**detail, "status": "unknown"})
+            txn.put_record(IdempotencyRecord(record.principal, record.key, record.action, record.argument_digest,
+                                             "unknown", 500, body, record.intent_seq))
+
+
+def _short(exc: Exception) -> str:
+    if isinstance(exc, ValidationError):
+        return "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'arguments'}: {e['msg']}" for e in exc.errors())[:500]
+    return str(exc)[:500]
+
+
+def _grant_ref(grant: str | None) -> str | None:
+    if not grant:
+        return None
+    try:
+        return decode_grant(grant).grant_id
+    except ValueError:
+        return "sha256:" + hashlib.sha256(grant.encode()).hexdigest()

@@ -1,0 +1,368 @@
+"""The broker's ledger: an append-only hash chain with signed checkpoints, and its verifier.
+
+What is enforced:
+  * every entry's ``hash`` is SHA-256 over ``LEDGER_DOMAIN`` + the canonical JSON of all its other
+    fields, and names the previous entry's hash in ``prev_hash``: an edited field, a deleted,
+    inserted or reordered entry breaks the chain at a place ``verify_entries`` names (seq + what);
+  * an attacker who can write the database can recompute the whole chain, so the head (seq + hash)
+    is signed with Ed25519 from time to time (``Checkpointer``) into a file *outside* the database;
+    a rewritten chain no longer matches a checkpoint, a truncated tail falls short of the latest one;
+  * ``plan_entry(head, ...)`` is pure: given the head, chaining is a function (STYLE.md section 1).
+
+What is not: a checkpoint only protects entries up to its seq; entries after the newest checkpoint
+can be truncated silently by someone who also controls the checkpoint file or the signing key.
+Keep the checkpoint key on the broker host only, and copy checkpoints elsewhere if that matters.
+The checkpoint file is appended without fsync: a SIGKILL keeps it (the page cache survives), a power
+loss may drop the newest lines, which only weakens protection of the newest entries.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+
+from contain.gate.digests import canonical_json
+
+__all__ = [
+    "CHECKPOINT_DOMAIN",
+    "GENESIS_HASH",
+    "LEDGER_DOMAIN",
+    "Checkpoint",
+    "Checkpointer",
+    "EntryKind",
+    "LedgerEntry",
+    "LedgerProblem",
+    "entry_hash",
+    "load_checkpoint_key",
+    "load_public_key",
+    "plan_entry",
+    "read_checkpoints",
+    "verify_entries",
+]
+
+# Domain separation: a ledger hash can never be confused with a grant MAC, a token MAC or an
+# argument digest over the same bytes (the same reason sigstore prefixes Merkle leaves with 0x00,
+# RFC 6962 section 2.1). Versioned so a future format change cannot collide with this one.
+LEDGER_DOMAIN = b"contain-ledger-v1\x00"
+CHECKPOINT_DOMAIN = b"contain-ledger-checkpoint-v1\x00"
+# prev_hash of seq 1: 64 zeros, a value no SHA-256 output is expected to take.
+GENESIS_HASH = "0" * 64
+
+EntryKind = Literal["request", "decision", "denial", "intent", "outcome", "reconcile"]
+ENTRY_KINDS: tuple[str, ...] = ("request", "decision", "denial", "intent", "outcome", "reconcile")
+
+
+@dataclass(frozen=True)
+class LedgerEntry:
+    """One ledger line. ``hash`` covers every other field (see ``entry_hash``)."""
+
+    seq: int
+    prev_hash: str
+    time: float
+    kind: str
+    task: str
+    principal: str
+    action: str
+    idempotency_key: str
+    argument_digest: str
+    detail: Mapping[str, Any]
+    hash: str
+
+    def to_dict(self) -> dict[str, Any]:
+        # Not dataclasses.asdict: its deepcopy of ``detail`` dominated the broker's CPU profile.
+        return {
+            "seq": self.seq,
+            "prev_hash": self.prev_hash,
+            "time": self.time,
+            "kind": self.kind,
+            "task": self.task,
+            "principal": self.principal,
+            "action": self.action,
+            "idempotency_key": self.idempotency_key,
+            "argument_digest": self.argument_digest,
+            "detail": dict(self.detail),
+            "hash": self.hash,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> LedgerEntry:
+        """Build an entry from a dict (an export line or a database row); KeyError when a field is missing."""
+        return cls(
+            seq=int(data["seq"]),
+            prev_hash=str(data["prev_hash"]),
+            time=float(data["time"]),
+            kind=str(data["kind"]),
+            task=str(data["task"]),
+            principal=str(data["principal"]),
+            action=str(data["action"]),
+            idempotency_key=str(data["idempotency_key"]),
+            argument_digest=str(data["argument_digest"]),
+            detail=dict(data["detail"]),
+            hash=str(data["hash"]),
+        )
+
+
+def _hashed_fields(entry: LedgerEntry | Mapping[str, Any]) -> dict[str, Any]:
+    data = entry.to_dict() if isinstance(entry, LedgerEntry) else dict(entry)
+    data.pop("hash", None)
+    return data
+
+
+def entry_hash(entry: LedgerEntry | Mapping[str, Any]) -> str:
+    """Return the hex SHA-256 of ``LEDGER_DOMAIN`` + canonical JSON of the entry without ``hash``."""
+    return hashlib.sha256(LEDGER_DOMAIN + canonical_json(_hashed_fields(entry))).hexdigest()
+
+
+def plan_entry(
+    head: tuple[int, str],
+    *,
+    kind: str,
+    task: str,
+    principal: str,
+    action: str,
+    idempotency_key: str,
+    argument_digest: str,
+    detail: Mapping[str, Any],
+    now: float | None = None,
+) -> LedgerEntry:
+    """Return the entry that follows ``head`` = (seq, hash); pure apart from the default clock.
+
+    Raises:
+        ValueError: unknown kind, or a detail that is not JSON.
+    """
+    if kind not in ENTRY_KINDS:
+        raise ValueError(f"ledger entry kind {kind!r} is not one of {', '.join(ENTRY_KINDS)}")
+    seq, prev = head
+    stamp = round(time.time() if now is None else now, 6)
+    fields: dict[str, Any] = {
+        "seq": seq + 1,
+        "prev_hash": prev,
+        "time": stamp,
+        "kind": kind,
+        "task": task,
+        "principal": principal,
+        "action": action,
+        "idempotency_key": idempotency_key,
+        "argument_digest": argument_digest,
+        "detail": dict(detail),
+    }
+    # One canonical encoding per entry: it validates the detail (JSON values only) and is what the
+    # hash covers. A verifier re-encodes the stored JSON and gets the same bytes, since
+    # canonical_json(json.loads(json.dumps(x))) == canonical_json(x) for every value it accepts.
+    digest = hashlib.sha256(LEDGER_DOMAIN + canonical_json(fields)).hexdigest()
+    return LedgerEntry(**fields, hash=digest)
+
+
+# -- checkpoints ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """A signed statement "the ledger's entry ``seq`` has hash ``hash``"."""
+
+    seq: int
+    hash: str
+    time: float
+    signature: str  # base64 Ed25519 signature over CHECKPOINT_DOMAIN + canonical {seq, hash, time}
+
+    def message(self) -> bytes:
+        return CHECKPOINT_DOMAIN + canonical_json({"seq": self.seq, "hash": self.hash, "time": self.time})
+
+
+def _write_private(path: Path, data: bytes) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def load_checkpoint_key(path: str | os.PathLike[str]) -> Ed25519PrivateKey:
+    """Load the Ed25519 checkpoint key (raw 32 bytes), creating it (mode 0600) and ``<path>.pub``.
+
+    Raises:
+        PermissionError: the key file is readable by group or others.
+        ValueError: the file is not a 32-byte key.
+    """
+    key_path = Path(path)
+    if not key_path.exists():
+        key = Ed25519PrivateKey.generate()
+        raw = key.private_bytes(
+            serialization.Encoding.Raw, serialization.PrivateFormat.Raw, serialization.NoEncryption()
+        )
+        _write_private(key_path, raw)
+        pub = key.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+        key_path.with_name(key_path.name + ".pub").write_bytes(base64.b64encode(pub) + b"\n")
+        return key
+    if key_path.stat().st_mode & 0o077:
+        raise PermissionError(f"checkpoint key {key_path} is readable by group or others; chmod 600 it")
+    raw = key_path.read_bytes()
+    if len(raw) != 32:
+        raise ValueError(f"checkpoint key {key_path} is {len(raw)} bytes, expected 32")
+    return Ed25519PrivateKey.from_private_bytes(raw)
+
+
+def load_public_key(path: str | os.PathLike[str]) -> Ed25519PublicKey:
+    """Load a public key written by ``load_checkpoint_key`` (base64 of 32 raw bytes)."""
+    raw = base64.b64decode(Path(path).read_bytes().strip(), validate=True)
+    return Ed25519PublicKey.from_public_bytes(raw)
+
+
+def read_checkpoints(path: str | os.PathLike[str]) -> list[Checkpoint]:
+    """Read the checkpoint file (JSON lines); a missing file means no checkpoints.
+
+    Raises:
+        ValueError: a line is not a checkpoint, naming the line.
+    """
+    file = Path(path)
+    if not file.exists():
+        return []
+    out: list[Checkpoint] = []
+    for number, line in enumerate(file.read_text().splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            data = json.loads(line)
+            out.append(Checkpoint(int(data["seq"]), str(data["hash"]), float(data["time"]), str(data["signature"])))
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ValueError(f"{file}:{number}: not a checkpoint line ({exc})") from exc
+    return out
+
+
+class Checkpointer:
+    """Signs the ledger head and appends it to the checkpoint file (one ``write`` per line)."""
+
+    def __init__(self, key: Ed25519PrivateKey, path: str | os.PathLike[str]) -> None:
+        self._key = key
+        self._path = Path(path)
+
+    def sign(self, head: tuple[int, str], *, now: float | None = None) -> Checkpoint:
+        seq, digest = head
+        stamp = round(time.time() if now is None else now, 6)
+        unsigned = Checkpoint(seq, digest, stamp, "")
+        signature = base64.b64encode(self._key.sign(unsigned.message())).decode()
+        return Checkpoint(seq, digest, stamp, signature)
+
+    def append(self, head: tuple[int, str], *, now: float | None = None) -> Checkpoint:
+        """Sign ``head`` and append it as one line; returns the checkpoint."""
+        point = self.sign(head, now=now)
+        line = json.dumps(asdict(point), sort_keys=True) + "\n"
+        fd = os.open(self._path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        try:
+            os.write(fd, line.encode())
+        finally:
+            os.close(fd)
+        return point
+
+
+# -- verification --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LedgerProblem:
+    """One thing ``verify_entries`` found wrong, and where."""
+
+    seq: int
+    what: str
+
+    def __str__(self) -> str:
+        return f"seq {self.seq}: {self.what}"
+
+
+@dataclass
+class _Walk:
+    problems: list[LedgerProblem] = field(default_factory=list)
+    hashes: dict[int, str] = field(default_factory=dict)
+
+    def add(self, seq: int, what: str) -> None:
+        self.problems.append(LedgerProblem(seq, what))
+
+
+def _seq_of(raw: Mapping[str, Any]) -> int | None:
+    try:
+        return int(raw["seq"])
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def _walk_chain(entries: Sequence[Mapping[str, Any]], walk: _Walk) -> None:
+    present = {s for s in (_seq_of(r) for r in entries) if s is not None}
+    expected_seq, prev_hash, prev_seq = 1, GENESIS_HASH, 0
+    last_seq = 0
+    for position, raw in enumerate(entries, start=1):
+        try:
+            entry = LedgerEntry.from_dict(raw)
+        except (KeyError, TypeError, ValueError) as exc:
+            walk.add(last_seq + 1, f"entry #{position} is malformed ({exc}); edited")
+            continue
+        seq = entry.seq
+        if seq in walk.hashes:
+            walk.add(seq, "appears twice (inserted entry)")
+        elif seq < last_seq:
+            walk.add(seq, f"appears after seq {last_seq} (reordered)")
+        elif seq > expected_seq:
+            missing = [s for s in range(expected_seq, seq) if s not in present]
+            if missing:
+                span = f"{missing[0]}" if len(missing) == 1 else f"{missing[0]}..{missing[-1]}"
+                walk.add(missing[0], f"seq {span} missing (deleted)")
+            else:
+                walk.add(seq, f"appears before seq {expected_seq} (reordered)")
+        if entry.kind not in ENTRY_KINDS:
+            walk.add(seq, f"unknown kind {entry.kind!r} (edited)")
+        try:
+            computed = entry_hash(entry)
+        except ValueError as exc:
+            walk.add(seq, f"cannot be hashed ({exc}); edited")
+            computed = ""
+        if computed != entry.hash:
+            walk.add(seq, "content does not match its hash (edited)")
+        if entry.prev_hash != prev_hash:
+            before = f"seq {prev_seq}" if prev_seq else "the genesis value"
+            walk.add(seq, f"prev_hash does not match the hash of {before} before it "
+                          "(that entry was edited and re-hashed, or entries were inserted, deleted or reordered)")
+        walk.hashes.setdefault(seq, entry.hash)
+        prev_hash, prev_seq = entry.hash, seq
+        last_seq = max(last_seq, seq)
+        expected_seq = last_seq + 1
+
+
+def verify_entries(
+    entries: Iterable[Mapping[str, Any]],
+    checkpoints: Sequence[Checkpoint] = (),
+    public_key: Ed25519PublicKey | None = None,
+) -> list[LedgerProblem]:
+    """Check a ledger in stored order; an empty list means it verifies.
+
+    Detects an edited entry (hash mismatch, or a re-hashed entry whose successor no longer links),
+    a deleted entry (seq gap), an inserted one (duplicate seq or broken link), reordered entries
+    (seq going backwards), a rewritten chain (checkpoint hash mismatch) and a truncated tail (a
+    checkpoint beyond the last entry). Checkpoint signatures are checked when ``public_key`` is given.
+    """
+    walk = _Walk()
+    listed = list(entries)
+    _walk_chain(listed, walk)
+    last_seq = max(walk.hashes, default=0)
+    for point in checkpoints:
+        if public_key is not None:
+            try:
+                public_key.verify(base64.b64decode(point.signature), point.message())
+            except (InvalidSignature, ValueError):
+                walk.add(point.seq, "checkpoint signature is invalid (checkpoint file forged or edited)")
+                continue
+        if point.seq > last_seq:
+            walk.add(point.seq, f"a signed checkpoint names this seq but the ledger ends at {last_seq} (truncated)")
+        elif walk.hashes.get(point.seq) not in (None, point.hash):
+            walk.add(point.seq, "hash differs from the signed checkpoint (chain rewritten up to here)")
+    return walk.problems

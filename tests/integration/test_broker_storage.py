@@ -1,0 +1,209 @@
+"""The same storage / ledger / idempotency suite on SQLite and on a real PostgreSQL server.
+
+PostgreSQL: a private cluster is created for this session (initdb into a temp dir, as the
+``postgres`` OS user when running as root, since initdb refuses root), listening only on a Unix
+socket in that dir, and stopped at the end. Skipped only when the server binaries are absent.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit" / "broker"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples" / "broker"))
+
+from contain.broker import (
+    BrokerRequest,
+    IdempotencyRecord,
+    PostgresStore,
+    SqliteStore,
+    Store,
+    mint_token,
+    plan_entry,
+    verify_entries,
+)
+from contain.broker.tokens import TokenKey
+
+
+def _pg_bin() -> Path | None:
+    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/postgres"))
+    return Path(found[-1]).parent if found else None
+
+
+@pytest.fixture(scope="session")
+def postgres_dsn() -> Iterator[str]:
+    bindir = _pg_bin()
+    if bindir is None:
+        pytest.skip("PostgreSQL server binaries are absent (/usr/lib/postgresql/*/bin/postgres); install postgresql")
+    base = Path(tempfile.mkdtemp(prefix="contain-pg-"))
+    data = base / "data"
+    prefix: list[str] = []
+    if os.geteuid() == 0:
+        shutil.chown(base, "postgres", "postgres")
+        prefix = ["runuser", "-u", "postgres", "--"]
+    base.chmod(0o755)
+    run = lambda argv: subprocess.run(prefix + argv, check=True, capture_output=True, text=True)  # noqa: E731
+    run([str(bindir / "initdb"), "-D", str(data), "-A", "trust", "-U", "postgres", "--no-sync"])
+    run([str(bindir / "pg_ctl"), "-D", str(data), "-l", str(base / "log"), "-w", "start",
+         "-o", f"-k {base} -c listen_addresses='' -c fsync=on"])
+    try:
+        yield f"host={base} dbname=postgres user=postgres"
+    finally:
+        run([str(bindir / "pg_ctl"), "-D", str(data), "-m", "immediate", "-w", "stop"])
+        shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def store_factory(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
+    made: list[Store] = []
+    if request.param == "sqlite":
+        def make() -> Store:
+            made.append(SqliteStore(str(tmp_path / "s.db")))
+            return made[-1]
+    else:
+        dsn = request.getfixturevalue("postgres_dsn")
+        import psycopg
+
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("DROP TABLE IF EXISTS ledger, idempotency, grant_uses")
+
+        def make() -> Store:
+            made.append(PostgresStore(dsn))
+            return made[-1]
+    yield make
+    for s in made:
+        s.close()
+
+
+def _append(txn: Any, n: int) -> int:
+    entry = plan_entry(txn.head(), kind="request", task="t", principal="p", action="a", idempotency_key=f"k{n}",
+                       argument_digest="d", detail={"n": n, "f": 0.5}, now=1_800_000_000.123456 + n)
+    txn.append(entry)
+    return entry.seq
+
+
+def test_appends_chain_and_verify(store_factory: Any) -> None:
+    store = store_factory()
+    store.start()
+    seqs = [store.run(lambda t, n=n: _append(t, n)) for n in range(5)]
+    assert seqs == [1, 2, 3, 4, 5]
+    rows = store.raw_rows()
+    assert verify_entries(rows) == [] and rows[0]["detail"] == {"n": 0, "f": 0.5}
+
+
+def test_concurrent_appends_from_threads_stay_one_chain(store_factory: Any) -> None:
+    store = store_factory()
+    store.start()
+    threads = [threading.Thread(target=lambda i=i: [store.run(lambda t, n=n: _append(t, n)) for n in range(i * 25, i * 25 + 25)])
+               for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    rows = store.raw_rows()
+    assert [r["seq"] for r in rows] == list(range(1, 201)) and verify_entries(rows) == []
+    assert store.commits < 200  # group commit shared transactions between threads
+
+
+def test_a_failing_function_rolls_back_only_its_own_savepoint(store_factory: Any) -> None:
+    store = store_factory()
+    store.start()
+    store.run(lambda t: _append(t, 0))
+
+    def bad(t: Any) -> None:
+        _append(t, 1)
+        raise ValueError("no")
+
+    with pytest.raises(ValueError):
+        store.run(bad)
+    store.run(lambda t: _append(t, 2))
+    rows = store.raw_rows()
+    assert [r["detail"]["n"] for r in rows] == [0, 2] and verify_entries(rows) == []
+
+
+def test_idempotency_records_and_grant_uses(store_factory: Any) -> None:
+    store = store_factory()
+    store.start()
+    record = IdempotencyRecord("p", "k", "a", "d", "in_flight", 0, {}, 3)
+    store.run(lambda t: t.put_record(record))
+    assert store.run(lambda t: t.get_record("p", "k")) == record
+    assert [r.key for r in store.run(lambda t: t.in_flight())] == ["k"]
+    done = IdempotencyRecord("p", "k", "a", "d", "done", 200, {"status": "succeeded"}, 3)
+    store.run(lambda t: t.put_record(done))
+    assert store.run(lambda t: t.get_record("p", "k")) == done and store.run(lambda t: t.in_flight()) == []
+    assert store.run(lambda t: t.get_record("q", "k")) is None
+    store.run(lambda t: t.delete_record("p", "k"))
+    assert store.run(lambda t: t.get_record("p", "k")) is None
+    assert [store.run(lambda t: t.consume_use("g", 2)) for _ in range(3)] == [True, True, False]
+    assert all(store.run(lambda t: t.consume_use("u", None)) for _ in range(3))
+
+
+def test_broker_semantics_on_this_store(store_factory: Any, tmp_path: Path) -> None:
+    import invoice_actions
+    from broker_testkit import Clock, make_broker
+
+    db = str(tmp_path / "inv.db")
+    invoice_actions.create_database(db, api_key="k-secret-1")
+    clock = Clock()
+    broker = make_broker(tmp_path, db, clock, store=store_factory())
+    broker.start()
+    token = mint_token(TokenKey(b"t" * 32), task="t1", principal="alice", actions=["update_invoice"], ttl_s=60, now=clock.now)
+    ok = {"invoice_id": "INV-1", "amount_cents": 10500}
+    statuses = [broker.handle(BrokerRequest(token, "update_invoice", args, key)).status for args, key in (
+        (ok, "k1"), (ok, "k1"), ({"invoice_id": "INV-1", "amount_cents": 10600}, "k1"),
+        ({"invoice_id": "INV-2", "amount_cents": 20000}, None), ({"invoice_id": "INV-3", "amount_cents": 90000}, None))]
+    assert statuses == [200, 200, 422, 403, 202]
+    broker.close()
+    assert verify_entries(broker.store.raw_rows()) == []
+
+
+@pytest.mark.parametrize("apply", [True, False])
+def test_crash_recovery_on_this_store(store_factory: Any, tmp_path: Path, apply: bool) -> None:
+    import sqlite3
+
+    import invoice_actions
+    from broker_testkit import Clock, make_broker
+
+    from contain.broker import Action
+
+    db = str(tmp_path / "inv.db")
+    invoice_actions.create_database(db, api_key="k-secret-1")
+    clock = Clock()
+    first = make_broker(tmp_path, db, clock, store=store_factory())
+    first.start()
+    action = first.actions["update_invoice"]
+
+    class Crash(BaseException):
+        pass
+
+    def crashing(args: Any, ctx: Any) -> Any:
+        if apply:
+            action.execute(args, ctx)
+        raise Crash()
+
+    first.actions["update_invoice"] = Action(**{**action.__dict__, "execute": crashing})
+    token = mint_token(TokenKey(b"t" * 32), task="t1", principal="alice", actions=["update_invoice"], ttl_s=60, now=clock.now)
+    args = {"invoice_id": "INV-1", "amount_cents": 10500}
+    with pytest.raises(Crash):
+        first.handle(BrokerRequest(token, "update_invoice", args, "c1"))
+    first.store.close()
+    second = make_broker(tmp_path, db, clock, store=store_factory())
+    assert [r["result"] for r in second.start()] == ["applied" if apply else "not_applied"]
+    reply = second.handle(BrokerRequest(token, "update_invoice", args, "c1"))
+    assert reply.status == 200 and reply.body["replayed"] is apply
+    conn = sqlite3.connect(db)
+    assert conn.execute("SELECT count(*) FROM applied").fetchone()[0] == 1
+    conn.close()
+    second.close()
+    assert verify_entries(second.store.raw_rows()) == []
