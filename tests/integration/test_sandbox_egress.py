@@ -13,6 +13,7 @@ import socket
 import socketserver
 import threading
 from collections.abc import Iterator
+from typing import ClassVar
 
 import pytest
 
@@ -23,7 +24,7 @@ pytestmark = [pytest.mark.needs_bwrap, pytest.mark.needs_root]
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):
-    seen: list[str] = []
+    seen: ClassVar[list[str]] = []
 
     def do_GET(self) -> None:
         type(self).seen.append(self.path)
