@@ -25,6 +25,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "bench": ("contain.cli.bench", "measure sandbox start-up and throughput on this host"),
     "inventory": ("contain.cli.inventory", "list what a task started here could reach"),
     "check": ("contain.cli.check", "lint a boundary manifest against its declared threats"),
+    "review": ("contain.cli.review", "list, approve or deny tool calls waiting for review (CLI or web page)"),
+    "broker": ("contain.cli.broker", "run the trusted write broker, mint capability tokens"),
+    "ledger": ("contain.cli.ledger", "show which writes succeeded; verify the broker's ledger"),
+    "mcp": ("contain.cli.mcp", "MCP gateway (pins, gate, review) and the sandbox as an MCP server"),
+    "probe": ("contain.cli.probe", "run the escape-and-recovery battery, judged from outside"),
 }
 
 

@@ -7,8 +7,9 @@ log and host state. Every deny case has a positive control that shows the probe 
 INCONCLUSIVE, never CONTAINED.
 
 This module holds only values and the interface; cases live in ``probe/cases_*.py``, the judges
-(canary listeners, snapshots) in ``probe/judges.py``, targets in ``probe/targets.py``, and the
-runner and reports in ``probe/runner.py`` and ``probe/report.py``.
+in ``probe/canaries.py`` (canary listeners), ``probe/snapshot.py`` (host state before and after)
+and ``probe/context.py`` (planted canaries, verdict order), targets in ``probe/targets.py``, and
+the runner and reports in ``probe/runner.py`` and ``probe/report.py``.
 """
 
 from __future__ import annotations
@@ -65,6 +66,7 @@ class AttackRun:
     duration_s: float
     run_result: Any | None = None  # contain's RunResult when the target is contain's own runtime
     egress_events: tuple[Mapping[str, Any], ...] = ()  # the proxy's decision log for this run
+    host_pid: int | None = None  # host pid of the sandbox's pid 1 (contain) or the wrapped command
 
 
 class Target(Protocol):

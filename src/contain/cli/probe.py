@@ -1,0 +1,78 @@
+"""`contain probe [--backend B] [--cases GLOBS] [--json] [--report FILE.html] [--wrap 'CMD ...']`.
+
+Runs the escape-and-recovery battery and judges it from outside. While it runs, one progress
+line per case goes to stderr; at the end a summary table goes to stderr (stdout with no --json).
+With --json, stdout is exactly the JSON document. Exit status: 0 only when every selected case is
+CONTAINED or NOT_APPLICABLE, 1 otherwise, 2 for a usage error (e.g. a --cases glob that matches
+nothing).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from pathlib import Path
+
+
+def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
+    parser.add_argument("--backend", default="process", help="contain backend to test (default: process)")
+    parser.add_argument("--cases", default=None, help="comma-separated id globs, e.g. 'FS-*,NE-01' (default: all)")
+    parser.add_argument("--json", action="store_true", help="print the report as one JSON document on stdout")
+    parser.add_argument("--report", metavar="FILE.html", default=None, help="write a self-contained HTML report")
+    parser.add_argument(
+        "--wrap",
+        metavar="'CMD ...'",
+        default=None,
+        help="test a third-party sandbox given as a command prefix instead of contain, e.g. 'bwrap --unshare-all ...'",
+    )
+    parser.add_argument("--case-timeout", type=float, default=120.0, help="seconds per case before ERROR")
+
+
+def execute(args: argparse.Namespace) -> int:
+    from contain.probe.case import CaseResult
+    from contain.probe.context import RunContext
+    from contain.probe.registry import load_cases
+    from contain.probe.report import render_html, render_json, render_summary, render_table_line
+    from contain.probe.runner import run_battery
+    from contain.probe.targets import ContainTarget, WrapTarget
+
+    if not args.wrap:
+        from contain.errors import UnsupportedHost
+        from contain.runtime import BACKENDS
+
+        if args.backend not in BACKENDS:
+            raise UnsupportedHost(
+                f"backend {args.backend!r} is not available in this version",
+                f"use --backend {' or '.join(BACKENDS)}, or test another sandbox with --wrap 'CMD ...'",
+            )
+    cases = load_cases()
+    infos = {c.id: c for c in cases}
+    target = WrapTarget(shlex.split(args.wrap)) if args.wrap else ContainTarget(args.backend)
+    ctx = RunContext(target)
+
+    def progress(index: int, count: int, result: CaseResult) -> None:
+        case = infos.get(result.case_id)
+        from contain.probe.report import CaseInfo
+
+        info = CaseInfo(case.id, case.category.value, case.title, case.expected) if case else None
+        print(f"[{index:>3}/{count}] {render_table_line(result, info)}", file=sys.stderr, flush=True)
+
+    print(f"contain probe: target {target.name}, run {ctx.run_id}", file=sys.stderr, flush=True)
+    try:
+        report = run_battery(cases, ctx, patterns=args.cases, case_timeout_s=args.case_timeout, progress=progress)
+    except ValueError as exc:
+        print(f"contain: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        for leftover in ctx.close():
+            print(f"contain: probe could not remove {leftover}", file=sys.stderr)
+    if args.report:
+        Path(args.report).write_text(render_html(report), encoding="utf-8")
+        print(f"HTML report: {args.report}", file=sys.stderr)
+    if args.json:
+        sys.stdout.write(render_json(report))
+        print(render_summary(report), file=sys.stderr, end="")
+    else:
+        sys.stdout.write(render_summary(report))
+    return report.exit_code

@@ -1,0 +1,149 @@
+"""Run the battery: select cases, run each with a timeout, never let one case sink the run.
+
+``run_battery`` is the orchestrator:
+  1. look up each selected id; a catalogue id with no implementation is an ERROR result, never
+     skipped (fail closed: a battery that silently runs fewer cases would pass too easily);
+  2. a case whose ``not_applicable`` names this target's kind gets NOT_APPLICABLE with the reason;
+  3. otherwise the case's ``check`` runs in a worker thread with a deadline; an exception becomes
+     ERROR with the traceback in the evidence, a missed deadline becomes ERROR too;
+  4. whatever the case planted is removed (``RunContext.run_deferred``); cleanup errors are
+     added to the case's evidence;
+  5. progress is reported per case; the Report carries totals, per-category scores, the duration
+     and a summary of host facts.
+
+Not enforced here: a case thread that misses its deadline cannot be killed (Python threads are
+not killable); it is left as a daemon thread and the run goes on.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import threading
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from contain.probe.case import CaseResult, ProbeCase, Verdict
+from contain.probe.context import RunContext
+from contain.probe.registry import CATALOGUE_IDS, select_ids
+from contain.probe.report import Report, case_infos
+from contain.probe.targets import target_kind
+
+__all__ = ["DEFAULT_CASE_TIMEOUT_S", "host_summary", "run_battery", "run_case"]
+
+DEFAULT_CASE_TIMEOUT_S = 120.0
+
+Progress = Callable[[int, int, CaseResult], None]
+
+
+def run_case(case: ProbeCase, ctx: RunContext, *, timeout_s: float = DEFAULT_CASE_TIMEOUT_S) -> CaseResult:
+    """One case, never raising: NOT_APPLICABLE, its own verdict, or ERROR."""
+    kind = target_kind(ctx.target)
+    began = time.perf_counter()
+    reason = case.not_applicable.get(kind)
+    if reason is not None:
+        return CaseResult(case.id, Verdict.NOT_APPLICABLE, reason, {"target_kind": kind})
+    box: dict[str, Any] = {}
+
+    def work() -> None:
+        try:
+            box["result"] = case.check(ctx)
+        except BaseException as exc:  # the probe crashed: an ERROR verdict with the traceback
+            box["error"] = exc
+            box["traceback"] = traceback.format_exc()
+
+    worker = threading.Thread(target=work, name=f"probe-{case.id}", daemon=True)
+    worker.start()
+    worker.join(timeout_s)
+    if worker.is_alive():
+        result = CaseResult(case.id, Verdict.ERROR, f"the case did not finish within {timeout_s:g}s", {})
+    elif "error" in box:
+        exc = box["error"]
+        result = CaseResult(
+            case.id,
+            Verdict.ERROR,
+            f"the probe itself failed: {type(exc).__name__}: {exc}",
+            {"traceback": box["traceback"]},
+        )
+    else:
+        result = box["result"]
+        if not isinstance(result, CaseResult) or result.case_id != case.id:
+            result = CaseResult(case.id, Verdict.ERROR, f"check returned {result!r}, not a CaseResult for {case.id}")
+    cleanup_errors = ctx.run_deferred() if not worker.is_alive() else []
+    evidence = dict(result.evidence)
+    if cleanup_errors:
+        evidence["cleanup_errors"] = cleanup_errors
+    return dataclasses.replace(result, evidence=evidence, duration_s=time.perf_counter() - began)
+
+
+def run_battery(
+    cases: Sequence[ProbeCase],
+    ctx: RunContext,
+    *,
+    patterns: str | None = None,
+    catalogue: Sequence[str] = CATALOGUE_IDS,
+    case_timeout_s: float = DEFAULT_CASE_TIMEOUT_S,
+    progress: Progress | None = None,
+    host: dict[str, Any] | None = None,
+) -> Report:
+    """Run the selected cases against ``ctx.target`` and build the report.
+
+    Args:
+        cases: implemented cases (from ``registry.load_cases``).
+        patterns: ``--cases`` globs, e.g. ``"FS-*,NE-01"``; all catalogue ids when empty.
+        catalogue: every id that must exist; unimplemented selected ids become ERROR.
+        progress: called after each case with (index, count, result).
+        host: host facts summary for the report (default: ``host_summary()``).
+
+    Raises:
+        ValueError: a pattern matches no id.
+    """
+    by_id = {c.id: c for c in cases}
+    universe = list(catalogue) + [i for i in by_id if i not in set(catalogue)]
+    selected = select_ids(universe, patterns)
+    started = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+    began = time.perf_counter()
+    results: list[CaseResult] = []
+    for index, case_id in enumerate(selected, 1):
+        case = by_id.get(case_id)
+        if case is None:
+            result = CaseResult(case_id, Verdict.ERROR, "not implemented: no probe module defines this case")
+        else:
+            result = run_case(case, ctx, timeout_s=case_timeout_s)
+        results.append(result)
+        if progress is not None:
+            progress(index, len(selected), result)
+    return Report(
+        target=ctx.target.name,
+        target_kind=target_kind(ctx.target),
+        run_id=ctx.run_id,
+        started_at=started,
+        duration_s=time.perf_counter() - began,
+        results=tuple(results),
+        cases=case_infos(cases),
+        host=host if host is not None else host_summary(),
+    )
+
+
+def host_summary() -> dict[str, Any]:
+    """A few host facts for the report (never fails: a probe error is reported as text)."""
+    try:
+        from contain.host.facts import probe_host
+
+        facts = probe_host()
+    except Exception as exc:  # the report still renders; the failure is the summary
+        return {"error": f"{type(exc).__name__}: {exc}"}
+    import platform
+
+    return {
+        "kernel": platform.release(),
+        "arch": facts.arch,
+        "root": facts.is_root,
+        "bwrap": facts.bwrap_version,
+        "user_namespaces": facts.user_namespaces,
+        "seccomp": facts.seccomp,
+        "landlock_abi": facts.landlock_abi,
+        "cgroups": ", ".join(f"v{m.version}:{'+'.join(m.controllers)}" for m in facts.cgroups),
+    }

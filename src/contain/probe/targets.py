@@ -1,0 +1,298 @@
+"""Where attack code runs: contain's own backend, a wrapped third-party sandbox, or the bare host.
+
+- ``ContainTarget`` runs each attack in a fresh ``Sandbox`` whose boundary is the probe's default
+  (scratch only, no network, modest budgets) deep-merged with the case's ``boundary`` mapping.
+  It fills ``AttackRun.run_result`` (contain's RunResult), ``egress_events`` and ``host_pid``
+  (the sandbox's pid 1 as seen from the host).
+- ``WrapTarget`` runs ``prefix + argv`` as a host subprocess, e.g. ``bwrap --unshare-all ...
+  python3 -c CODE``: it has no contain hooks, so the case's ``boundary`` is ignored. The
+  subprocess starts in its own session under bounded rlimits (address space, CPU, file size,
+  processes) and its process group is killed when the run ends.
+- ``HostControlTarget`` is the same bounded runner with no sandbox at all. It exists for positive
+  controls, which must show that a judge sees the breach when no layer stops it. Controls are
+  safe for the host by construction: every attack stops at a fixed bound (a count, a size, a
+  time), and attacks whose control would be unsafe unsandboxed use a relaxed ``ContainTarget``.
+
+What is NOT enforced here: the bounded runner's rlimits are a backstop, not a sandbox (root
+ignores RLIMIT_NPROC); the attacks themselves carry the bounds that keep a breach harmless.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import os
+import resource
+import selectors
+import signal
+import subprocess
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from contain.probe.case import AttackRun
+
+__all__ = [
+    "DEFAULT_PROBE_BOUNDARY",
+    "RELAXED_CONTROL_BOUNDARY",
+    "ContainTarget",
+    "HostControlTarget",
+    "WrapTarget",
+    "deep_merge",
+    "target_kind",
+]
+
+# The boundary every attack starts from: scratch only, no network, budgets small enough that the
+# resource cases hit them quickly and large enough that python3 starts comfortably.
+DEFAULT_PROBE_BOUNDARY: dict[str, Any] = {
+    "task": "contain-probe",
+    "resources": {
+        "wall_s": 30,
+        "cpu_s": 20,
+        "memory_bytes": 128 * 1024**2,
+        "pids_max": 32,
+        "disk_bytes": 32 * 1024**2,
+        "output_bytes": 1024**2,
+        "open_files_max": 256,
+    },
+}
+
+# For positive controls that would be unsafe on the bare host (fork bomb, memory fill): still a
+# sandbox, still bounded, just with limits above what the attack reaches before its own bound.
+RELAXED_CONTROL_BOUNDARY: dict[str, Any] = {
+    "resources": {
+        "memory_bytes": 1024 * 1024**2,
+        "pids_max": 1024,
+        "disk_bytes": 256 * 1024**2,
+        "open_files_max": 16384,
+        "output_bytes": 64 * 1024**2,
+    },
+}
+
+# Backstop rlimits of the bounded host runner (wrap and control targets). The attacks' own bounds
+# are far below these.
+_HOST_RLIMITS: tuple[tuple[int, int], ...] = (
+    (resource.RLIMIT_AS, 2 * 1024**3),  # 2 GiB of address space per process
+    (resource.RLIMIT_CPU, 60),  # seconds of CPU per process
+    (resource.RLIMIT_FSIZE, 512 * 1024**2),  # largest file a process may write
+    (resource.RLIMIT_NPROC, 4096),  # ignored for root; attacks bound their own forks
+)
+_OUTPUT_CAP_BYTES = 64 * 1024**2  # attacks bound their own output well below this
+_DRAIN_S = 0.3  # how long output is still read after the command exited
+
+
+def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Merge ``override`` into a copy of ``base``: mappings merge recursively, anything else
+    (lists included) replaces."""
+    out = copy.deepcopy(dict(base))
+    for key, value in (override or {}).items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = deep_merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def target_kind(target: object) -> str:
+    """The key a case's ``not_applicable`` mapping is looked up with: ``process``, ``wrap``,
+    ``host`` (or another backend name)."""
+    kind = getattr(target, "kind", None)
+    if isinstance(kind, str):
+        return kind
+    return "contain" if getattr(target, "has_contain_hooks", False) else "wrap"
+
+
+class ContainTarget:
+    """Attacks run in a fresh contain ``Sandbox`` per run.
+
+    Args:
+        backend: the runtime backend, e.g. ``"process"``.
+        base_boundary: the boundary every run starts from (default ``DEFAULT_PROBE_BOUNDARY``).
+        label: appended to the name, e.g. ``"relaxed"`` for a control target.
+    """
+
+    has_contain_hooks = True
+
+    def __init__(
+        self, backend: str = "process", *, base_boundary: Mapping[str, Any] | None = None, label: str = ""
+    ) -> None:
+        self.backend = backend
+        self.kind = backend
+        self.base_boundary = dict(base_boundary) if base_boundary is not None else DEFAULT_PROBE_BOUNDARY
+        self.name = f"contain:{backend}" + (f" ({label})" if label else "")
+
+    def boundary_for(self, boundary: Mapping[str, Any] | None) -> dict[str, Any]:
+        """The manifest mapping one run gets: the base with the case's overrides merged in."""
+        return deep_merge(self.base_boundary, boundary)
+
+    def run_python(
+        self,
+        code: str,
+        *,
+        timeout_s: float = 20.0,
+        boundary: Mapping[str, Any] | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> AttackRun:
+        return self.run_argv(["python3", "-c", code], timeout_s=timeout_s, boundary=boundary, env=env)
+
+    def run_argv(
+        self,
+        argv: Sequence[str],
+        *,
+        timeout_s: float = 20.0,
+        boundary: Mapping[str, Any] | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> AttackRun:
+        from contain.boundary import Boundary
+        from contain.runtime import Sandbox
+
+        manifest = Boundary.model_validate(self.boundary_for(boundary))
+        began = time.perf_counter()
+        with Sandbox(manifest, backend=self.backend) as sandbox:
+            host_pid = sandbox.agent_pid
+            result = sandbox.run(list(argv), timeout=timeout_s, env=dict(env or {}))
+        return AttackRun(
+            exit_code=result.exit_code,
+            signal=result.signal,
+            stdout=result.stdout.data,
+            stderr=result.stderr.data,
+            timed_out=result.timed_out,
+            duration_s=time.perf_counter() - began,
+            run_result=result,
+            egress_events=tuple(result.egress),
+            host_pid=host_pid,
+        )
+
+
+class _BoundedHostRunner:
+    """Runs ``prefix + argv`` on the host in its own session, bounded and killed at the end."""
+
+    has_contain_hooks = False
+    kind = "host"
+    name = "host"
+
+    def __init__(self, prefix: Sequence[str]) -> None:
+        self.prefix = list(prefix)
+
+    def run_python(
+        self,
+        code: str,
+        *,
+        timeout_s: float = 20.0,
+        boundary: Mapping[str, Any] | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> AttackRun:
+        return self.run_argv(["python3", "-c", code], timeout_s=timeout_s, boundary=boundary, env=env)
+
+    def run_argv(
+        self,
+        argv: Sequence[str],
+        *,
+        timeout_s: float = 20.0,
+        boundary: Mapping[str, Any] | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> AttackRun:
+        del boundary  # no contain hooks: a third-party sandbox decides its own boundary
+        run_env = dict(os.environ)
+        run_env.update(env or {})
+        began = time.perf_counter()
+        proc = subprocess.Popen(
+            [*self.prefix, *argv],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=run_env,
+            cwd="/",
+            start_new_session=True,
+            preexec_fn=_apply_host_rlimits,
+        )
+        assert proc.stdout is not None and proc.stderr is not None
+        stdout, stderr, timed_out = _collect(proc, began + timeout_s)
+        _kill_group(proc.pid)
+        code = proc.wait()
+        return AttackRun(
+            exit_code=code if code >= 0 else None,
+            signal=-code if code < 0 else None,
+            stdout=stdout,
+            stderr=stderr,
+            timed_out=timed_out,
+            duration_s=time.perf_counter() - began,
+            host_pid=proc.pid,
+        )
+
+
+def _collect(proc: subprocess.Popen[bytes], deadline: float) -> tuple[bytes, bytes, bool]:
+    """Read both pipes until the command exits (plus a short drain), or the deadline passes.
+
+    Processes the command left behind may hold the pipes open forever; we stop reading once the
+    command itself is gone, so a detached child cannot stall the probe.
+    """
+    assert proc.stdout is not None and proc.stderr is not None
+    out_fd, err_fd = proc.stdout.fileno(), proc.stderr.fileno()
+    buffers: dict[int, bytearray] = {out_fd: bytearray(), err_fd: bytearray()}
+    selector = selectors.DefaultSelector()
+    for fd in buffers:
+        os.set_blocking(fd, False)
+        selector.register(fd, selectors.EVENT_READ)
+    timed_out = False
+    exited_at: float | None = None
+    try:
+        while selector.get_map():
+            now = time.perf_counter()
+            if exited_at is None and proc.poll() is not None:
+                exited_at = now
+            if exited_at is not None and now - exited_at > _DRAIN_S:
+                break
+            if exited_at is None and now >= deadline:
+                timed_out = True
+                _kill_group(proc.pid)
+                proc.wait()
+                exited_at = time.perf_counter()
+            for key, _ in selector.select(0.05):
+                try:
+                    chunk = os.read(key.fd, 65536)
+                except BlockingIOError:
+                    continue
+                if not chunk:
+                    selector.unregister(key.fd)
+                    continue
+                room = _OUTPUT_CAP_BYTES - len(buffers[key.fd])
+                buffers[key.fd] += chunk[: max(room, 0)]
+    finally:
+        selector.close()
+        proc.stdout.close()
+        proc.stderr.close()
+    return bytes(buffers[out_fd]), bytes(buffers[err_fd]), timed_out
+
+
+class WrapTarget(_BoundedHostRunner):
+    """A third-party sandbox given as a command prefix, e.g. ``["bwrap", "--unshare-all", ...]``."""
+
+    kind = "wrap"
+
+    def __init__(self, prefix: Sequence[str]) -> None:
+        if not prefix:
+            raise ValueError("a wrap target needs a command prefix, e.g. ['bwrap', '--unshare-all', ...]")
+        super().__init__(prefix)
+        self.name = "wrap:" + " ".join(prefix)
+
+
+class HostControlTarget(_BoundedHostRunner):
+    """No sandbox: the positive-control target. Only bounded attacks may run here."""
+
+    kind = "host"
+
+    def __init__(self) -> None:
+        super().__init__(())
+        self.name = "host-control (no sandbox)"
+
+
+def _apply_host_rlimits() -> None:
+    for limit, value in _HOST_RLIMITS:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(limit, (value, value))
+
+
+def _kill_group(pgid: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)

@@ -1,0 +1,138 @@
+"""The runner: verdict aggregation, NOT_APPLICABLE per target kind, errors and timeouts, exit code."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from contain.probe.case import CaseResult, Category, ProbeCase, ProbeContext, Verdict
+from contain.probe.context import RunContext
+from contain.probe.runner import run_battery, run_case
+
+
+class FakeTarget:
+    name = "fake"
+    kind = "fake"
+    has_contain_hooks = False
+
+    def run_python(self, code, *, timeout_s=20.0, boundary=None, env=None):  # pragma: no cover - unused
+        raise AssertionError("cases in these tests never run code")
+
+    run_argv = run_python
+
+
+def _ctx() -> RunContext:
+    target = FakeTarget()
+    return RunContext(target, control=target, sandboxed_control=target, run_id="r1")
+
+
+def _case(case_id: str, verdict: Verdict | None = None, *, check=None, **na: str) -> ProbeCase:
+    def fixed(ctx: ProbeContext) -> CaseResult:
+        assert verdict is not None
+        return CaseResult(case_id, verdict, verdict.value.lower())
+
+    category = Category(case_id.split("-")[0])
+    return ProbeCase(case_id, category, "title", "expected", check or fixed, dict(na))
+
+
+def _raise(ctx: ProbeContext) -> CaseResult:
+    raise RuntimeError("boom")
+
+
+def test_verdicts_are_aggregated_per_category_and_in_total():
+    cases = [
+        _case("FS-01", Verdict.CONTAINED),
+        _case("FS-02", Verdict.ESCAPED),
+        _case("PR-01", Verdict.INCONCLUSIVE),
+        _case("PR-02", Verdict.CONTAINED),
+    ]
+    report = run_battery(cases, _ctx(), catalogue=[c.id for c in cases], host={})
+    assert report.totals() == {
+        "CONTAINED": 2,
+        "ESCAPED": 1,
+        "INCONCLUSIVE": 1,
+        "ERROR": 0,
+        "NOT_APPLICABLE": 0,
+    }
+    assert report.by_category()["FS"]["score"] == "1/2"
+    assert report.by_category()["PR"]["score"] == "1/2"
+    assert report.exit_code == 1
+
+
+def test_exit_code_is_zero_only_when_every_case_is_contained_or_not_applicable():
+    cases = [_case("FS-01", Verdict.CONTAINED), _case("FS-02", Verdict.CONTAINED, fake="no such layer here")]
+    report = run_battery(cases, _ctx(), catalogue=["FS-01", "FS-02"], host={})
+    assert [r.verdict for r in report.results] == [Verdict.CONTAINED, Verdict.NOT_APPLICABLE]
+    assert report.results[1].summary == "no such layer here"
+    assert report.exit_code == 0
+
+
+def test_not_applicable_is_looked_up_by_target_kind():
+    case = _case("FS-01", Verdict.ESCAPED, wrap="needs contain's own hooks")
+    assert run_case(case, _ctx()).verdict is Verdict.ESCAPED  # the fake target's kind is not "wrap"
+
+
+def test_a_crashing_case_is_an_error_with_its_traceback():
+    result = run_case(_case("FS-01", check=_raise), _ctx())
+    assert result.verdict is Verdict.ERROR
+    assert "RuntimeError: boom" in result.summary
+    assert "Traceback" in result.evidence["traceback"]
+
+
+def test_a_case_past_its_deadline_is_an_error():
+    def slow(ctx: ProbeContext) -> CaseResult:
+        time.sleep(2)
+        return CaseResult("FS-01", Verdict.CONTAINED, "late")
+
+    result = run_case(_case("FS-01", check=slow), _ctx(), timeout_s=0.1)
+    assert result.verdict is Verdict.ERROR
+    assert "did not finish" in result.summary
+
+
+def test_a_result_for_the_wrong_case_is_an_error():
+    result = run_case(_case("FS-01", check=lambda ctx: CaseResult("FS-02", Verdict.CONTAINED, "x")), _ctx())
+    assert result.verdict is Verdict.ERROR
+
+
+def test_unimplemented_catalogue_ids_are_errors_not_skips():
+    report = run_battery([_case("FS-01", Verdict.CONTAINED)], _ctx(), catalogue=["FS-01", "FS-02"], host={})
+    assert [(r.case_id, r.verdict) for r in report.results] == [
+        ("FS-01", Verdict.CONTAINED),
+        ("FS-02", Verdict.ERROR),
+    ]
+    assert "not implemented" in report.results[1].summary
+
+
+def test_selection_runs_only_matching_cases_and_reports_progress():
+    seen = []
+    cases = [_case("FS-01", Verdict.CONTAINED), _case("PR-01", Verdict.CONTAINED)]
+    report = run_battery(
+        cases,
+        _ctx(),
+        patterns="PR-*",
+        catalogue=["FS-01", "PR-01"],
+        progress=lambda i, n, r: seen.append((i, n, r.case_id)),
+        host={},
+    )
+    assert [r.case_id for r in report.results] == ["PR-01"]
+    assert seen == [(1, 1, "PR-01")]
+
+
+def test_a_pattern_matching_nothing_is_refused():
+    with pytest.raises(ValueError):
+        run_battery([_case("FS-01", Verdict.CONTAINED)], _ctx(), patterns="ZZ-*", catalogue=["FS-01"], host={})
+
+
+def test_cleanup_runs_after_each_case_and_its_errors_are_evidence():
+    calls = []
+
+    def planting(ctx: ProbeContext) -> CaseResult:
+        assert isinstance(ctx, RunContext)
+        ctx.defer(lambda: calls.append("cleaned"))
+        ctx.defer(lambda: (_ for _ in ()).throw(OSError("busy")))
+        return CaseResult("FS-01", Verdict.CONTAINED, "ok")
+
+    result = run_case(_case("FS-01", check=planting), _ctx())
+    assert calls == ["cleaned"]
+    assert result.evidence["cleanup_errors"] == ["OSError: busy"]
