@@ -27,6 +27,7 @@ __all__ = [
     "plan_layers",
     "plan_rlimits",
     "sandbox_host_ids",
+    "should_lease_host_ids",
     "writable_paths",
 ]
 
@@ -52,6 +53,13 @@ def sandbox_host_ids(facts: HostFacts) -> tuple[int, int]:
     if facts.is_root:
         return NOBODY_UID, NOBODY_UID
     return facts.uid, facts.gid
+
+
+def should_lease_host_ids(boundary: Boundary, facts: HostFacts) -> bool:
+    """Root can give each sandbox its own host uid, except when write binds need a known owner."""
+    from contain.boundary.model import FileAccess
+
+    return facts.is_root and not any(r.access is FileAccess.WRITE for r in boundary.files)
 
 
 def writable_paths(boundary: Boundary) -> tuple[str, ...]:

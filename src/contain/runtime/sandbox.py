@@ -36,6 +36,7 @@ import threading
 import time
 import uuid
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from types import ModuleType, TracebackType
 from typing import TYPE_CHECKING
@@ -57,8 +58,16 @@ from contain.runtime.bwrap import (
 from contain.runtime.cgroups import ROOT_ENV as CGROUP_ROOT_ENV
 from contain.runtime.cgroups import CgroupUsage, SandboxCgroup
 from contain.runtime.etc_tree import ensure_etc_tree
+from contain.runtime.host_ids import HostIdLease, lease_host_ids
 from contain.runtime.paths import PathFacts, gather_path_facts
-from contain.runtime.plan import LayerPlan, plan_base_env, plan_layers, plan_rlimits, sandbox_host_ids
+from contain.runtime.plan import (
+    LayerPlan,
+    plan_base_env,
+    plan_layers,
+    plan_rlimits,
+    sandbox_host_ids,
+    should_lease_host_ids,
+)
 from contain.runtime.process import SandboxProcess
 from contain.runtime.result import Captured, RunResult, Timings, Usage, Violation
 from contain.runtime.seccomp import compile_filter
@@ -138,6 +147,9 @@ class Sandbox:
         self._egress: EgressSession | None = None
         self._agent_pid: int | None = None
         self._paths: PathFacts | None = None
+        self._lease: HostIdLease | None = None
+        self._ids: tuple[int, int] | None = None
+        self._ids_report = ""
         self._layers: LayerPlan | None = None
         self._base_env: dict[str, str] = {}
         self._setup_s = 0.0
@@ -186,12 +198,12 @@ class Sandbox:
             egress_available=egress is not None,
             delegated_root=os.environ.get(CGROUP_ROOT_ENV) or None,
         )
-        self._layers = layers
         agent = str(ensure_agent_binary())
-        uid, gid = sandbox_host_ids(facts)
-        self._paths = gather_path_facts(self.boundary, sandbox_host_uid=uid, sandbox_host_gid=gid)
         bpf = compile_filter(arch=facts.arch, libseccomp_path=facts.libseccomp_path)
         try:
+            uid, gid = self._choose_host_ids(facts)
+            self._layers = layers = replace(layers, report={**layers.report, "host uid": self._ids_report})
+            self._paths = gather_path_facts(self.boundary, sandbox_host_uid=uid, sandbox_host_gid=gid)
             if layers.cgroups:
                 self._cgroup = SandboxCgroup.create(
                     f"{os.getpid()}-{uuid.uuid4().hex[:10]}", self.boundary.resources, facts
@@ -217,6 +229,21 @@ class Sandbox:
         self._base_env = plan_base_env(self.boundary, host_environ=self._host_environ, egress_env=egress_env)
         self._base_env.update(self._extra_env)
         self._setup_s = time.perf_counter() - began
+
+    def _choose_host_ids(self, facts: HostFacts) -> tuple[int, int]:
+        """A leased uid of its own when possible (RE-09: per-user kernel limits are not shared)."""
+        if should_lease_host_ids(self.boundary, facts):
+            self._lease = lease_host_ids()
+            self._ids = (self._lease.uid, self._lease.gid)
+            self._ids_report = f"{self._lease.uid} (leased for this sandbox alone)"
+        else:
+            self._ids = sandbox_host_ids(facts)
+            self._ids_report = (
+                f"{self._ids[0]} (nobody, shared with other sandboxes: the boundary has write binds)"
+                if facts.is_root
+                else f"{self._ids[0]} (the caller's)"
+            )
+        return self._ids
 
     def _spawn(self, facts: HostFacts, agent: str, bpf: bytes, uid: int, gid: int, layers: LayerPlan) -> None:
         assert self._paths is not None
@@ -654,7 +681,9 @@ class Sandbox:
         )
 
     def _sandbox_ids(self) -> tuple[int, int]:
-        return sandbox_host_ids(self._facts or probe_host())
+        if self._ids is None:
+            raise FileTransferError("the sandbox is not running", "start the sandbox first")
+        return self._ids
 
     def get_file(self, path: str, *, max_bytes: int | None = None) -> bytes:
         """Read a regular file under a scratch path (symlinks are refused, never followed).
@@ -726,6 +755,9 @@ class Sandbox:
             self._cgroup = None
         if self._paths is not None:
             _remove_placeholders(self._paths)
+        if self._lease is not None:
+            self._lease.release()  # only once nothing of the sandbox runs as this uid any more
+            self._lease = None
         self._agent_pid = None
 
     def _destroy(self) -> None:

@@ -81,6 +81,14 @@ def test_a_network_allow_list_without_egress_refuses():
     assert plan.egress and plan.report["network"] == "egress proxy (allow list)"
 
 
+def test_root_leases_a_uid_per_sandbox_unless_write_binds_need_a_known_owner():
+    from contain.runtime.plan import should_lease_host_ids
+
+    assert should_lease_host_ids(Boundary(), facts())
+    assert not should_lease_host_ids(boundary(files=[{"host": "/r", "path": "/work/r", "access": "write"}]), facts())
+    assert not should_lease_host_ids(Boundary(), facts(is_root=False, uid=1000, gid=1000))
+
+
 def test_the_sandbox_never_runs_as_host_root():
     assert sandbox_host_ids(facts()) == (65534, 65534)
     assert sandbox_host_ids(facts(is_root=False, uid=1000, gid=1001)) == (1000, 1001)
