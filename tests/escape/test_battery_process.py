@@ -1,10 +1,7 @@
 """The whole escape-and-recovery battery against contain's process backend (what CI runs).
 
 Every catalogue case runs against a fresh process sandbox per attack, judged from outside.
-The target: 0 ESCAPED, 0 INCONCLUSIVE, 0 ERROR. Findings the battery has made and that are not
-fixed yet are listed in ``KNOWN_FINDINGS`` with the reason; the test demands that the ESCAPED
-set is *exactly* that list, so a new escape fails the test and so does a fixed one (remove its
-row when the runtime fix lands). INCONCLUSIVE and ERROR are never excused.
+The target, asserted: 0 ESCAPED, 0 INCONCLUSIVE, 0 ERROR.
 """
 
 from __future__ import annotations
@@ -25,18 +22,6 @@ pytestmark = [pytest.mark.needs_bwrap, pytest.mark.needs_root]
 BATTERY_BUDGET_S = 300.0
 
 # case id -> why it escapes today (each is a runtime gap the probe found, not a probe defect)
-KNOWN_FINDINGS: dict[str, str] = {
-    "FS-09": (
-        "protected names are enforced only at the root of a write bind: `git init sub/` creates "
-        "sub/.git (config, hooks) inside the workspace"
-    ),
-    "RE-09": (
-        "every sandbox runs as host uid 65534, so per-user counts (inotify instances) are shared: "
-        "one task exhausting them makes inotify_init fail in a sibling task"
-    ),
-}
-
-
 @pytest.fixture(scope="module")
 def battery():
     ctx = RunContext(ContainTarget("process"))
@@ -59,10 +44,11 @@ def test_no_case_is_inconclusive_or_an_error(battery):
     assert bad == {}, render_summary(report)
 
 
-def test_escapes_are_exactly_the_known_findings(battery):
+def test_nothing_escapes(battery):
     report, _ = battery
     escaped = {r.case_id: r.summary for r in report.results if r.verdict is Verdict.ESCAPED}
-    assert set(escaped) == set(KNOWN_FINDINGS), escaped
+    assert escaped == {}, render_summary(report)
+    assert report.exit_code == 0
 
 
 def test_not_applicable_cases_say_why(battery):

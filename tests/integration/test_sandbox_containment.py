@@ -137,6 +137,27 @@ def test_write_bind_keeps_protected_paths_read_only_and_uncreatable(host_tmp: Pa
     assert not (repo / ".vscode").exists() and not (repo / ".gitconfig").exists() and not (repo / ".envrc").exists()
 
 
+def test_protected_names_below_the_top_are_read_only_when_they_exist_and_removed_when_created(host_tmp: Path) -> None:
+    repo = sandbox_owned_dir(host_tmp / "repo")
+    (repo / "vendor" / "lib" / ".git" / "hooks").mkdir(parents=True)
+    (repo / "vendor" / "lib" / ".git" / "config").write_text("[core]\n")
+    for path in repo.rglob("*"):
+        os.chown(path, 65534, 65534)
+    b = boundary(files=[{"host": str(repo), "path": "/work/repo", "access": "write"}])
+    script = (
+        "cd /work/repo && git init -q sub && echo hook > sub/.git/hooks/post-checkout && echo made; "
+        "echo x >> vendor/lib/.git/config || echo config-denied; "
+        "echo x > vendor/lib/.git/hooks/pre-commit || echo hook-denied; echo ok > notes.txt"
+    )
+    with Sandbox(b) as sb:
+        result = sb.run(["sh", "-c", script])
+        assert result.stdout.data.decode().split() == ["made", "config-denied", "hook-denied"], result.stderr.data
+    assert not (repo / "sub" / ".git").exists()  # created by the task, removed at close
+    assert (repo / "sub").is_dir() and (repo / "notes.txt").read_text() == "ok\n"  # control: other writes stay
+    assert (repo / "vendor" / "lib" / ".git" / "config").read_text() == "[core]\n"
+    assert sb.teardown_findings == ["removed /work/repo/sub/.git, created by the task (a protected name)"]
+
+
 def test_a_protected_path_that_is_a_symlink_to_a_decoy_is_refused(host_tmp: Path) -> None:
     repo = sandbox_owned_dir(host_tmp / "repo")
     decoy = host_tmp / "decoy"

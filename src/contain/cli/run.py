@@ -78,6 +78,7 @@ def execute(args: argparse.Namespace) -> int:
     if args.json:
         document = result.to_dict()
         document["timings"]["teardown_s"] = teardown
+        document["teardown"] = sandbox.teardown_findings
         json.dump(document, sys.stdout)
         sys.stdout.write("\n")
     else:
@@ -86,4 +87,6 @@ def execute(args: argparse.Namespace) -> int:
         sys.stderr.buffer.write(result.stderr.data)
         for violation in result.violations:
             print(f"contain: {violation.kind}: {violation.message}", file=sys.stderr)
+    for finding in sandbox.teardown_findings:
+        print(f"contain: teardown: {finding}", file=sys.stderr)
     return result.status

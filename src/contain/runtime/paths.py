@@ -11,13 +11,24 @@ Does not create anything on the host.
 from __future__ import annotations
 
 import os
+import shutil
 import stat
 from dataclasses import dataclass, field
 
 from contain.boundary.model import PROTECTED_PATHS, Boundary, FileAccess, FileRule
 from contain.errors import SandboxStartError
 
-__all__ = ["BindFacts", "Mask", "PathFacts", "gather_path_facts", "host_path_of", "protected_entries"]
+__all__ = [
+    "NESTED_PROTECTED_NAMES",
+    "BindFacts",
+    "Mask",
+    "PathFacts",
+    "gather_path_facts",
+    "host_path_of",
+    "protected_entries",
+    "revert_nested_creations",
+    "scan_nested_protected",
+]
 
 
 @dataclass(frozen=True)
@@ -39,6 +50,9 @@ class BindFacts:
     host_realpath: str
     is_dir: bool
     masks: tuple[Mask, ...] = ()
+    # write binds: protected names found below the top level at start (relative paths), or None
+    # when the tree was too large to scan (then creations below the top are not reverted)
+    nested: frozenset[str] | None = None
 
 
 @dataclass(frozen=True)
@@ -181,8 +195,91 @@ def gather_path_facts(boundary: Boundary, *, sandbox_host_uid: int, sandbox_host
                 )
             masks = _masks_for(rule, real)
         _check_reachable_by(real, sandbox_host_uid, sandbox_host_gid, want_write=rule.access is FileAccess.WRITE)
-        binds.append(BindFacts(rule, real, stat.S_ISDIR(info.st_mode), masks))
+        nested = None
+        if rule.access is FileAccess.WRITE:
+            nested = scan_nested_protected(real)
+            masks = masks + _nested_masks(rule, real, nested or frozenset())
+        binds.append(BindFacts(rule, real, stat.S_ISDIR(info.st_mode), masks, nested))
     return PathFacts(tuple(binds), tuple(skipped), _block_kinds(boundary, binds))
+
+
+# Names that are protected at the top of a write bind and, for existing ones, below it too; a new
+# one created below the top during a session is removed at close (see scan_nested_protected).
+NESTED_PROTECTED_NAMES = frozenset(p.path.split("/")[0] for p in PROTECTED_PATHS)
+MAX_SCAN_ENTRIES = 200_000
+
+
+def scan_nested_protected(root: str, *, limit: int = MAX_SCAN_ENTRIES) -> frozenset[str] | None:
+    """Relative paths of entries named like a protected path below the top level of ``root``.
+
+    A nested ``.git`` (``git init sub/``) or ``.envrc`` runs code as the user the next time they
+    use that directory, which mount masks fixed at start cannot foresee. Symlinks are listed, never
+    followed; protected directories are not descended into.
+
+    Returns:
+        The set, or None when the tree has more than ``limit`` entries (not scanned).
+    """
+    found: set[str] = set()
+    seen = 0
+    for directory, dirnames, filenames in os.walk(root):
+        relative_dir = os.path.relpath(directory, root)
+        for name in dirnames + filenames:
+            seen += 1
+            if seen > limit:
+                return None
+            if name in NESTED_PROTECTED_NAMES and relative_dir != ".":
+                found.add(os.path.join(relative_dir, name))
+        dirnames[:] = sorted(d for d in dirnames if d not in NESTED_PROTECTED_NAMES)
+    return frozenset(found)
+
+
+def _nested_masks(rule: FileRule, host_root: str, nested: frozenset[str]) -> tuple[Mask, ...]:
+    """Read-only re-binds for protected entries that already exist below the top level."""
+    masks = []
+    for relative in sorted(nested):
+        host = os.path.join(host_root, relative)
+        info = os.lstat(host)
+        if stat.S_ISLNK(info.st_mode):
+            continue  # a re-bind would follow it; the link itself is inside the writable bind
+        if os.path.basename(relative) == ".git" and stat.S_ISDIR(info.st_mode):
+            targets = [
+                r for r in (f"{relative}/hooks", f"{relative}/config") if os.path.lexists(os.path.join(host_root, r))
+            ]
+        else:
+            targets = [relative]
+        for target in targets:
+            kind = "dir" if os.path.isdir(os.path.join(host_root, target)) else "file"
+            masks.append(Mask(f"{rule.path}/{target}", os.path.join(host_root, target), kind, exists=True))
+    return tuple(masks)
+
+
+def revert_nested_creations(facts: PathFacts) -> list[str]:
+    """Remove protected names created below the top of write binds since the scan at start.
+
+    Returns:
+        One line per removed path, for the record; paths that could not be removed are named too.
+    """
+    removed: list[str] = []
+    for bind in facts.binds:
+        if bind.nested is None:
+            continue
+        now = scan_nested_protected(bind.host_realpath)
+        if now is None:
+            removed.append(
+                f"{bind.rule.path}: tree grew past {MAX_SCAN_ENTRIES} entries; new nested protected names not checked"
+            )
+            continue
+        for relative in sorted(now - bind.nested):
+            host = os.path.join(bind.host_realpath, relative)
+            try:
+                if os.path.isdir(host) and not os.path.islink(host):
+                    shutil.rmtree(host)
+                else:
+                    os.unlink(host)
+                removed.append(f"removed {bind.rule.path}/{relative}, created by the task (a protected name)")
+            except OSError as exc:
+                removed.append(f"could not remove {bind.rule.path}/{relative}: {exc.strerror}")
+    return removed
 
 
 def _block_kinds(boundary: Boundary, binds: list[BindFacts]) -> dict[str, str]:

@@ -59,7 +59,7 @@ from contain.runtime.cgroups import ROOT_ENV as CGROUP_ROOT_ENV
 from contain.runtime.cgroups import CgroupUsage, SandboxCgroup
 from contain.runtime.etc_tree import ensure_etc_tree
 from contain.runtime.host_ids import HostIdLease, lease_host_ids
-from contain.runtime.paths import PathFacts, gather_path_facts
+from contain.runtime.paths import PathFacts, gather_path_facts, revert_nested_creations
 from contain.runtime.plan import (
     LayerPlan,
     plan_base_env,
@@ -158,6 +158,7 @@ class Sandbox:
         self._lost: str | None = None
         self.scratch_paths = default_scratch_paths(self.boundary)
         self.export_reports: dict[str, sandbox_files.ExportReport] = {}
+        self.teardown_findings: list[str] = []  # what close() had to undo, one line each
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -755,6 +756,8 @@ class Sandbox:
             self._cgroup = None
         if self._paths is not None:
             _remove_placeholders(self._paths)
+            if proc is not None:  # the task ran: undo protected names it created below the top
+                self.teardown_findings += revert_nested_creations(self._paths)
         if self._lease is not None:
             self._lease.release()  # only once nothing of the sandbox runs as this uid any more
             self._lease = None

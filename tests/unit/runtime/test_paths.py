@@ -69,3 +69,43 @@ def test_a_write_bind_not_writable_by_the_sandbox_user_is_refused(host_tmp):
     # Control: once the sandbox user owns it, the same bind is accepted.
     os.chown(host_tmp, 65534, 65534) if os.geteuid() == 0 else host_tmp.chmod(0o777)
     assert gather_path_facts(write_bind(host_tmp), sandbox_host_uid=65534, sandbox_host_gid=65534).binds
+
+
+def test_nested_protected_names_are_found_below_the_top_without_descending_into_them(tmp_path):
+    from contain.runtime.paths import scan_nested_protected
+
+    (tmp_path / ".git").mkdir()  # top level: handled by masks, not listed
+    (tmp_path / "sub" / ".git" / "objects").mkdir(parents=True)
+    (tmp_path / "a" / "b").mkdir(parents=True)
+    (tmp_path / "a" / "b" / ".envrc").write_text("")
+    (tmp_path / "a" / ".vscode").symlink_to("/nonexistent")
+    assert scan_nested_protected(str(tmp_path)) == {"sub/.git", "a/b/.envrc", "a/.vscode"}
+    assert scan_nested_protected(str(tmp_path), limit=3) is None
+
+
+def test_existing_nested_repositories_have_hooks_and_config_rebound_read_only(tmp_path):
+    (tmp_path / "sub" / ".git" / "hooks").mkdir(parents=True)
+    (tmp_path / "sub" / ".git" / "config").write_text("")
+    facts = gather_path_facts(write_bind(tmp_path), sandbox_host_uid=os.getuid(), sandbox_host_gid=os.getgid())
+    nested = {m.sandbox_path: (m.kind, m.exists) for m in facts.binds[0].masks if "/sub/" in m.sandbox_path}
+    assert nested == {"/work/repo/sub/.git/hooks": ("dir", True), "/work/repo/sub/.git/config": ("file", True)}
+    assert facts.binds[0].nested == {"sub/.git"}
+
+
+def test_protected_names_created_below_the_top_are_removed_at_close(tmp_path):
+    from contain.runtime.paths import revert_nested_creations
+
+    (tmp_path / "kept" / ".git").mkdir(parents=True)
+    facts = gather_path_facts(write_bind(tmp_path), sandbox_host_uid=os.getuid(), sandbox_host_gid=os.getgid())
+    (tmp_path / "new" / ".git" / "hooks").mkdir(parents=True)
+    (tmp_path / "new" / ".git" / "hooks" / "post-checkout").write_text("evil")
+    (tmp_path / "x").mkdir()
+    (tmp_path / "x" / ".envrc").symlink_to("/etc/passwd")
+    findings = revert_nested_creations(facts)
+    assert not (tmp_path / "new" / ".git").exists() and not os.path.lexists(tmp_path / "x" / ".envrc")
+    assert (tmp_path / "kept" / ".git").is_dir() and (tmp_path / "new").is_dir()
+    assert os.path.exists("/etc/passwd")  # the link was removed, never its target
+    assert findings == [
+        "removed /work/repo/new/.git, created by the task (a protected name)",
+        "removed /work/repo/x/.envrc, created by the task (a protected name)",
+    ]
