@@ -32,7 +32,6 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import ipaddress
-import json
 import os
 import secrets
 import selectors
@@ -46,9 +45,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from contain.probe.case import AttackRun, CaseResult, Verdict
+from contain.probe.context import REPORT_MARK, attack, attack_report
 
 __all__ = [
-    "ATTACK_PRELUDE",
     "REPORT_MARK",
     "Bounds",
     "CanaryUnavailable",
@@ -662,68 +661,19 @@ def netns_canary(*, bounds: Bounds | None = None) -> Iterator[NetnsCanary]:
 
 # --- running attack code and deciding ---------------------------------------------------------
 
-REPORT_MARK = "@@PROBE-NET@@"
-
-# Given to every attack: rec(name, fn, *args) records the value or the errno name of one
-# operation, sysc(nr, *args) is a raw syscall raising OSError, done() prints the record.
-ATTACK_PRELUDE = r"""
-import ctypes, errno, json, os, socket, sys, time
-_R = {}
-libc = ctypes.CDLL(None, use_errno=True)
-libc.syscall.restype = ctypes.c_long
-
-def _short(v):
-    if isinstance(v, bytes):
-        v = v.decode("utf-8", "replace")
-    if isinstance(v, (list, tuple)):
-        return [_short(x) for x in v][:100]
-    if isinstance(v, str):
-        return v[:2000]
-    if v is None or isinstance(v, (int, float, bool, dict)):
-        return v
-    return repr(v)[:300]
-
-def rec(name, fn, *a, **kw):
-    try:
-        r = {"ok": True, "value": _short(fn(*a, **kw))}
-    except OSError as e:
-        r = {"ok": False, "errno": errno.errorcode.get(e.errno or 0, str(e.errno)), "msg": str(e)[:200]}
-    except Exception as e:
-        r = {"ok": False, "error": (type(e).__name__ + ": " + str(e))[:200]}
-    _R[name] = r
-    return r
-
-def sysc(nr, *args):
-    cargs = [ctypes.c_long(a) if isinstance(a, int) else a for a in args]
-    r = libc.syscall(ctypes.c_long(nr), *cargs)
-    if r == -1:
-        e = ctypes.get_errno()
-        raise OSError(e, os.strerror(e))
-    return r
-
-def done():
-    sys.stdout.write("\n@@PROBE-NET@@" + json.dumps(_R) + "\n")
-    sys.stdout.flush()
-"""
+# The attack prelude and its report are shared with the host-side cases (contain.probe.context);
+# network attacks also need socket and time.
+_NETWORK_IMPORTS = "import socket, time\n"
 
 
 def attack_source(body: str, **params: Any) -> str:
-    """Attack code: the prelude, ``P`` (the JSON-decoded ``params``), then ``body``."""
-    return ATTACK_PRELUDE + f"P = json.loads({json.dumps(json.dumps(params))})\n" + body
+    """Attack code: the shared prelude, ``P`` (the JSON-decoded ``params``), then ``body``."""
+    return attack(_NETWORK_IMPORTS + body, **params)
 
 
 def read_report(run: AttackRun) -> dict[str, Any] | None:
     """The record the attack printed last with ``done()``, or None when it never reported."""
-    text = run.stdout.decode("utf-8", "replace")
-    index = text.rfind(REPORT_MARK)
-    if index < 0:
-        return None
-    rest = text[index + len(REPORT_MARK) :].splitlines()
-    try:
-        value = json.loads(rest[0]) if rest else None
-    except ValueError:
-        return None
-    return value if isinstance(value, dict) else None
+    return attack_report(run)
 
 
 def run_evidence(run: AttackRun, *, limit: int = 1500) -> dict[str, Any]:

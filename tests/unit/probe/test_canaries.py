@@ -164,10 +164,10 @@ def test_attack_source_roundtrip_through_a_real_interpreter() -> None:
 
 
 def test_read_report_takes_the_last_record_and_none_without_one() -> None:
-    text = b"noise\n@@PROBE-NET@@" + json.dumps({"a": 1}).encode() + b"\n@@PROBE-NET@@" + json.dumps({"b": 2}).encode()
+    text = b"noise\n@@PROBE@@" + json.dumps({"a": 1}).encode() + b"\n@@PROBE@@" + json.dumps({"b": 2}).encode()
     assert read_report(_run(text)) == {"b": 2}
     assert read_report(_run(b"printed CONTAINED but never reported")) is None
-    assert read_report(_run(b"@@PROBE-NET@@{not json")) is None
+    assert read_report(_run(b"@@PROBE@@{not json")) is None
 
 
 @pytest.mark.parametrize(
