@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from contain.egress.log import EgressEvent
+from contain.egress.log import EgressEvent, decision_event
 from contain.egress.policy import Decision, Destination, Via
 from contain.egress.proxy import DIAL_TIMEOUT_S, Decide, Record
 from contain.egress.tunnel import dial_pinned, pump, tune_stream
@@ -100,17 +100,8 @@ class CaptureServer:
         down: int = 0,
         reason: str | None = None,
     ) -> EgressEvent:
-        return EgressEvent(
-            time=self.clock(),
-            host=decision.host,
-            port=decision.port,
-            address=address,
-            verdict="allow" if decision.allowed else "deny",
-            reason=reason or decision.reason,
-            rule_id=decision.rule_id,
-            via=str(Via.TRANSPARENT),
-            bytes_up=up,
-            bytes_down=down,
+        return decision_event(
+            decision, str(Via.TRANSPARENT), time=self.clock(), address=address, up=up, down=down, reason=reason
         )
 
     async def _serve(self, name: str, port: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

@@ -14,7 +14,10 @@ from __future__ import annotations
 import threading
 from collections import deque
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from contain.egress.policy import Decision
 
 __all__ = ["EgressEvent", "EventLog"]
 
@@ -47,6 +50,31 @@ class EgressEvent:
         if self.verdict != "deny":
             return None
         return self.reason
+
+
+def decision_event(
+    decision: Decision,
+    via: str,
+    *,
+    time: float,
+    address: str | None = None,
+    up: int = 0,
+    down: int = 0,
+    reason: str | None = None,
+) -> EgressEvent:
+    """The record of one attempt, from the decision that judged it (proxy and capture alike)."""
+    return EgressEvent(
+        time=time,
+        host=decision.host,
+        port=decision.port,
+        address=address,
+        verdict="allow" if decision.allowed else "deny",
+        reason=reason or decision.reason,
+        rule_id=decision.rule_id,
+        via=via,
+        bytes_up=up,
+        bytes_down=down,
+    )
 
 
 class EventLog:

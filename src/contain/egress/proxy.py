@@ -33,7 +33,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from contain.egress.addresses import UnreadableLiteral, parse_ip_literal
-from contain.egress.log import EgressEvent
+from contain.egress.log import EgressEvent, decision_event
 from contain.egress.policy import Decision, Destination, Via
 from contain.egress.tunnel import Dialled, dial_pinned, pump, tune_stream
 
@@ -331,18 +331,7 @@ class ProxyServer:
         down: int = 0,
         reason: str | None = None,
     ) -> EgressEvent:
-        return EgressEvent(
-            time=self.clock(),
-            host=decision.host,
-            port=decision.port,
-            address=address,
-            verdict="allow" if decision.allowed else "deny",
-            reason=reason or decision.reason,
-            rule_id=decision.rule_id,
-            via=str(via),
-            bytes_up=up,
-            bytes_down=down,
-        )
+        return decision_event(decision, str(via), time=self.clock(), address=address, up=up, down=down, reason=reason)
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         tune_stream(writer)
