@@ -218,3 +218,29 @@ def test_contain_run_accepts_the_draft_and_keeps_the_secrets_out(world: World, t
     assert "visible" in result.stdout and "done" in result.stdout
     for secret in world.planted:
         assert secret not in result.stdout + result.stderr
+
+
+def test_check_looks_up_record_actions_in_the_broker_configuration(tmp_path):
+    """With --broker-config, actions are read from the broker itself: the example registers
+    update_invoice with a business rule (silent), and an action it lacks is an error."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[2]
+    contain = str(Path(sys.executable).with_name("contain"))
+    broker = str(repo / "examples" / "broker" / "broker.yaml")
+
+    def rule_ids(manifest: str) -> tuple[int, list[str]]:
+        done = subprocess.run(
+            [contain, "check", manifest, "--broker-config", broker, "--format", "json"],
+            capture_output=True, timeout=60, check=False,
+        )
+        return done.returncode, [f["rule_id"] for f in json.loads(done.stdout)["findings"]]
+
+    status, ids = rule_ids(str(repo / "examples" / "broker" / "contain.yaml"))
+    assert "CHK-020" not in ids and "CHK-021" not in ids
+    other = tmp_path / "contain.yaml"
+    other.write_text("version: 1\nprincipal: alice\nrecords: [{name: invoices, actions: [delete_invoice]}]\n")
+    status, ids = rule_ids(str(other))
+    assert status == 1 and "CHK-021" in ids

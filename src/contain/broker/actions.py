@@ -204,7 +204,7 @@ class Action:
     description: str
     arguments: type[BaseModel]
     authorize: Authorize
-    validate: Validate
+    validate: Validate | None  # None: no business rule; `contain check --broker-config` flags it
     execute: Execute
     verdict: Literal["allow", "review"] = "allow"
     check: Check | None = None

@@ -192,8 +192,13 @@ class Broker:
         return entry.seq
 
     def _refuse(self, ctx: _Ctx, status: int, code: str, reason: str, *, store: bool = False) -> BrokerReply:
-        body = {"status": "refused", "error": {"code": code, "reason": reason}, "action": ctx.action,
-                "idempotency_key": ctx.key or None, "argument_digest": ctx.digest or None}
+        body = {
+            "status": "refused",
+            "error": {"code": code, "reason": reason},
+            "action": ctx.action,
+            "idempotency_key": ctx.key or None,
+            "argument_digest": ctx.digest or None,
+        }
 
         def write(txn: Txn) -> BrokerReply:
             if store:  # a request with this key may have claimed it meanwhile: answer as it says
@@ -202,8 +207,9 @@ class Broker:
                     return raced
             seq = self._append(txn, ctx, "denial", {"status": status, "code": code, "reason": reason})
             if store:
-                txn.put_record(IdempotencyRecord(ctx.principal, ctx.key, ctx.action, ctx.digest, "done",
-                                                 status, body, seq))
+                txn.put_record(
+                    IdempotencyRecord(ctx.principal, ctx.key, ctx.action, ctx.digest, "done", status, body, seq)
+                )
             return BrokerReply(status, {**body, "ledger_seq": seq, "replayed": False})
 
         return self.store.run(write)
@@ -237,8 +243,7 @@ class Broker:
         if action is None:
             return self._refuse(ctx, 404, "unknown_action", f"no action named {ctx.action!r}")
         if ctx.action not in scope.actions:
-            return self._refuse(ctx, 403, "out_of_scope",
-                                f"the token allows {sorted(scope.actions)}, not {ctx.action}")
+            return self._refuse(ctx, 403, "out_of_scope", f"the token allows {sorted(scope.actions)}, not {ctx.action}")
         # 3. arguments
         if not isinstance(request.arguments, dict):
             return self._refuse(ctx, 400, "bad_arguments", "arguments must be a JSON object")
@@ -268,14 +273,27 @@ class Broker:
         if plan.outcome == "claim":
             return None
         if plan.outcome == "replay" and plan.record is not None:
-            seq = self._append(txn, ctx, "request", {"replayed": True, "status": plan.status_code,
-                                                     "first_intent_seq": plan.record.intent_seq})
+            seq = self._append(
+                txn,
+                ctx,
+                "request",
+                {"replayed": True, "status": plan.status_code, "first_intent_seq": plan.record.intent_seq},
+            )
             return BrokerReply(plan.status_code, {**plan.record.response, "replayed": True, "ledger_seq": seq})
         code = "key_reused" if plan.outcome == "mismatch" else "in_flight"
         seq = self._append(txn, ctx, "denial", {"status": plan.status_code, "code": code, "reason": plan.reason})
-        return BrokerReply(plan.status_code, {"status": "refused", "error": {"code": code, "reason": plan.reason},
-                                              "action": ctx.action, "idempotency_key": ctx.key,
-                                              "argument_digest": ctx.digest, "ledger_seq": seq, "replayed": False})
+        return BrokerReply(
+            plan.status_code,
+            {
+                "status": "refused",
+                "error": {"code": code, "reason": plan.reason},
+                "action": ctx.action,
+                "idempotency_key": ctx.key,
+                "argument_digest": ctx.digest,
+                "ledger_seq": seq,
+                "replayed": False,
+            },
+        )
 
     def _decide(self, action: Action, principal: Principal, args: Any) -> tuple[Decision, int]:
         try:
@@ -284,10 +302,13 @@ class Broker:
             authz = Decision.deny("authorize", f"authorization rule failed: {type(exc).__name__}")
         if authz.verdict != "allow":
             return authz, 403
-        try:
-            business = action.validate(principal, args)
-        except Exception as exc:  # fail closed
-            business = Decision.deny("validate", f"business rule failed: {type(exc).__name__}")
+        if action.validate is None:  # registered without a business rule (contain check flags it)
+            business = Decision.allow("validate", f"{action.name} has no business rule")
+        else:
+            try:
+                business = action.validate(principal, args)
+            except Exception as exc:  # fail closed
+                business = Decision.deny("validate", f"business rule failed: {type(exc).__name__}")
         base = Decision(action.verdict, "action.verdict", f"{action.name} is registered with verdict {action.verdict}")
         return base.stricter(authz).stricter(business), 422
 
@@ -305,9 +326,16 @@ class Broker:
         if decision.verdict == "review":
             if not grant:
                 return self._pending(ctx, action, arguments, decision)
-            verdict = verify_grant(self._grant_key, grant, principal=ctx.principal, tool=action.name,
-                                   tool_digest=self.tool_digests[action.name], argument_digest=ctx.digest,
-                                   uses=uses, now=self._clock())
+            verdict = verify_grant(
+                self._grant_key,
+                grant,
+                principal=ctx.principal,
+                tool=action.name,
+                tool_digest=self.tool_digests[action.name],
+                argument_digest=ctx.digest,
+                uses=uses,
+                now=self._clock(),
+            )
             if not verdict.ok or verdict.grant is None:
                 return self._refuse(ctx, 403, "grant", verdict.reason)
             grant_detail = {"grant_id": verdict.grant.grant_id, "reviewer": verdict.grant.reviewer}
@@ -318,25 +346,51 @@ class Broker:
         return self._execute(ctx, action, args, intent, claimed)
 
     def _pending(self, ctx: _Ctx, action: Action, arguments: dict[str, Any], decision: Decision) -> BrokerReply:
-        body = {"status": "pending_review", "action": action.name, "reason": decision.reason,
-                "rule_id": decision.rule_id, "idempotency_key": ctx.key, "argument_digest": ctx.digest,
-                "tool": action.name, "tool_digest": self.tool_digests[action.name], "principal": ctx.principal,
-                "arguments": arguments}
-        seq = self.store.run(lambda t: self._append(t, ctx, "decision", {"verdict": "review", "pending": True,
-                                                                         "reason": decision.reason}))
+        body = {
+            "status": "pending_review",
+            "action": action.name,
+            "reason": decision.reason,
+            "rule_id": decision.rule_id,
+            "idempotency_key": ctx.key,
+            "argument_digest": ctx.digest,
+            "tool": action.name,
+            "tool_digest": self.tool_digests[action.name],
+            "principal": ctx.principal,
+            "arguments": arguments,
+        }
+        seq = self.store.run(
+            lambda t: self._append(
+                t, ctx, "decision", {"verdict": "review", "pending": True, "reason": decision.reason}
+            )
+        )
         return BrokerReply(202, {**body, "ledger_seq": seq, "replayed": False})
 
-    def _claim(self, txn: Txn, ctx: _Ctx, decision: Decision, arguments: dict[str, Any], uses: _DeferredUse,
-               grant_detail: dict[str, Any]) -> int | BrokerReply:
+    def _claim(
+        self,
+        txn: Txn,
+        ctx: _Ctx,
+        decision: Decision,
+        arguments: dict[str, Any],
+        uses: _DeferredUse,
+        grant_detail: dict[str, Any],
+    ) -> int | BrokerReply:
         raced = self._settle_existing(txn, ctx)
         if raced is not None:
             return raced
         if uses.grant_id is not None and not txn.consume_use(uses.grant_id, uses.max_uses):
             reason = f"grant already used {uses.max_uses}/{uses.max_uses}; ask for a new review"
             seq = self._append(txn, ctx, "denial", {"status": 403, "code": "grant", "reason": reason})
-            return BrokerReply(403, {"status": "refused", "error": {"code": "grant", "reason": reason},
-                                     "action": ctx.action, "idempotency_key": ctx.key, "ledger_seq": seq,
-                                     "replayed": False})
+            return BrokerReply(
+                403,
+                {
+                    "status": "refused",
+                    "error": {"code": "grant", "reason": reason},
+                    "action": ctx.action,
+                    "idempotency_key": ctx.key,
+                    "ledger_seq": seq,
+                    "replayed": False,
+                },
+            )
         self._append(txn, ctx, "request", {"replayed": False})
         self._append(txn, ctx, "decision", {"verdict": decision.verdict, "reason": decision.reason, **grant_detail})
         seq = self._append(txn, ctx, "intent", {"arguments": arguments})
@@ -344,8 +398,12 @@ class Broker:
         return seq
 
     def _execute(self, ctx: _Ctx, action: Action, args: Any, intent: Intent, intent_seq: int) -> BrokerReply:
-        base = {"action": action.name, "idempotency_key": ctx.key, "argument_digest": ctx.digest,
-                "intent_seq": intent_seq}
+        base = {
+            "action": action.name,
+            "idempotency_key": ctx.key,
+            "argument_digest": ctx.digest,
+            "intent_seq": intent_seq,
+        }
         try:
             returned = action.execute(args, action.context(intent, self._secrets))
             try:  # the write happened: a result that is not JSON must not turn it into a failure
@@ -357,15 +415,31 @@ class Broker:
             status, body = 502, {**base, "status": "failed", "error": {"code": "executor", "reason": exc.reason}}
         except Exception as exc:  # executor crashed: record that it failed; never echo its message (secrets)
             log.warning("executor of %s raised %s", action.name, type(exc).__name__)
-            status, body = 502, {**base, "status": "failed",
-                                 "error": {"code": "executor", "reason": f"executor raised {type(exc).__name__}"}}
+            status, body = (
+                502,
+                {
+                    **base,
+                    "status": "failed",
+                    "error": {"code": "executor", "reason": f"executor raised {type(exc).__name__}"},
+                },
+            )
 
         def finish(txn: Txn) -> int:
-            seq = self._append(txn, ctx, "outcome", {"status": body["status"], "http_status": status,
-                                                     "intent_seq": intent_seq, "result": body.get("result"),
-                                                     "error": body.get("error")})
-            txn.put_record(IdempotencyRecord(ctx.principal, ctx.key, ctx.action, ctx.digest, "done", status,
-                                             body, intent_seq))
+            seq = self._append(
+                txn,
+                ctx,
+                "outcome",
+                {
+                    "status": body["status"],
+                    "http_status": status,
+                    "intent_seq": intent_seq,
+                    "result": body.get("result"),
+                    "error": body.get("error"),
+                },
+            )
+            txn.put_record(
+                IdempotencyRecord(ctx.principal, ctx.key, ctx.action, ctx.digest, "done", status, body, intent_seq)
+            )
             return seq
 
         seq = self.store.run(finish)
@@ -397,25 +471,55 @@ class Broker:
             return CheckResult("unknown", reason=f"check hook raised {type(exc).__name__}")
 
     def _settle(self, txn: Txn, *, record: IdempotencyRecord, ctx: _Ctx, found: CheckResult) -> None:
-        base = {"action": record.action, "idempotency_key": record.key,
-                "argument_digest": record.argument_digest, "intent_seq": record.intent_seq}
+        base = {
+            "action": record.action,
+            "idempotency_key": record.key,
+            "argument_digest": record.argument_digest,
+            "intent_seq": record.intent_seq,
+        }
         detail = {"intent_seq": record.intent_seq, "result": found.state, "reason": found.reason}
         if found.state == "applied":
             result = json.loads(canonical_json(dict(found.result or {})))
             body = {**base, "status": "succeeded", "result": result, "reconciled": True}
             self._append(txn, ctx, "reconcile", {**detail, "status": "succeeded", "result_value": result})
-            txn.put_record(IdempotencyRecord(record.principal, record.key, record.action, record.argument_digest,
-                                             "done", 200, body, record.intent_seq))
+            txn.put_record(
+                IdempotencyRecord(
+                    record.principal,
+                    record.key,
+                    record.action,
+                    record.argument_digest,
+                    "done",
+                    200,
+                    body,
+                    record.intent_seq,
+                )
+            )
         elif found.state == "not_applied":
             self._append(txn, ctx, "reconcile", {**detail, "status": "not_applied"})
             txn.delete_record(record.principal, record.key)
         else:
-            body = {**base, "status": "outcome_unknown",
-                    "error": {"code": "outcome_unknown", "reason": "the broker stopped during this write and "
-                              "cannot tell whether it happened; an operator must check the record"}}
+            body = {
+                **base,
+                "status": "outcome_unknown",
+                "error": {
+                    "code": "outcome_unknown",
+                    "reason": "the broker stopped during this write and "
+                    "cannot tell whether it happened; an operator must check the record",
+                },
+            }
             self._append(txn, ctx, "reconcile", {**detail, "status": "unknown"})
-            txn.put_record(IdempotencyRecord(record.principal, record.key, record.action, record.argument_digest,
-                                             "unknown", 500, body, record.intent_seq))
+            txn.put_record(
+                IdempotencyRecord(
+                    record.principal,
+                    record.key,
+                    record.action,
+                    record.argument_digest,
+                    "unknown",
+                    500,
+                    body,
+                    record.intent_seq,
+                )
+            )
 
 
 def _short(exc: Exception) -> str:

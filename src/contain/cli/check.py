@@ -1,4 +1,4 @@
-"""`contain check MANIFEST [--format text|json|sarif]`.
+"""`contain check MANIFEST [--format text|json|sarif] [--broker-config broker.yaml]`.
 
 Exit status: 0 when no finding is an error, 1 when one is, 125 when the manifest cannot be read
 or validated (rendered by contain.cli.main from BoundaryInvalid).
@@ -22,10 +22,11 @@ def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
     parser.add_argument(
         "--format", choices=("text", "json", "sarif"), default="text", help="output format (default: text)"
     )
+    parser.add_argument("--broker-config", metavar="FILE", help="check records against this broker's actions")
 
 
 def execute(args: argparse.Namespace) -> int:
-    report = check_manifest(args.manifest, home=Path(os.path.expanduser("~")))
+    report = check_manifest(args.manifest, home=Path(os.path.expanduser("~")), broker_config=args.broker_config)
     if args.format == "text":
         sys.stdout.write(render_check_text(report))
     else:

@@ -87,12 +87,14 @@ class CheckReport:
         return any(f.severity is Severity.ERROR for f in self.findings)
 
 
-def gather_check_facts(boundary: Boundary, *, home: Path) -> CheckFacts:
+def gather_check_facts(boundary: Boundary, *, home: Path, broker_config: str | None = None) -> CheckFacts:
     """Resolve bind paths and look for credential files and hook runners inside them (I/O).
 
     Args:
         boundary: the validated manifest (host paths already absolute).
         home: the user's home directory; it is resolved here.
+        broker_config: a broker.yaml whose actions the records are checked against (imports the
+            action modules it names, as the broker itself would).
     """
     real_home = Path(os.path.realpath(home))
     credential_files = [real_home / row.path for row in CREDENTIAL_FILES] + [real_home / ".ssh"]
@@ -106,7 +108,17 @@ def gather_check_facts(boundary: Boundary, *, home: Path) -> CheckFacts:
         inside += _top_level_dotenvs(resolved)
         hooks = _hook_paths(resolved) if rule.access is FileAccess.WRITE else ()
         binds.append(BindFacts(index, resolved, tuple(hooks), tuple(sorted(set(inside)))))
-    return CheckFacts(home=real_home, binds=tuple(binds))
+    return CheckFacts(home=real_home, binds=tuple(binds), broker_actions=_broker_actions(broker_config))
+
+
+def _broker_actions(broker_config: str | None) -> dict[str, bool] | None:
+    """Action name -> whether it has a business rule, from the broker's own configuration."""
+    if broker_config is None:
+        return None
+    from contain.broker.config import load_actions, load_config
+
+    actions = load_actions(load_config(broker_config))
+    return {name: action.validate is not None for name, action in actions.items()}
 
 
 def run_checks(
@@ -144,7 +156,7 @@ def run_checks(
     return tuple(findings)
 
 
-def check_manifest(path: str | os.PathLike[str], *, home: Path) -> CheckReport:
+def check_manifest(path: str | os.PathLike[str], *, home: Path, broker_config: str | None = None) -> CheckReport:
     """Load, gather facts for, and lint one manifest file.
 
     Raises:
@@ -155,7 +167,7 @@ def check_manifest(path: str | os.PathLike[str], *, home: Path) -> CheckReport:
         node = yaml.compose(Path(path).read_text(encoding="utf-8"), Loader=yaml.SafeLoader)
     except (OSError, UnicodeDecodeError, yaml.YAMLError):
         node = None  # load_boundary just read it; lines are a nicety, the findings are not
-    facts = gather_check_facts(boundary, home=home)
+    facts = gather_check_facts(boundary, home=home, broker_config=broker_config)
     return CheckReport(str(path), run_checks(boundary, facts, node=node))
 
 

@@ -20,8 +20,9 @@ Decisions written down here:
 * A microVM or container isolates the host kernel, not what is mounted into it: a writable host
   directory (CHK-018) or a long-lived secret (CHK-019) is as exposed as in a process sandbox.
 
-Not expressible in a ``Boundary``, and therefore checked elsewhere: a broker action without a
-business validator needs the broker's configuration (``contain check --broker-config``).
+A broker action without a business validator is a property of the broker, not of the manifest:
+with ``contain check --broker-config broker.yaml`` the actions the manifest's records name are
+looked up in the broker (CHK-020: registered without a business rule; CHK-021: not registered).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from __future__ import annotations
 import ipaddress
 import posixpath
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -116,6 +117,8 @@ class CheckFacts:
 
     home: Path  # resolved
     binds: tuple[BindFacts, ...] = field(default=())
+    # with --broker-config: every action the broker registers -> whether it has a business rule
+    broker_actions: Mapping[str, bool] | None = None
 
 
 @dataclass(frozen=True)
@@ -454,6 +457,28 @@ def _guest_long_lived_secret(boundary: Boundary, facts: CheckFacts) -> Iterable[
             )
 
 
+def _record_actions(boundary: Boundary) -> Iterable[tuple[int, int, str]]:
+    for i, record in enumerate(boundary.records):
+        for j, action in enumerate(record.actions):
+            yield i, j, action
+
+
+def _broker_action_without_validator(boundary: Boundary, facts: CheckFacts) -> Iterable[Hit]:
+    if facts.broker_actions is None:
+        return
+    for i, j, action in _record_actions(boundary):
+        if facts.broker_actions.get(action) is False:
+            yield Hit(("records", i, "actions", j), f"broker action {action} has no business validator")
+
+
+def _record_action_not_in_broker(boundary: Boundary, facts: CheckFacts) -> Iterable[Hit]:
+    if facts.broker_actions is None:
+        return
+    for i, j, action in _record_actions(boundary):
+        if action not in facts.broker_actions:
+            yield Hit(("records", i, "actions", j), f"the broker does not register an action named {action}")
+
+
 CHECK_RULES: tuple[CheckRule, ...] = (
     CheckRule(
         "CHK-001",
@@ -610,5 +635,22 @@ CHECK_RULES: tuple[CheckRule, ...] = (
         "isolation from the host does not make a secret inside the guest safe: guest code can read and send it",
         "use via: broker so the secret stays with the broker's actions",
         _guest_long_lived_secret,
+    ),
+    CheckRule(
+        "CHK-020",
+        Severity.ERROR,
+        "broker action without a business validator",
+        "authorization says who may write; only a business rule says whether the write makes sense "
+        "(an invoice amount that moves by 90%), which a prompt-injected model will not question",
+        "give the action a validate function, with review above a threshold",
+        _broker_action_without_validator,
+    ),
+    CheckRule(
+        "CHK-021",
+        Severity.ERROR,
+        "record action the broker does not register",
+        "every call for it will be refused: the manifest and the broker disagree about what the task does",
+        "register the action in broker.yaml, or remove it from records",
+        _record_action_not_in_broker,
     ),
 )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -131,15 +132,25 @@ TRIPS: dict[str, Callable[[Manifest, Path, Path], None]] = {
 }
 
 
-def _findings(manifest: Manifest, home: Path):  # type: ignore[no-untyped-def]
+# Rules that need more than the manifest: the broker's registered actions (name -> has a
+# business validator), as gather_check_facts reads them from --broker-config.
+BROKER_TRIPS: dict[str, dict[str, bool]] = {
+    "CHK-020": {"update_invoice": False},
+    "CHK-021": {},
+}
+CLEAN_BROKER = {"update_invoice": True}
+
+
+def _findings(manifest: Manifest, home: Path, broker: dict[str, bool] | None = None):  # type: ignore[no-untyped-def]
     boundary = boundary_from_mapping(manifest)
-    return run_checks(boundary, gather_check_facts(boundary, home=home))
+    facts = dataclasses.replace(gather_check_facts(boundary, home=home), broker_actions=broker)
+    return run_checks(boundary, facts)
 
 
 def test_every_rule_has_a_tripping_manifest_and_ids_are_unique() -> None:
     ids = [rule.id for rule in CHECK_RULES]
     assert len(ids) == len(set(ids))
-    assert set(TRIPS) == set(ids)
+    assert set(TRIPS) | set(BROKER_TRIPS) == set(ids)
     for rule in CHECK_RULES:
         assert rule.title and rule.why and rule.fix
         assert rule.severity in Severity
@@ -148,14 +159,17 @@ def test_every_rule_has_a_tripping_manifest_and_ids_are_unique() -> None:
 def test_clean_manifest_has_no_findings(tmp_path: Path) -> None:
     home, repo = _world(tmp_path)
     assert _findings(_clean(home, repo), home) == ()
+    assert _findings(_clean(home, repo), home, CLEAN_BROKER) == ()
 
 
 @pytest.mark.parametrize("rule", CHECK_RULES, ids=lambda r: r.id)
 def test_rule_fires_on_its_tripping_manifest(rule: Any, tmp_path: Path) -> None:
     home, repo = _world(tmp_path)
     manifest = copy.deepcopy(_clean(home, repo))
-    TRIPS[rule.id](manifest, home, repo)
-    fired = [f for f in _findings(manifest, home) if f.rule_id == rule.id]
+    broker = BROKER_TRIPS.get(rule.id)
+    if broker is None:
+        TRIPS[rule.id](manifest, home, repo)
+    fired = [f for f in _findings(manifest, home, broker) if f.rule_id == rule.id]
     assert fired, f"{rule.id} did not fire"
     assert all(f.severity is rule.severity and f.fix == rule.fix for f in fired)
 
