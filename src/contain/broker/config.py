@@ -102,8 +102,10 @@ class BrokerConfig(BaseModel):
         actions = tuple(
             ActionRef(
                 ref=a.ref,
-                options={k: path(v) if k.endswith(("database", "path", "file")) and isinstance(v, str) else v
-                         for k, v in a.options.items()},
+                options={
+                    k: path(v) if k.endswith(("database", "path", "file")) and isinstance(v, str) else v
+                    for k, v in a.options.items()
+                },
             )
             for a in self.actions
         )

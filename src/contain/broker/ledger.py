@@ -330,8 +330,11 @@ def _walk_chain(entries: Sequence[Mapping[str, Any]], walk: _Walk) -> None:
             walk.add(seq, "content does not match its hash (edited)")
         if entry.prev_hash != prev_hash:
             before = f"seq {prev_seq}" if prev_seq else "the genesis value"
-            walk.add(seq, f"prev_hash does not match the hash of {before} before it "
-                          "(that entry was edited and re-hashed, or entries were inserted, deleted or reordered)")
+            walk.add(
+                seq,
+                f"prev_hash does not match the hash of {before} before it "
+                "(that entry was edited and re-hashed, or entries were inserted, deleted or reordered)",
+            )
         walk.hashes.setdefault(seq, entry.hash)
         prev_hash, prev_seq = entry.hash, seq
         last_seq = max(last_seq, seq)

@@ -60,9 +60,16 @@ def summarize(
             continue
         detail = dict(entry.detail)
         if entry.kind == "intent":
-            writes[entry.seq] = WriteRecord(entry.seq, entry.time, entry.task, entry.principal, entry.action,
-                                            entry.idempotency_key, entry.argument_digest,
-                                            dict(detail.get("arguments", {})))
+            writes[entry.seq] = WriteRecord(
+                entry.seq,
+                entry.time,
+                entry.task,
+                entry.principal,
+                entry.action,
+                entry.idempotency_key,
+                entry.argument_digest,
+                dict(detail.get("arguments", {})),
+            )
         elif entry.kind in ("outcome", "reconcile"):
             record = writes.get(int(detail.get("intent_seq", -1)))
             if record is None:

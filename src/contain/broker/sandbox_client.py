@@ -121,8 +121,9 @@ class BrokerClient:
         if conn is not None:
             conn.close()
 
-    def send_and_drop(self, action: str, arguments: dict[str, Any], *, idempotency_key: str | None = None,
-                      grant: str | None = None) -> None:
+    def send_and_drop(
+        self, action: str, arguments: dict[str, Any], *, idempotency_key: str | None = None, grant: str | None = None
+    ) -> None:
         """Simulate a lost response: send a call, let the broker finish it, and discard the reply unread.
 
         The caller learns nothing about the outcome, exactly as when a response is lost in transit;
@@ -132,8 +133,10 @@ class BrokerClient:
         conn.connect()
         assert conn.sock is not None
         data = json.dumps(_call_body(arguments, idempotency_key, grant)).encode()
-        head = (f"POST /v1/actions/{action} HTTP/1.1\r\nHost: broker\r\nAuthorization: Bearer {self.token}\r\n"
-                f"Content-Type: application/json\r\nContent-Length: {len(data)}\r\nConnection: close\r\n\r\n")
+        head = (
+            f"POST /v1/actions/{action} HTTP/1.1\r\nHost: broker\r\nAuthorization: Bearer {self.token}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(data)}\r\nConnection: close\r\n\r\n"
+        )
         conn.sock.sendall(head.encode() + data)
         conn.sock.shutdown(socket.SHUT_WR)
         while conn.sock.recv(65536):  # discarded: the response is "lost"

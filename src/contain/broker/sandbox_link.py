@@ -42,13 +42,18 @@ def token_for(boundary: Boundary, *, token_key: TokenKey, ttl_s: float, now: flo
     """
     actions = sorted({a for record in boundary.records for a in record.actions})
     if not actions:
-        raise BoundaryInvalid("the boundary names no records, so no broker token is minted",
-                              "add records: [{name: ..., actions: [...]}] to the manifest")
+        raise BoundaryInvalid(
+            "the boundary names no records, so no broker token is minted",
+            "add records: [{name: ..., actions: [...]}] to the manifest",
+        )
     if not boundary.principal:
-        raise BoundaryInvalid("the boundary has records but no principal",
-                              "set principal: <on whose behalf writes happen> in the manifest")
-    return mint_token(token_key, task=boundary.task, principal=boundary.principal, actions=actions,
-                      ttl_s=ttl_s, now=now)
+        raise BoundaryInvalid(
+            "the boundary has records but no principal",
+            "set principal: <on whose behalf writes happen> in the manifest",
+        )
+    return mint_token(
+        token_key, task=boundary.task, principal=boundary.principal, actions=actions, ttl_s=ttl_s, now=now
+    )
 
 
 def attachments_for(
@@ -79,5 +84,6 @@ def attachments_from_config(
     from contain.broker.config import load_config
 
     config = load_config(os.fspath(config_path))
-    return attachments_for(boundary, socket_path=config.socket_path,
-                           token_key=TokenKey.load_or_create(config.token_key_file), ttl_s=ttl_s)
+    return attachments_for(
+        boundary, socket_path=config.socket_path, token_key=TokenKey.load_or_create(config.token_key_file), ttl_s=ttl_s
+    )

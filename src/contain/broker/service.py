@@ -92,8 +92,13 @@ def openapi_document(broker: Broker) -> dict[str, Any]:
     }
     paths: dict[str, Any] = {
         "/v1/health": {"get": {"summary": "liveness", "responses": {"200": {"description": "ok"}}}},
-        "/v1/actions": {"get": {"summary": "actions this token may call", "security": [{"token": []}],
-                                "responses": {"200": {"description": "list of actions"}}}},
+        "/v1/actions": {
+            "get": {
+                "summary": "actions this token may call",
+                "security": [{"token": []}],
+                "responses": {"200": {"description": "list of actions"}},
+            }
+        },
     }
     for name, action in sorted(broker.actions.items()):
         paths[f"/v1/actions/{name}"] = {
@@ -101,16 +106,26 @@ def openapi_document(broker: Broker) -> dict[str, Any]:
                 "summary": action.description,
                 "operationId": name,
                 "security": [{"token": []}],
-                "requestBody": {"required": True, "content": {"application/json": {"schema": {
-                    "type": "object",
-                    "properties": {
-                        "arguments": action.input_schema(),
-                        "idempotency_key": {"type": "string", "pattern": "^[A-Za-z0-9_.:-]{1,128}$"},
-                        "grant": {"type": "string", "description": "a gate grant (cg1....) for review verdicts"},
+                "requestBody": {
+                    "required": True,
+                    "content": {
+                        "application/json": {
+                            "schema": {
+                                "type": "object",
+                                "properties": {
+                                    "arguments": action.input_schema(),
+                                    "idempotency_key": {"type": "string", "pattern": "^[A-Za-z0-9_.:-]{1,128}$"},
+                                    "grant": {
+                                        "type": "string",
+                                        "description": "a gate grant (cg1....) for review verdicts",
+                                    },
+                                },
+                                "required": ["arguments"],
+                                "additionalProperties": False,
+                            }
+                        }
                     },
-                    "required": ["arguments"],
-                    "additionalProperties": False,
-                }}}},
+                },
                 "responses": responses,
                 "x-contain-verdict": action.verdict,
                 "x-contain-tool-digest": broker.tool_digests[name],
@@ -131,8 +146,9 @@ def _refusal(status: int, code: str, reason: str) -> BrokerReply:
     return BrokerReply(status, {"status": "refused", "error": {"code": code, "reason": reason}})
 
 
-def route(broker: Broker, method: str, path: str, headers: Mapping[str, str], body: bytes,
-          spec: Callable[[], dict[str, Any]]) -> BrokerReply:
+def route(
+    broker: Broker, method: str, path: str, headers: Mapping[str, str], body: bytes, spec: Callable[[], dict[str, Any]]
+) -> BrokerReply:
     """Map one parsed HTTP request to a reply (no I/O of its own beyond the broker's)."""
     auth = headers.get("authorization", "")
     token = auth[7:].strip() if auth.startswith("Bearer ") else None
@@ -145,9 +161,15 @@ def route(broker: Broker, method: str, path: str, headers: Mapping[str, str], bo
         if not check.ok or check.scope is None:
             return broker.record_refusal(check.status, "token", check.reason)
         allowed = [
-            {"name": n, "description": a.description, "verdict": a.verdict, "input_schema": a.input_schema(),
-             "tool_digest": broker.tool_digests[n]}
-            for n, a in sorted(broker.actions.items()) if n in check.scope.actions
+            {
+                "name": n,
+                "description": a.description,
+                "verdict": a.verdict,
+                "input_schema": a.input_schema(),
+                "tool_digest": broker.tool_digests[n],
+            }
+            for n, a in sorted(broker.actions.items())
+            if n in check.scope.actions
         ]
         return BrokerReply(200, {"principal": check.scope.principal, "task": check.scope.task, "actions": allowed})
     prefix = "/v1/actions/"
@@ -159,8 +181,13 @@ def route(broker: Broker, method: str, path: str, headers: Mapping[str, str], bo
             raise ValueError("body must be a JSON object")
     except ValueError:
         data = {"arguments": None}  # the broker refuses it (400) and records the refusal
-    request = BrokerRequest(token=token, action=path[len(prefix):], arguments=data.get("arguments"),
-                            idempotency_key=data.get("idempotency_key"), grant=data.get("grant"))
+    request = BrokerRequest(
+        token=token,
+        action=path[len(prefix) :],
+        arguments=data.get("arguments"),
+        idempotency_key=data.get("idempotency_key"),
+        grant=data.get("grant"),
+    )
     try:
         return broker.handle(request)
     except Exception:  # storage failure: the request did not complete; say so, never allow
@@ -168,10 +195,22 @@ def route(broker: Broker, method: str, path: str, headers: Mapping[str, str], bo
         return _refusal(503, "unavailable", "the broker cannot record this request; retry later")
 
 
-_REASONS = {200: "OK", 202: "Accepted", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden",
-            404: "Not Found", 409: "Conflict", 411: "Length Required", 413: "Content Too Large",
-            422: "Unprocessable Content", 431: "Request Header Fields Too Large", 500: "Internal Server Error",
-            502: "Bad Gateway", 503: "Service Unavailable"}
+_REASONS = {
+    200: "OK",
+    202: "Accepted",
+    400: "Bad Request",
+    401: "Unauthorized",
+    403: "Forbidden",
+    404: "Not Found",
+    409: "Conflict",
+    411: "Length Required",
+    413: "Content Too Large",
+    422: "Unprocessable Content",
+    431: "Request Header Fields Too Large",
+    500: "Internal Server Error",
+    502: "Bad Gateway",
+    503: "Service Unavailable",
+}
 MAX_LINE_BYTES = 8192
 MAX_HEADERS = 64
 
@@ -235,9 +274,12 @@ def _make_handler(broker: Broker, spec: Callable[[], dict[str, Any]]) -> type[so
 
         def _send(self, reply: BrokerReply, *, keep: bool) -> None:
             data = json.dumps(reply.body, sort_keys=True).encode()
-            lines = [f"HTTP/1.1 {reply.status} {_REASONS.get(reply.status, 'Status')}",
-                     "Content-Type: application/json", f"Content-Length: {len(data)}",
-                     "Server: contain-broker/1"]
+            lines = [
+                f"HTTP/1.1 {reply.status} {_REASONS.get(reply.status, 'Status')}",
+                "Content-Type: application/json",
+                f"Content-Length: {len(data)}",
+                "Server: contain-broker/1",
+            ]
             error = reply.body.get("error") if isinstance(reply.body, Mapping) else None
             if reply.status in (401, 403) and isinstance(error, Mapping):
                 lines.append(f"Contain-Denied-By: {error.get('code', '')}")
@@ -302,8 +344,9 @@ class BrokerServer:
     def start(self) -> None:
         """Serve in background threads."""
         for server in self._servers:
-            thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, name="broker-http",
-                                      daemon=True)
+            thread = threading.Thread(
+                target=server.serve_forever, kwargs={"poll_interval": 0.05}, name="broker-http", daemon=True
+            )
             thread.start()
             self._threads.append(thread)
 

@@ -192,7 +192,7 @@ def _fold(caveats: Sequence[Mapping[str, Any]]) -> tuple[set[str], set[str], fro
     actions: frozenset[str] | None = None
     expires: float | None = None
     for caveat in caveats:
-        (kind, value), = caveat.items()
+        ((kind, value),) = caveat.items()
         if kind == "task" and isinstance(value, str):
             tasks.add(value)
         elif kind == "principal" and isinstance(value, str):
