@@ -102,7 +102,31 @@ def target_kind(target: object) -> str:
     return "contain" if getattr(target, "has_contain_hooks", False) else "wrap"
 
 
-class ContainTarget:
+class _PythonRunner:
+    """``run_python`` for every target: python3 -c CODE through the target's own ``run_argv``."""
+
+    def run_argv(
+        self,
+        argv: Sequence[str],
+        *,
+        timeout_s: float = 20.0,
+        boundary: Mapping[str, Any] | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> AttackRun:
+        raise NotImplementedError
+
+    def run_python(
+        self,
+        code: str,
+        *,
+        timeout_s: float = 20.0,
+        boundary: Mapping[str, Any] | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> AttackRun:
+        return self.run_argv(["python3", "-c", code], timeout_s=timeout_s, boundary=boundary, env=env)
+
+
+class ContainTarget(_PythonRunner):
     """Attacks run in a fresh contain ``Sandbox`` per run.
 
     Args:
@@ -124,16 +148,6 @@ class ContainTarget:
     def boundary_for(self, boundary: Mapping[str, Any] | None) -> dict[str, Any]:
         """The manifest mapping one run gets: the base with the case's overrides merged in."""
         return deep_merge(self.base_boundary, boundary)
-
-    def run_python(
-        self,
-        code: str,
-        *,
-        timeout_s: float = 20.0,
-        boundary: Mapping[str, Any] | None = None,
-        env: Mapping[str, str] | None = None,
-    ) -> AttackRun:
-        return self.run_argv(["python3", "-c", code], timeout_s=timeout_s, boundary=boundary, env=env)
 
     def run_argv(
         self,
@@ -164,7 +178,7 @@ class ContainTarget:
         )
 
 
-class _BoundedHostRunner:
+class _BoundedHostRunner(_PythonRunner):
     """Runs ``prefix + argv`` on the host in its own session, bounded and killed at the end."""
 
     has_contain_hooks = False
@@ -173,16 +187,6 @@ class _BoundedHostRunner:
 
     def __init__(self, prefix: Sequence[str]) -> None:
         self.prefix = list(prefix)
-
-    def run_python(
-        self,
-        code: str,
-        *,
-        timeout_s: float = 20.0,
-        boundary: Mapping[str, Any] | None = None,
-        env: Mapping[str, str] | None = None,
-    ) -> AttackRun:
-        return self.run_argv(["python3", "-c", code], timeout_s=timeout_s, boundary=boundary, env=env)
 
     def run_argv(
         self,
