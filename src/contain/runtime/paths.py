@@ -261,7 +261,13 @@ def revert_nested_creations(facts: PathFacts) -> list[str]:
     """
     removed: list[str] = []
     for bind in facts.binds:
+        if bind.rule.access is not FileAccess.WRITE:
+            continue
         if bind.nested is None:
+            removed.append(
+                f"{bind.rule.path}: more than {MAX_SCAN_ENTRIES} entries at start; "
+                "protected names created below the top were not checked"
+            )
             continue
         now = scan_nested_protected(bind.host_realpath)
         if now is None:
