@@ -209,7 +209,7 @@ NESTED_PROTECTED_NAMES = frozenset(p.path.split("/")[0] for p in PROTECTED_PATHS
 MAX_SCAN_ENTRIES = 200_000
 
 
-def scan_nested_protected(root: str, *, limit: int = MAX_SCAN_ENTRIES) -> frozenset[str] | None:
+def scan_nested_protected(root: str, *, limit: int | None = None) -> frozenset[str] | None:
     """Relative paths of entries named like a protected path below the top level of ``root``.
 
     A nested ``.git`` (``git init sub/``) or ``.envrc`` runs code as the user the next time they
@@ -219,6 +219,7 @@ def scan_nested_protected(root: str, *, limit: int = MAX_SCAN_ENTRIES) -> frozen
     Returns:
         The set, or None when the tree has more than ``limit`` entries (not scanned).
     """
+    limit = MAX_SCAN_ENTRIES if limit is None else limit
     found: set[str] = set()
     seen = 0
     for directory, dirnames, filenames in os.walk(root):

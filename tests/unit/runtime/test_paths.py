@@ -117,7 +117,6 @@ def test_a_write_bind_too_large_to_scan_is_reported_at_close_not_skipped_silentl
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
     monkeypatch.setattr(paths, "MAX_SCAN_ENTRIES", 1)
-    monkeypatch.setattr(paths.scan_nested_protected, "__defaults__", (1,))
     facts = gather_path_facts(write_bind(tmp_path), sandbox_host_uid=os.getuid(), sandbox_host_gid=os.getgid())
     assert facts.binds[0].nested is None
     findings = paths.revert_nested_creations(facts)
