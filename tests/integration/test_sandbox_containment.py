@@ -426,3 +426,17 @@ def test_a_missing_command_is_reported_like_a_shell_would() -> None:
 
 if __name__ == "__main__":
     sys.exit(pytest.main([__file__, "-v"]))
+
+
+def test_a_block_of_a_missing_path_in_a_write_bind_leaves_nothing_on_the_host(host_tmp: Path) -> None:
+    repo = sandbox_owned_dir(host_tmp / "repo")
+    b = boundary(
+        files=[
+            {"host": str(repo), "path": "/work/repo", "access": "write"},
+            {"path": "/work/repo/secrets", "access": "block"},
+        ]
+    )
+    with Sandbox(b) as sb:
+        result = sb.run(["sh", "-c", "touch /work/repo/secrets/x || echo blocked; touch /work/repo/ok"])
+    assert result.stdout.data == b"blocked\n"
+    assert sorted(p.name for p in repo.iterdir()) == ["ok"]  # the mount point bwrap made is gone

@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from contain.boundary.model import Boundary, FileAccess
-from contain.runtime.paths import PathFacts
+from contain.runtime.paths import PathFacts, is_under_write_bind
 
 __all__ = [
     "AGENT_SANDBOX_PATH",
@@ -198,14 +198,8 @@ def plan_bwrap_argv(boundary: Boundary, inputs: BwrapInputs, *, bwrap: str = "bw
     for path, kind in sorted(inputs.paths.blocks.items()):
         if kind == "file":
             argv += ["--perms", "0000", "--ro-bind-data", str(inputs.empty_file_fd_for[path]), path]
-        elif kind == "dir" or _under_write_bind(path, inputs.paths):
+        elif kind == "dir" or is_under_write_bind(path, inputs.paths.binds):
             argv += ["--perms", "0000", "--tmpfs", path, "--remount-ro", path]
     argv += ["--remount-ro", "/"]
     argv += ["--", AGENT_SANDBOX_PATH, *inputs.agent_args]
     return argv
-
-
-def _under_write_bind(path: str, facts: PathFacts) -> bool:
-    return any(
-        b.rule.access is FileAccess.WRITE and path.startswith(b.rule.path.rstrip("/") + "/") for b in facts.binds
-    )

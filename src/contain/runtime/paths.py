@@ -25,6 +25,7 @@ __all__ = [
     "PathFacts",
     "gather_path_facts",
     "host_path_of",
+    "is_under_write_bind",
     "protected_entries",
     "revert_nested_creations",
     "scan_nested_protected",
@@ -66,8 +67,17 @@ class PathFacts:
     blocks: dict[str, str] = field(default_factory=dict)
 
     def created_placeholders(self) -> list[Mask]:
-        """Masks for paths that did not exist; bwrap creates their mount points on the host."""
-        return [m for b in self.binds for m in b.masks if not m.exists]
+        """Paths that did not exist but get a mask; bwrap creates their mount points on the host.
+
+        That is missing protected paths, and ``block`` entries for missing paths under a write
+        bind (masked as a directory so that nothing can be created there).
+        """
+        placeholders = [m for b in self.binds for m in b.masks if not m.exists]
+        for path, kind in self.blocks.items():
+            host = host_path_of(path, self.binds)
+            if kind == "missing" and host is not None and is_under_write_bind(path, self.binds):
+                placeholders.append(Mask(path, host, "dir", exists=False))
+        return placeholders
 
 
 def protected_entries(rule: FileRule) -> list[tuple[str, str]]:
@@ -309,6 +319,12 @@ def _block_kinds(boundary: Boundary, binds: list[BindFacts]) -> dict[str, str]:
             )
         kinds[rule.path] = "dir" if stat.S_ISDIR(info.st_mode) else "file"
     return kinds
+
+
+def is_under_write_bind(path: str, binds: tuple[BindFacts, ...] | list[BindFacts]) -> bool:
+    return any(
+        b.rule.access is FileAccess.WRITE and path.startswith(b.rule.path.rstrip("/") + "/") for b in binds
+    )
 
 
 def host_path_of(sandbox_path: str, binds: list[BindFacts] | tuple[BindFacts, ...]) -> str | None:
