@@ -90,7 +90,7 @@ def scratch_relative(path: str, scratch_roots: tuple[str, ...]) -> tuple[str, st
 
 
 @contextmanager
-def _open_dir(base_fd: int, parts: list[str], *, create: bool, owner: tuple[int, int] | None) -> Iterator[int]:
+def _open_dir(base_fd: int, parts: list[str], *, create: bool) -> Iterator[int]:
     fd = os.dup(base_fd)
     try:
         for part in parts:
@@ -101,8 +101,6 @@ def _open_dir(base_fd: int, parts: list[str], *, create: bool, owner: tuple[int,
                     raise
                 os.mkdir(part, 0o755, dir_fd=fd)
                 child = os.open(part, _DIR_FLAGS, dir_fd=fd)
-                if owner is not None:
-                    os.fchown(child, *owner)
             os.close(fd)
             fd = child
         yield fd
@@ -118,9 +116,7 @@ def _fail(path: str, exc: OSError, action: str) -> FileTransferError:
     return FileTransferError(f"cannot {action} {path}: {exc.strerror}", "check the path and the scratch size")
 
 
-def write_file_in(
-    root: str, relative: str, data: bytes, *, mode: int, owner: tuple[int, int] | None, label: str
-) -> None:
+def write_file_in(root: str, relative: str, data: bytes, *, mode: int, label: str) -> None:
     """Create or replace ``root/relative`` with ``data``; parents are created as needed.
 
     Raises:
@@ -132,15 +128,13 @@ def write_file_in(
     except OSError as exc:
         raise _fail(label, exc, "open scratch for") from exc
     try:
-        with _open_dir(base, parts[:-1], create=True, owner=owner) as parent:
+        with _open_dir(base, parts[:-1], create=True) as parent:
             fd = os.open(
                 parts[-1], os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=parent
             )
             try:
                 if not stat.S_ISREG(os.fstat(fd).st_mode):
                     raise FileTransferError(f"{label} is not a regular file", "choose another path")
-                if owner is not None:
-                    os.fchown(fd, *owner)
                 os.fchmod(fd, mode)
                 view = memoryview(data)
                 while view:
@@ -165,7 +159,7 @@ def read_file_in(root: str, relative: str, *, max_bytes: int, label: str) -> byt
     except OSError as exc:
         raise _fail(label, exc, "open scratch for") from exc
     try:
-        with _open_dir(base, parts[:-1], create=False, owner=None) as parent:
+        with _open_dir(base, parts[:-1], create=False) as parent:
             fd = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=parent)
             try:
                 info = os.fstat(fd)

@@ -322,9 +322,7 @@ def _block_kinds(boundary: Boundary, binds: list[BindFacts]) -> dict[str, str]:
 
 
 def is_under_write_bind(path: str, binds: tuple[BindFacts, ...] | list[BindFacts]) -> bool:
-    return any(
-        b.rule.access is FileAccess.WRITE and path.startswith(b.rule.path.rstrip("/") + "/") for b in binds
-    )
+    return any(b.rule.access is FileAccess.WRITE and path.startswith(b.rule.path.rstrip("/") + "/") for b in binds)
 
 
 def host_path_of(sandbox_path: str, binds: list[BindFacts] | tuple[BindFacts, ...]) -> str | None:

@@ -85,7 +85,9 @@ _LOADER_PATHS = ("/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32")
 _STARTUP_TIMEOUT_S = 10.0
 _KILL_GRACE_S = 5.0
 _CPU_CHECK_INTERVAL_S = 0.1
+# Without egress nothing listens on 127.0.0.1:53, so lookups fail at once instead of timing out.
 _DEFAULT_RESOLV_CONF = "nameserver 127.0.0.1\noptions timeout:1 attempts:1\n"
+_PIPE_BUFFER_BYTES = 65536  # data handed to bwrap is written to a pipe before the spawn
 
 
 def _egress_module() -> ModuleType | None:
@@ -209,7 +211,8 @@ class Sandbox:
                 self._cgroup = SandboxCgroup.create(
                     f"{os.getpid()}-{uuid.uuid4().hex[:10]}", self.boundary.resources, facts
                 )
-            self._spawn(facts, agent, bpf, uid, gid, layers)
+            resolv = egress.RESOLV_CONF_TEXT if egress is not None else _DEFAULT_RESOLV_CONF
+            self._spawn(facts, agent, bpf, uid, gid, layers, resolv)
             if egress is not None:
                 self._egress = egress.start_egress(self.boundary, netns_path=f"/proc/{self._agent_pid}/ns/net")
             assert self._channel is not None
@@ -246,7 +249,9 @@ class Sandbox:
             )
         return self._ids
 
-    def _spawn(self, facts: HostFacts, agent: str, bpf: bytes, uid: int, gid: int, layers: LayerPlan) -> None:
+    def _spawn(
+        self, facts: HostFacts, agent: str, bpf: bytes, uid: int, gid: int, layers: LayerPlan, resolv: str
+    ) -> None:
         assert self._paths is not None
         owned: list[int] = []  # fds to close in the host after the spawn
 
@@ -258,14 +263,11 @@ class Sandbox:
             owned.append(read_end)
             return read_end
 
+        if len(bpf) >= _PIPE_BUFFER_BYTES:  # checked before any descriptor exists, so none leaks
+            raise SandboxStartError(f"seccomp filter of {len(bpf)} bytes exceeds the pipe buffer", "report this bug")
         host_sock, agent_sock = _socketpair()
         info_r, info_w = os.pipe()
         owned += [agent_sock, info_w]
-        resolv = _DEFAULT_RESOLV_CONF
-        if self._egress is None and self.boundary.allows_network:
-            from contain import egress as egress_module
-
-            resolv = egress_module.RESOLV_CONF_TEXT
         etc = generated_etc_files(home=default_scratch_paths(self.boundary)[0], resolv_conf=resolv)
         etc_tree = ensure_etc_tree(Path(agent).parent, etc, (e.path for e in ETC_PASSTHROUGH))
         data_fds = {a.sandbox_path: data_fd(a.data) for a in self._attachments if a.data is not None}
@@ -277,11 +279,7 @@ class Sandbox:
             if not m.exists and m.kind == "file"
         }
         empties.update({p: data_fd(b"") for p, kind in self._paths.blocks.items() if kind == "file"})
-        seccomp_fd = data_fd(bpf) if len(bpf) < 65536 else None
-        if seccomp_fd is None:
-            raise SandboxStartError(
-                f"seccomp filter of {len(bpf)} bytes exceeds the pipe buffer", "report this as a bug"
-            )
+        seccomp_fd = data_fd(bpf)
         agent_args = ["--control-fd", str(agent_sock)]
         if layers.landlock is not None:
             agent_args += layers.landlock.agent_args()
@@ -485,8 +483,6 @@ class Sandbox:
                 if fd is not None:
                     os.close(fd)
             raise
-        finally:
-            pass
         for fd in (in_child, out_w, err_w):
             os.close(fd)
         if isinstance(reply, SpawnFailed):
@@ -678,7 +674,7 @@ class Sandbox:
         target = self._root() + root
         sandbox_files.as_sandbox_user(
             *self._sandbox_ids(),
-            lambda: sandbox_files.write_file_in(target, relative, data, mode=mode & 0o777, owner=None, label=path),
+            lambda: sandbox_files.write_file_in(target, relative, data, mode=mode & 0o777, label=path),
         )
 
     def _sandbox_ids(self) -> tuple[int, int]:
