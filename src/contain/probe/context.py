@@ -209,10 +209,12 @@ def verdict(
 
 
 def sandbox_host_uid() -> int:
-    """The host uid a contain sandbox runs as: nobody (65534) when contain runs as root."""
-    from contain.runtime.plan import NOBODY_UID
+    """The host uid a contain sandbox with write binds runs as (nobody when contain is root);
+    workspaces are write binds, so planted trees the attack may write are given to it."""
+    from contain.host.facts import probe_host
+    from contain.runtime.plan import sandbox_host_ids
 
-    return NOBODY_UID if os.geteuid() == 0 else os.getuid()
+    return sandbox_host_ids(probe_host())[0]
 
 
 @dataclass(frozen=True)
