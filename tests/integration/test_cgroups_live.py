@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
@@ -213,3 +214,68 @@ def test_remove_leaves_no_directory_and_is_idempotent(make_cgroup: MakeCgroup) -
     assert not any(os.path.exists(path) for path in cgroup.paths)
     cgroup.remove(timeout_s=5.0)
     assert proc.wait(timeout=5) == -9
+
+
+# -- the root launcher joins a v1 cgroup itself before it execs bwrap --------------------------------
+
+
+def _agent() -> str:
+    from contain.runtime.agent_build import ensure_agent_binary
+
+    return str(ensure_agent_binary())
+
+
+def test_the_launcher_joins_every_hierarchy_before_it_execs(facts: HostFacts) -> None:
+    cgroup = SandboxCgroup.create("join", LIMITS, facts, launcher_joins=True)
+    try:
+        if not cgroup.joined_by_launcher:
+            pytest.skip("cgroup v2 host: the launcher joins only v1 hierarchies (tasks files)")
+        joins = [arg for path in cgroup.join_files() for arg in ("--join-cgroup", path)]
+        done = subprocess.run(
+            [_agent(), "--exec-as", "65534", "65534", *joins, "--", "/bin/cat", "/proc/self/cgroup"],
+            capture_output=True, text=True, timeout=10, check=True,
+        )
+        lines = {line.split(":")[1]: line.split(":", 2)[2] for line in done.stdout.splitlines()}
+        for controller in cgroup.dirs:
+            assert lines[controller].endswith("/" + cgroup.leaf), (controller, done.stdout)
+    finally:
+        cgroup.remove(timeout_s=5.0)
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--join-cgroup", "/sys/fs/cgroup/pids/cgroup.procs"], "wants an absolute .../tasks path"),
+        (["--join-cgroup", "relative/tasks"], "wants an absolute .../tasks path"),
+        (["--join-cgroup", "/nonexistent/contain/tasks"], "cannot join cgroup /nonexistent/contain/tasks"),
+        (["--join-cgroup"], "usage"),
+        (["--join-cgroup", "/x/tasks", "/bin/true"], "usage"),
+        (["--join-cgroup", "/x/tasks"] * 17, "usage"),  # at most 16 hierarchies
+    ],
+    ids=["cgroup.procs", "relative", "missing", "no-path", "no-separator", "too-many"],
+)
+def test_the_launcher_refuses_before_exec_when_it_cannot_join(extra: list[str], message: str) -> None:
+    argv = [_agent(), "--exec-as", "65534", "65534", *extra]
+    if extra[-1] != "/bin/true" and extra != ["--join-cgroup"]:
+        argv += ["--", "/bin/echo", "ran"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=10, check=False)
+    assert done.returncode == 125 and message in done.stderr and "ran" not in done.stdout
+
+
+def test_a_sandbox_started_as_root_is_inside_its_cgroup_from_bwrap_down(facts: HostFacts) -> None:
+    from contain.boundary import Boundary
+    from contain.runtime import Sandbox
+
+    with Sandbox(Boundary.model_validate({"resources": {"pids_max": 16}})) as sandbox:
+        cgroup = sandbox._cgroup
+        assert cgroup is not None and sandbox._proc is not None and sandbox.agent_pid is not None
+        members = set(cgroup.pids())
+        if cgroup.joined_by_launcher:
+            assert {sandbox._proc.pid, sandbox.agent_pid} <= members  # bwrap's monitor and the agent
+            assert Path(cgroup.dirs["pids"], "pids.max").read_text().strip() == "17"
+        else:
+            assert sandbox.agent_pid in members
+        # The workload's budget is unchanged: 16 minus the agent, so 14 sleepers + sh fit, one more does not.
+        script = "for i in $(seq 14); do sleep 5 & done; sleep 5 & echo $?; kill $(jobs -p) 2>/dev/null; wait"
+        result = sandbox.run(["sh", "-c", script])
+        assert b"fork" in result.stderr.data or b"Resource temporarily unavailable" in result.stderr.data, result

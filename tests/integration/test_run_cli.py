@@ -155,3 +155,23 @@ def test_records_without_a_broker_are_refused(host_tmp):
     manifest = manifest_in(host_tmp, "version: 1\nprincipal: alice\nrecords: [{name: invoices, actions: [update_invoice]}]\n")
     done = contain("run", "--manifest", manifest, "--", "true")
     assert done.returncode == 125 and b"no broker is configured" in done.stderr and b"--broker-config" in done.stderr
+
+
+def test_a_repeated_run_skips_pydantic_and_an_edit_is_seen_at_once(host_tmp):
+    """The second run of the same input reads the validated boundary from the cache, without
+    importing pydantic; editing the manifest changes what the next run gets."""
+    path = manifest_in(host_tmp, "version: 1\nenv: {GREETING: one}\n")
+    script = (
+        "import sys; from contain.cli import main; code = main(['run', '--manifest', sys.argv[1], '--', "
+        "'sh', '-c', 'echo $GREETING']); print('pydantic loaded:', 'pydantic' in sys.modules, file=sys.stderr); "
+        "sys.exit(code)"
+    )
+
+    def run() -> tuple[bytes, bool]:
+        done = subprocess.run([sys.executable, "-c", script, path], capture_output=True, timeout=120, check=True)
+        return done.stdout, b"pydantic loaded: True" in done.stderr
+
+    assert run() == (b"one\n", True)  # first run: validated
+    assert run() == (b"one\n", False)  # same input: from the cache
+    Path(path).write_text("version: 1\nenv: {GREETING: two}\n")
+    assert run() == (b"two\n", True)  # edited: validated again

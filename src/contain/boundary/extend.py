@@ -9,12 +9,12 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from contain.boundary.load import boundary_from_mapping
-from contain.boundary.model import Boundary
+if TYPE_CHECKING:
+    from contain.boundary.model import Boundary
 
-__all__ = ["BoundaryFlags", "extend_boundary"]
+__all__ = ["BoundaryFlags", "extend_boundary", "flag_additions"]
 
 
 @dataclass(frozen=True)
@@ -61,15 +61,36 @@ def extend_boundary(boundary: Boundary, flags: BoundaryFlags, *, source: str = "
         BoundaryInvalid: the combination is invalid (for example a path listed twice).
         ValueError: a flag is malformed.
     """
+    from contain.boundary.load import boundary_from_mapping
+
     data = boundary.model_dump(mode="json", exclude_defaults=False)
-    data["files"] = list(data["files"])
-    data["files"] += [_bind(spec, "/inputs", "read") for spec in flags.reads]
-    data["files"] += [_bind(spec, "/work", "write") for spec in flags.writes]
+    added = flag_additions(flags)
+    data["files"] = [*data["files"], *added["files"]]
+    data["env"].update(added["env"])
+    data["network"]["allow"] = [*data["network"]["allow"], *added["allow"]]
+    data["resources"].update(added["resources"])
+    return boundary_from_mapping(data, source=source, base_dir=None)
+
+
+def flag_additions(flags: BoundaryFlags) -> dict[str, Any]:
+    """What ``flags`` add, as manifest fragments with host paths made absolute (not validated).
+
+    Also the part of the validation-cache key that flags contribute: the same fragments always
+    validate to the same boundary.
+
+    Raises:
+        ValueError: a flag is malformed.
+    """
+    env: dict[str, str] = {}
     for item in flags.env:
         name, sep, value = item.partition("=")
         if not sep:
             raise ValueError(f"--env {item!r}: write NAME=VALUE")
-        data["env"][name] = value
-    data["network"]["allow"] = list(data["network"]["allow"]) + [_host_rule(s) for s in flags.allow_hosts]
-    data["resources"].update(flags.resources)
-    return boundary_from_mapping(data, source=source, base_dir=None)
+        env[name] = value
+    return {
+        "files": [_bind(spec, "/inputs", "read") for spec in flags.reads]
+        + [_bind(spec, "/work", "write") for spec in flags.writes],
+        "env": env,
+        "allow": [_host_rule(spec) for spec in flags.allow_hosts],
+        "resources": dict(flags.resources),
+    }

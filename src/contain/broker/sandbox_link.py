@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 
 from contain.boundary.model import Boundary
+from contain.boundary.plain import PlainBoundary
 from contain.broker.client import client_script_bytes
 from contain.broker.tokens import TokenKey, mint_token
 from contain.errors import BoundaryInvalid
@@ -34,7 +35,9 @@ SANDBOX_SOCKET_PATH = "/.contain/broker.sock"
 SANDBOX_CLIENT_PATH = "/.contain/broker-client"
 
 
-def token_for(boundary: Boundary, *, token_key: TokenKey, ttl_s: float, now: float | None = None) -> str:
+def token_for(
+    boundary: Boundary | PlainBoundary, *, token_key: TokenKey, ttl_s: float, now: float | None = None
+) -> str:
     """Mint the task token for ``boundary`` (task, principal, records' actions).
 
     Raises:
@@ -57,7 +60,7 @@ def token_for(boundary: Boundary, *, token_key: TokenKey, ttl_s: float, now: flo
 
 
 def attachments_for(
-    boundary: Boundary, *, socket_path: str | os.PathLike[str], token_key: TokenKey, ttl_s: float
+    boundary: Boundary | PlainBoundary, *, socket_path: str | os.PathLike[str], token_key: TokenKey, ttl_s: float
 ) -> list[Attachment]:
     """Return the attachments that connect a sandbox to the broker (see the module docstring).
 
@@ -73,7 +76,7 @@ def attachments_for(
 
 
 def attachments_from_config(
-    boundary: Boundary, config_path: str | os.PathLike[str], *, ttl_s: float
+    boundary: Boundary | PlainBoundary, config_path: str | os.PathLike[str], *, ttl_s: float
 ) -> list[Attachment]:
     """``attachments_for`` with the socket and token key named by a broker.yaml (for ``contain run``).
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import logging
 import os
 import sys
 from collections.abc import Sequence
@@ -49,6 +48,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script; returns the process exit status."""
     args_list = list(sys.argv[1:] if argv is None else argv)
     if os.environ.get("CONTAIN_DEBUG"):
+        import logging  # only here: the runtime logs without importing it (see contain._log)
+
         logging.basicConfig(level=logging.DEBUG, stream=sys.stderr)
     command = next((a for a in args_list if not a.startswith("-")), None)
     if command not in COMMANDS:

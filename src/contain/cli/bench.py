@@ -10,7 +10,9 @@ import sys
 def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
     parser.add_argument("what", choices=["startup"], help="what to measure")
     parser.add_argument("--rounds", type=int, default=30, help="samples per variant (default 30)")
-    parser.add_argument("--throughput-count", type=int, default=100, help="commands for the throughput run")
+    parser.add_argument(
+        "--throughput-count", type=int, default=100, help="commands for the throughput run (0: skip it)"
+    )
     parser.add_argument("--concurrency", type=int, default=2, help="parallel sandboxes in the throughput run")
     parser.add_argument("--no-cli", action="store_true", help="skip the `contain run` CLI variant")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
@@ -25,10 +27,20 @@ def execute(args: argparse.Namespace) -> int:
         render_startup,
     )
 
+    if args.rounds < 1 or args.throughput_count < 0 or args.concurrency < 1:
+        print(
+            "contain bench: --rounds and --concurrency must be 1 or more, --throughput-count 0 or more", file=sys.stderr
+        )
+        return 2
     print(f"bench: {args.rounds} interleaved rounds of every variant ...", file=sys.stderr)
     summaries = measure_startup(rounds=args.rounds, contain_cli=default_contain_cli(), include_cli=not args.no_cli)
-    print(f"bench: throughput, {args.throughput_count} commands at concurrency {args.concurrency} ...", file=sys.stderr)
-    throughput = measure_throughput(count=args.throughput_count, concurrency=args.concurrency)
+    throughput: dict[str, float] = {}
+    if args.throughput_count:
+        print(
+            f"bench: throughput, {args.throughput_count} commands at concurrency {args.concurrency} ...",
+            file=sys.stderr,
+        )
+        throughput = measure_throughput(count=args.throughput_count, concurrency=args.concurrency)
     report = StartupReport(summaries, throughput)
     if args.json:
         json.dump(report.to_dict(), sys.stdout, indent=2)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from contain.errors import BoundaryInvalid
@@ -35,16 +36,16 @@ def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
 
 
 def execute(args: argparse.Namespace) -> int:
-    from contain.boundary import Boundary, load_boundary
-    from contain.boundary.extend import BoundaryFlags, extend_boundary
+    from contain.boundary.cache import load_run_boundary
+    from contain.boundary.extend import BoundaryFlags
     from contain.runtime import Sandbox
+    from contain.runtime.agent_build import agent_cache_dir
 
     command = list(args.cmd)
     if command and command[0] == "--":
         command = command[1:]
     if not command:
         raise BoundaryInvalid("no command given", "write the command after --, e.g. contain run -- python3 task.py")
-    boundary = load_boundary(args.manifest) if args.manifest else Boundary()
     resources = {
         key: value
         for key, value in (
@@ -56,11 +57,9 @@ def execute(args: argparse.Namespace) -> int:
         if value is not None
     }
     flags = BoundaryFlags(args.read, args.write, args.env, args.allow_host, resources)
-    if any((args.read, args.write, args.env, args.allow_host, resources)):
-        try:
-            boundary = extend_boundary(boundary, flags)
-        except ValueError as exc:
-            raise BoundaryInvalid(str(exc), "see `contain run --help`") from exc
+    # Validated once per distinct input; later runs skip pydantic (see contain.boundary.cache).
+    cache = None if os.environ.get("CONTAIN_NO_BOUNDARY_CACHE") else agent_cache_dir().absolute() / "boundaries"
+    boundary = load_run_boundary(args.manifest, flags, cache_dir=cache).boundary
     attachments = []
     if boundary.records:
         if not args.broker_config:

@@ -24,8 +24,8 @@ import ipaddress
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from contain.boundary import Boundary
 from contain.boundary.hostnames import HostnameError, canonical_hostname
+from contain.boundary.plain import PlainBoundary
 from contain.egress.addresses import IPAddress, IPNetwork, UnreadableLiteral, parse_ip_literal
 
 __all__ = [
@@ -135,7 +135,7 @@ class EgressPolicy:
         self.hosts = dict(hosts)
 
     @classmethod
-    def from_boundary(cls, boundary: Boundary) -> EgressPolicy:
+    def from_boundary(cls, boundary: PlainBoundary) -> EgressPolicy:
         """Build from a validated boundary (hosts there are already canonical)."""
         entries = []
         for index, rule in enumerate(boundary.network.allow):

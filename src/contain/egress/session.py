@@ -30,8 +30,8 @@ import socket
 import threading
 import time
 
-from contain.boundary import Boundary
 from contain.boundary.hostnames import HostnameError, canonical_hostname
+from contain.boundary.plain import PlainBoundary
 from contain.egress.addresses import local_interface_addresses
 from contain.egress.capture import CaptureServer, PlaceholderTable
 from contain.egress.dnsstub import DnsStub
@@ -84,7 +84,7 @@ def plan_sandbox_env(proxy_url: str) -> dict[str, str]:
 class EgressSession:
     """A running egress for one sandbox. Built by ``start_egress``."""
 
-    def __init__(self, boundary: Boundary, netns_fd: int, *, lookup: Lookup) -> None:
+    def __init__(self, boundary: PlainBoundary, netns_fd: int, *, lookup: Lookup) -> None:
         self.policy = EgressPolicy.from_boundary(boundary)
         self.events = EventLog()
         self.placeholders = PlaceholderTable()
@@ -287,7 +287,7 @@ class EgressSession:
         return placeholder
 
 
-def start_egress(boundary: Boundary, *, netns_path: str, lookup: Lookup | None = None) -> EgressSession:
+def start_egress(boundary: PlainBoundary, *, netns_path: str, lookup: Lookup | None = None) -> EgressSession:
     """Start egress for one sandbox whose network namespace is ``netns_path``.
 
     Call after the sandbox's namespaces exist and before any workload runs.

@@ -36,7 +36,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from enum import StrEnum
 
-from contain.host.facts import CgroupMount, HostFacts
+from contain.host.facts import CgroupMount, HostFacts, bwrap_version
 from contain.host.kvm import KVM_API_VERSION, KVM_DEVICE, KvmGuestResult, KvmStatus
 
 __all__ = [
@@ -158,6 +158,7 @@ class Observations:
     """Everything doctor learned beyond ``HostFacts``. Construct one by hand in tests."""
 
     userns_trial: Trial | None  # None: neither bwrap nor unshare to try with
+    bwrap_version: str | None  # `bwrap --version`; None when absent or it failed
     seccomp_actions: tuple[str, ...]
     lsm: str | None  # /sys/kernel/security/lsm, e.g. "lockdown,capability,yama"
     cgroup_trials: tuple[CgroupTrial, ...]
@@ -225,14 +226,14 @@ def cgroup_layout(mounts: Sequence[CgroupMount]) -> str:
 def _check_bwrap(facts: HostFacts, obs: Observations) -> Check:
     if facts.bwrap_path is None:
         return Check("bwrap", Status.FAIL, "bubblewrap is not installed", "apt-get install bubblewrap")
-    if facts.bwrap_version is None:
+    if obs.bwrap_version is None:
         return Check(
             "bwrap",
             Status.FAIL,
             f"{facts.bwrap_path} --version failed",
             f"reinstall bubblewrap; check that {facts.bwrap_path} runs",
         )
-    return Check("bwrap", Status.OK, f"{facts.bwrap_path}, version {facts.bwrap_version}")
+    return Check("bwrap", Status.OK, f"{facts.bwrap_path}, version {obs.bwrap_version}")
 
 
 def _check_userns(facts: HostFacts, obs: Observations) -> Check:
@@ -868,6 +869,7 @@ def observe_host(facts: HostFacts, *, build_agent: bool = False) -> Observations
     qemu = probe_tool(QEMU)
     return Observations(
         userns_trial=try_user_namespace(facts),
+        bwrap_version=bwrap_version(facts.bwrap_path),
         seccomp_actions=tuple((_read("/proc/sys/kernel/seccomp/actions_avail") or "").split()),
         lsm=_read("/sys/kernel/security/lsm"),
         cgroup_trials=trials,

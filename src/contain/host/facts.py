@@ -14,7 +14,6 @@ import ctypes
 import errno
 import functools
 import os
-import platform
 import shutil
 import subprocess
 from collections.abc import Callable
@@ -53,7 +52,6 @@ class HostFacts:
     uid: int
     gid: int
     bwrap_path: str | None
-    bwrap_version: str | None
     user_namespaces: bool  # max_user_namespaces > 0 and not disabled by sysctl
     seccomp: bool
     landlock_abi: int  # 0 when unavailable
@@ -70,7 +68,7 @@ class HostFacts:
 
 def probe_landlock_abi(arch: str | None = None) -> int:
     """Ask the kernel for its Landlock ABI version; 0 when Landlock is absent or disabled."""
-    number = _SYS_LANDLOCK_CREATE_RULESET.get(arch or platform.machine())
+    number = _SYS_LANDLOCK_CREATE_RULESET.get(arch or os.uname().machine)
     if number is None:
         return 0
     libc = ctypes.CDLL(None, use_errno=True)
@@ -166,7 +164,10 @@ def _cgroup_mounts() -> tuple[CgroupMount, ...]:
     return parse_cgroup_mounts(_read("/proc/self/mountinfo") or "", _read("/proc/self/cgroup") or "", _read)
 
 
-def _bwrap_version(path: str | None) -> str | None:
+@functools.cache
+def bwrap_version(path: str | None) -> str | None:
+    """``bwrap --version`` (for doctor and reports). Not part of ``probe_host``: running bwrap
+    costs a process start on every sandbox start, and nothing there depends on the version."""
     if path is None:
         return None
     try:
@@ -192,7 +193,7 @@ def _find_libseccomp() -> str | None:
 @functools.cache
 def probe_host() -> HostFacts:
     """Probe this host once per process (cached); cheap enough for every sandbox start."""
-    arch = platform.machine()
+    arch = os.uname().machine
     bwrap = shutil.which("bwrap")
     return HostFacts(
         arch=arch,
@@ -200,7 +201,6 @@ def probe_host() -> HostFacts:
         uid=os.getuid(),
         gid=os.getgid(),
         bwrap_path=bwrap,
-        bwrap_version=_bwrap_version(bwrap),
         user_namespaces=_user_namespaces_enabled(),
         seccomp=_seccomp_available(),
         landlock_abi=probe_landlock_abi(arch),

@@ -644,14 +644,15 @@ def fs_15(ctx: ProbeContext) -> CaseResult:
     import dataclasses
 
     from contain.boundary import Boundary
+    from contain.boundary.plain import plain_boundary
     from contain.errors import UnsupportedHost
     from contain.host.facts import probe_host
     from contain.runtime.plan import plan_layers
 
     facts = probe_host()
     low = dataclasses.replace(facts, landlock_abi=0)
-    required = Boundary.model_validate({"hardening": {"landlock": "required"}})
-    auto = Boundary.model_validate({"hardening": {"landlock": "auto"}})
+    required = plain_boundary(Boundary.model_validate({"hardening": {"landlock": "required"}}))
+    auto = plain_boundary(Boundary.model_validate({"hardening": {"landlock": "auto"}}))
     evidence: dict[str, Any] = {"host_landlock_abi": facts.landlock_abi}
     breaches = []
     try:

@@ -130,7 +130,7 @@ def run_battery(
 def host_summary() -> dict[str, Any]:
     """A few host facts for the report (never fails: a probe error is reported as text)."""
     try:
-        from contain.host.facts import probe_host
+        from contain.host.facts import bwrap_version, probe_host
 
         facts = probe_host()
     except Exception as exc:  # the report still renders; the failure is the summary
@@ -141,7 +141,7 @@ def host_summary() -> dict[str, Any]:
         "kernel": platform.release(),
         "arch": facts.arch,
         "root": facts.is_root,
-        "bwrap": facts.bwrap_version,
+        "bwrap": bwrap_version(facts.bwrap_path),
         "user_namespaces": facts.user_namespaces,
         "seccomp": facts.seccomp,
         "landlock_abi": facts.landlock_abi,

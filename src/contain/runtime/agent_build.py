@@ -23,12 +23,9 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import importlib.resources
 import os
-import shutil
 import stat
 import subprocess
-import tempfile
 from pathlib import Path
 
 from contain.errors import SandboxStartError, UnsupportedHost
@@ -53,6 +50,11 @@ _COMPILE_TIMEOUT_S = 120
 
 def agent_source() -> bytes:
     """The agent's C source, as shipped in the package."""
+    beside = Path(__file__).parent / "agent" / _SOURCE_NAME
+    if beside.is_file():  # an installed or editable package: skip importing importlib.resources
+        return beside.read_bytes()
+    import importlib.resources
+
     return importlib.resources.files(_SOURCE_PACKAGE).joinpath(_SOURCE_NAME).read_bytes()
 
 
@@ -162,6 +164,8 @@ def _check_binary(target: Path, info: os.stat_result) -> None:
 
 
 def _find_compiler() -> str:
+    import shutil  # build path only; sandbox start-up stays lean
+
     for name in _COMPILERS:
         found = shutil.which(name)
         if found:
@@ -170,6 +174,8 @@ def _find_compiler() -> str:
 
 
 def _compile_into(cache_dir: Path, target: Path) -> None:
+    import tempfile  # build path only
+
     compiler = _find_compiler()
     fd, tmp_name = tempfile.mkstemp(prefix=".contain-agent-", dir=cache_dir)
     os.close(fd)

@@ -20,7 +20,6 @@ is pure and tested without an agent.
 
 from __future__ import annotations
 
-import logging
 import os
 import select
 import socket
@@ -51,7 +50,6 @@ __all__ = [
     "parse_reply",
 ]
 
-logger = logging.getLogger(__name__)
 
 # Same bound as MAX_FRAME_BYTES in contain-agent.c; the agent refuses larger frames.
 MAX_FRAME_BYTES = 1 << 20

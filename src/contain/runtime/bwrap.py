@@ -21,7 +21,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from contain.boundary.model import Boundary, FileAccess
+from contain.boundary.kinds import FileAccess
+from contain.boundary.plain import PlainBoundary
 from contain.runtime.paths import PathFacts, is_under_write_bind
 
 __all__ = [
@@ -88,7 +89,7 @@ class BwrapInputs:
     socket_binds: tuple[tuple[str, str], ...] = ()  # (host Unix socket, sandbox path under /.contain)
 
 
-def default_scratch_paths(boundary: Boundary) -> tuple[str, ...]:
+def default_scratch_paths(boundary: PlainBoundary) -> tuple[str, ...]:
     """Scratch paths of the boundary; a boundary with none gets /work."""
     scratch = tuple(r.path for r in boundary.files if r.access is FileAccess.SCRATCH)
     return scratch or (DEFAULT_SCRATCH,)
@@ -114,7 +115,7 @@ def _depth(path: str) -> int:
     return path.rstrip("/").count("/")
 
 
-def plan_bwrap_argv(boundary: Boundary, inputs: BwrapInputs, *, bwrap: str = "bwrap") -> list[str]:
+def plan_bwrap_argv(boundary: PlainBoundary, inputs: BwrapInputs, *, bwrap: str = "bwrap") -> list[str]:
     """Build the whole bwrap argv for one sandbox.
 
     Steps, in order (later mounts cover earlier ones):

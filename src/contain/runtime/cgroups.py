@@ -60,17 +60,16 @@ Decisions (each one considered against the alternative we did not take):
 from __future__ import annotations
 
 import errno
-import logging
 import os
 import posixpath
 import re
-import secrets
 import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from contain.boundary.model import Resources
+from contain._log import LazyLogger
+from contain.boundary.plain import PlainResources
 from contain.errors import SandboxLost, SandboxStartError, UnsupportedHost
 from contain.host.facts import CgroupMount, HostFacts, errno_name
 
@@ -87,7 +86,7 @@ __all__ = [
     "sweep_stale_cgroups",
 ]
 
-_log = logging.getLogger(__name__)
+_log = LazyLogger(__name__)
 
 ROOT_ENV = "CONTAIN_CGROUP_ROOT"
 PARENT_NAME = "contain"
@@ -167,7 +166,7 @@ class CgroupOps:
 
 
 def plan_cgroup_limits(
-    resources: Resources, *, version: int, memsw_available: bool = True
+    resources: PlainResources, *, version: int, memsw_available: bool = True, helper_processes: int = 0
 ) -> dict[str, dict[str, str]]:
     """Turn ``Resources`` into the files to write, per controller, in write order.
 
@@ -177,6 +176,9 @@ def plan_cgroup_limits(
         memsw_available: whether the kernel accounts swap per cgroup (v1 ``memory.memsw.*``, v2
             ``memory.swap.max``). When False the swap file is left out; the caller must only do
             that on a host without swap (see the module docstring).
+        helper_processes: contain's own processes that live in the cgroup besides the agent
+            (bwrap's monitor, when the launcher joined before exec); pids.max grows by as many
+            so that the workload's budget stays ``pids_max``.
 
     Returns:
         ``{controller: {file: value}}``. Order matters and is kept: v1 ``memory.limit_in_bytes``
@@ -201,7 +203,7 @@ def plan_cgroup_limits(
         cpu = {"cpu.max": f"{quota} {period}"}
     else:
         raise UnsupportedHost(f"cgroup version {version} is unknown", "use cgroup v1 or v2")
-    return {"memory": mem, "pids": {"pids.max": str(resources.pids_max)}, "cpu": cpu}
+    return {"memory": mem, "pids": {"pids.max": str(resources.pids_max + helper_processes)}, "cpu": cpu}
 
 
 def _cfs_bandwidth(cores: float) -> tuple[int, int]:
@@ -369,9 +371,13 @@ class SandboxCgroup:
     Build with ``create``; tear down with ``remove``. Not thread-safe.
     """
 
-    def __init__(self, *, version: int, dirs: dict[str, str], memsw: bool, ops: CgroupOps) -> None:
+    def __init__(
+        self, *, version: int, dirs: dict[str, str], memsw: bool, ops: CgroupOps, leaf: str = "", joined: bool = False
+    ) -> None:
         self.version = version
         self.dirs = dirs  # controller (every CONTROLLER_ROWS name) -> directory
+        self.leaf = leaf  # the sandbox's directory name, the same in every hierarchy
+        self.joined_by_launcher = joined  # see join_files
         self._memsw = memsw
         self._ops = ops
         self._peak_fd: int | None = None
@@ -385,11 +391,12 @@ class SandboxCgroup:
     def create(
         cls,
         name: str,
-        resources: Resources,
+        resources: PlainResources,
         facts: HostFacts,
         *,
         ops: CgroupOps = CgroupOps(),
         swap_bytes: int | None = None,
+        launcher_joins: bool = False,
     ) -> SandboxCgroup:
         """Create the sandbox cgroup and write every limit; nothing runs in it yet.
 
@@ -399,6 +406,9 @@ class SandboxCgroup:
             facts: the probed host (``facts.cgroups``).
             ops: mkdir/rmdir/kill; the kernel's by default.
             swap_bytes: host swap size; read from /proc/meminfo when None and it matters.
+            launcher_joins: the caller starts bwrap through the root launcher, which can join
+                a v1 cgroup itself before exec (``join_files``); bwrap's monitor process then
+                lives in the cgroup too and pids.max makes room for it.
 
         Returns:
             A cgroup with every requested limit in place (never fewer).
@@ -411,9 +421,10 @@ class SandboxCgroup:
             raise SandboxStartError(f"cgroup name {name!r} is not [a-z0-9][a-z0-9_.-]{{0,31}}", "pass a short label")
         delegated_root = os.environ.get(ROOT_ENV) or None
         hierarchies = plan_cgroup_hierarchies(facts, delegated_root=delegated_root)
-        leaf = f"{LEAF_PREFIX}{os.getpid()}-{name}-{secrets.token_hex(4)}"
+        leaf = f"{LEAF_PREFIX}{os.getpid()}-{name}-{os.urandom(4).hex()}"
         version = hierarchies[0].version
-        cgroup = cls(version=version, dirs={}, memsw=False, ops=ops)
+        joined = launcher_joins and version == 1
+        cgroup = cls(version=version, dirs={}, memsw=False, ops=ops, leaf=leaf, joined=joined)
         try:
             for hierarchy in hierarchies:
                 path = _make_leaf(hierarchy, leaf, ops)
@@ -422,7 +433,9 @@ class SandboxCgroup:
             for row in CONTROLLER_ROWS:  # v2: accounting and freezing live in the same directory
                 cgroup.dirs.setdefault(row.controller, cgroup.dirs["memory"])
             cgroup._memsw = _swap_accounted(cgroup.dirs["memory"], version, swap_bytes)
-            plan = plan_cgroup_limits(resources, version=version, memsw_available=cgroup._memsw)
+            plan = plan_cgroup_limits(
+                resources, version=version, memsw_available=cgroup._memsw, helper_processes=1 if joined else 0
+            )
             cgroup._apply(plan)
             cgroup._check_oom_counter()
         except BaseException:
@@ -450,6 +463,43 @@ class SandboxCgroup:
 
     def _memory_file(self, filename: str) -> str:
         return posixpath.join(self.dirs["memory"], filename)
+
+    def join_files(self) -> tuple[str, ...]:
+        """The v1 ``tasks`` files the launcher writes "0" to before it execs bwrap; empty unless
+        created with ``launcher_joins`` on a v1 host.
+
+        Moving oneself (one thread) through ``tasks`` skips the kernel's global threadgroup
+        lock, whose writer waits for an RCU grace period (7-15 ms here) when no migration ran
+        in the last few milliseconds; ``attach`` (another process, ``cgroup.procs``) pays it.
+        """
+        if not self.joined_by_launcher:
+            return ()
+        return tuple(posixpath.join(path, "tasks") for path in self.paths)
+
+    def check_member(self, pid: int) -> None:
+        """Confirm that ``pid`` is in this cgroup in every hierarchy (after the launcher joined).
+
+        Raises:
+            SandboxStartError: it is not, or its cgroups cannot be read.
+        """
+        try:
+            text = _read(f"/proc/{pid}/cgroup")
+        except OSError as exc:
+            raise SandboxStartError(
+                f"cannot read the cgroups of pid {pid}: {errno_name(exc.errno or 0)}", "remove this sandbox"
+            ) from exc
+        where: dict[str, str] = {}
+        for line in text.splitlines():
+            _, controllers, path = line.split(":", 2)
+            for controller in controllers.split(",") if controllers else ("",):
+                where[controller] = path
+        suffix = "/" + self.leaf
+        outside = sorted(c for c in self.dirs if not where.get(c if self.version == 1 else "", "").endswith(suffix))
+        if outside:
+            raise SandboxStartError(
+                f"pid {pid} is not in its sandbox cgroup for {', '.join(outside)}",
+                "report this bug; remove this sandbox",
+            )
 
     def attach(self, pid: int) -> None:
         """Move ``pid`` (and its threads) into this cgroup in every hierarchy.

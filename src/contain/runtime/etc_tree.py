@@ -20,9 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-import shutil
 import stat
-import tempfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
@@ -66,12 +64,17 @@ def _copy_public(source: str, target: str) -> None:
             _copy_public(os.path.join(source, name), os.path.join(target, name))
         os.chmod(target, 0o755)
     elif stat.S_ISREG(info.st_mode) and info.st_mode & stat.S_IROTH:
+        import shutil  # build path only: a cached tree is reused without it
+
         shutil.copyfile(source, target, follow_symlinks=False)
         os.chmod(target, 0o644)
     # anything else (not world-readable, devices, sockets) is left out on purpose
 
 
 def _build(tree: Path, generated: Mapping[str, str], passthrough: Iterable[str]) -> None:
+    import shutil  # build path only
+    import tempfile
+
     staging = Path(tempfile.mkdtemp(prefix=".etc-building-", dir=tree.parent))
     try:
         os.chmod(staging, 0o755)
@@ -95,6 +98,8 @@ def _build(tree: Path, generated: Mapping[str, str], passthrough: Iterable[str])
 
 
 def _prune(cache_dir: Path, keep: Path) -> None:
+    import shutil  # after a build only
+
     trees = sorted(cache_dir.glob("etc-*"), key=lambda p: p.stat().st_mtime, reverse=True)
     for old in trees[_KEEP_TREES:]:
         if old != keep:

@@ -19,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
-import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -73,7 +72,7 @@ def lease_host_ids(*, lock_dir: Path = LEASE_DIR, uid_range: range = UID_RANGE) 
     """
     base = _lock_dir(lock_dir)
     for _ in range(_ATTEMPTS):
-        uid = uid_range.start + secrets.randbelow(len(uid_range))
+        uid = uid_range.start + _random_index(len(uid_range))
         path = base / str(uid)
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
         try:
@@ -88,3 +87,9 @@ def lease_host_ids(*, lock_dir: Path = LEASE_DIR, uid_range: range = UID_RANGE) 
         f"no free host uid found in {_ATTEMPTS} tries in {uid_range.start}-{uid_range.stop - 1}",
         "too many sandboxes are running at once; close some",
     )
+
+
+def _random_index(n: int) -> int:
+    # Random picks spread concurrent sandboxes over the range; modulo bias does not matter here,
+    # and os.urandom keeps the ``secrets`` import (random, hmac, base64) off the start-up path.
+    return int.from_bytes(os.urandom(4), "little") % n

@@ -37,7 +37,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from contain.boundary import LayerRequirement
+from contain.boundary.kinds import LayerRequirement
 from contain.errors import UnsupportedHost
 
 __all__ = [

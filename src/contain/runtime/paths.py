@@ -11,11 +11,11 @@ Does not create anything on the host.
 from __future__ import annotations
 
 import os
-import shutil
 import stat
 from dataclasses import dataclass, field
 
-from contain.boundary.model import PROTECTED_PATHS, Boundary, FileAccess, FileRule
+from contain.boundary.kinds import PROTECTED_PATHS, FileAccess
+from contain.boundary.plain import PlainBoundary, PlainFileRule
 from contain.errors import SandboxStartError
 
 __all__ = [
@@ -47,7 +47,7 @@ class Mask:
 class BindFacts:
     """One read or write bind, resolved."""
 
-    rule: FileRule
+    rule: PlainFileRule
     host_realpath: str
     is_dir: bool
     masks: tuple[Mask, ...] = ()
@@ -80,7 +80,7 @@ class PathFacts:
         return placeholders
 
 
-def protected_entries(rule: FileRule) -> list[tuple[str, str]]:
+def protected_entries(rule: PlainFileRule) -> list[tuple[str, str]]:
     """(relative path, kind) pairs protected inside a write bind: the defaults plus ``protect``."""
     entries: list[tuple[str, str]] = [(p.path, p.kind) for p in PROTECTED_PATHS]
     known = {p for p, _ in entries}
@@ -88,7 +88,7 @@ def protected_entries(rule: FileRule) -> list[tuple[str, str]]:
     return entries
 
 
-def _masks_for(rule: FileRule, host_root: str) -> tuple[Mask, ...]:
+def _masks_for(rule: PlainFileRule, host_root: str) -> tuple[Mask, ...]:
     masks: dict[str, Mask] = {}
     for relative, kind in protected_entries(rule):
         parts = relative.split("/")
@@ -167,7 +167,7 @@ def _has_permission(info: os.stat_result, uid: int, gid: int, user_bit: int, gro
     return bool(info.st_mode & other_bit)
 
 
-def gather_path_facts(boundary: Boundary, *, sandbox_host_uid: int, sandbox_host_gid: int) -> PathFacts:
+def gather_path_facts(boundary: PlainBoundary, *, sandbox_host_uid: int, sandbox_host_gid: int) -> PathFacts:
     """Resolve every read and write bind of ``boundary``.
 
     Args:
@@ -244,7 +244,7 @@ def scan_nested_protected(root: str, *, limit: int | None = None) -> frozenset[s
     return frozenset(found)
 
 
-def _nested_masks(rule: FileRule, host_root: str, nested: frozenset[str]) -> tuple[Mask, ...]:
+def _nested_masks(rule: PlainFileRule, host_root: str, nested: frozenset[str]) -> tuple[Mask, ...]:
     """Read-only re-binds for protected entries that already exist below the top level."""
     masks = []
     for relative in sorted(nested):
@@ -290,6 +290,8 @@ def revert_nested_creations(facts: PathFacts) -> list[str]:
             host = os.path.join(bind.host_realpath, relative)
             try:
                 if os.path.isdir(host) and not os.path.islink(host):
+                    import shutil  # rare: only when a task created a protected name
+
                     shutil.rmtree(host)
                 else:
                     os.unlink(host)
@@ -299,7 +301,7 @@ def revert_nested_creations(facts: PathFacts) -> list[str]:
     return removed
 
 
-def _block_kinds(boundary: Boundary, binds: list[BindFacts]) -> dict[str, str]:
+def _block_kinds(boundary: PlainBoundary, binds: list[BindFacts]) -> dict[str, str]:
     kinds: dict[str, str] = {}
     for rule in boundary.files:
         if rule.access is not FileAccess.BLOCK:

@@ -12,7 +12,8 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from contain.boundary.model import Boundary, CredentialVia, LayerRequirement, Resources
+from contain.boundary.kinds import CredentialVia, FileAccess, LayerRequirement
+from contain.boundary.plain import PlainBoundary, PlainResources
 from contain.errors import UnsupportedHost
 from contain.host.facts import HostFacts
 from contain.runtime.agent_channel import Rlimit
@@ -55,17 +56,13 @@ def sandbox_host_ids(facts: HostFacts) -> tuple[int, int]:
     return facts.uid, facts.gid
 
 
-def should_lease_host_ids(boundary: Boundary, facts: HostFacts) -> bool:
+def should_lease_host_ids(boundary: PlainBoundary, facts: HostFacts) -> bool:
     """Root can give each sandbox its own host uid, except when write binds need a known owner."""
-    from contain.boundary.model import FileAccess
-
     return facts.is_root and not any(r.access is FileAccess.WRITE for r in boundary.files)
 
 
-def writable_paths(boundary: Boundary) -> tuple[str, ...]:
+def writable_paths(boundary: PlainBoundary) -> tuple[str, ...]:
     """Sandbox paths a workload may write: scratch, /tmp, /dev/shm, /dev and write binds."""
-    from contain.boundary.model import FileAccess
-
     binds = tuple(r.path for r in boundary.files if r.access is FileAccess.WRITE)
     return (*default_scratch_paths(boundary), "/tmp", "/dev/shm", "/dev", *binds)
 
@@ -92,7 +89,7 @@ def _decide_cgroups(requirement: LayerRequirement, facts: HostFacts, delegated_r
 
 
 def plan_layers(
-    boundary: Boundary, facts: HostFacts, *, egress_available: bool, delegated_root: str | None = None
+    boundary: PlainBoundary, facts: HostFacts, *, egress_available: bool, delegated_root: str | None = None
 ) -> LayerPlan:
     """Decide the layers, refusing when a needed one is missing.
 
@@ -140,7 +137,7 @@ def plan_layers(
     return LayerPlan(seccomp=True, landlock=landlock, cgroups=cgroups, egress=boundary.allows_network, report=report)
 
 
-def plan_rlimits(resources: Resources, *, cgroups: bool) -> tuple[Rlimit, ...]:
+def plan_rlimits(resources: PlainResources, *, cgroups: bool) -> tuple[Rlimit, ...]:
     """Per-process limits every workload starts with.
 
     CPU: soft at the budget (SIGXCPU), hard one second later (SIGKILL). NPROC is counted per user
@@ -166,7 +163,7 @@ def plan_rlimits(resources: Resources, *, cgroups: bool) -> tuple[Rlimit, ...]:
 
 
 def plan_base_env(
-    boundary: Boundary,
+    boundary: PlainBoundary,
     *,
     host_environ: Mapping[str, str],
     egress_env: Mapping[str, str],

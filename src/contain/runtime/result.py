@@ -6,7 +6,6 @@ probe's evidence. Nothing here talks to the kernel.
 
 from __future__ import annotations
 
-import base64
 import signal as signal_module
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,6 +38,8 @@ class Captured:
         try:
             text, encoding = self.data.decode("utf-8"), "utf-8"
         except UnicodeDecodeError:
+            import base64  # only for output that is not UTF-8
+
             text, encoding = base64.b64encode(self.data).decode("ascii"), "base64"
         return {name: text, f"{name}_encoding": encoding, f"{name}_truncated": self.truncated}
 

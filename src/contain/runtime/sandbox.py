@@ -25,7 +25,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import json
-import logging
 import os
 import select
 import selectors
@@ -34,14 +33,15 @@ import socket
 import subprocess
 import threading
 import time
-import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from types import ModuleType, TracebackType
 from typing import TYPE_CHECKING
 
-from contain.boundary.model import Boundary, FileAccess
+from contain._log import LazyLogger
+from contain.boundary.kinds import FileAccess
+from contain.boundary.plain import PlainBoundary, plain_boundary
 from contain.errors import ContainError, FileTransferError, SandboxLost, SandboxStartError, UnsupportedHost
 from contain.host.facts import HostFacts, probe_host
 from contain.runtime import files as sandbox_files
@@ -58,6 +58,7 @@ from contain.runtime.bwrap import (
 from contain.runtime.cgroups import ROOT_ENV as CGROUP_ROOT_ENV
 from contain.runtime.cgroups import CgroupUsage, SandboxCgroup
 from contain.runtime.etc_tree import ensure_etc_tree
+from contain.runtime.filter_cache import filter_for
 from contain.runtime.host_ids import HostIdLease, lease_host_ids
 from contain.runtime.paths import PathFacts, gather_path_facts, revert_nested_creations
 from contain.runtime.plan import (
@@ -70,15 +71,15 @@ from contain.runtime.plan import (
 )
 from contain.runtime.process import SandboxProcess
 from contain.runtime.result import Captured, RunResult, Timings, Usage, Violation
-from contain.runtime.seccomp import compile_filter
 from contain.runtime.streams import CappedReader, StdinFeeder
 
 if TYPE_CHECKING:
+    from contain.boundary.model import Boundary
     from contain.egress import EgressSession
 
 __all__ = ["BACKENDS", "Attachment", "Sandbox"]
 
-log = logging.getLogger(__name__)
+log = LazyLogger(__name__)
 
 BACKENDS = ("process",)
 _LOADER_PATHS = ("/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32")
@@ -98,6 +99,16 @@ def _egress_module() -> ModuleType | None:
     return egress
 
 
+def _plain(boundary: Boundary | PlainBoundary | None) -> PlainBoundary:
+    if isinstance(boundary, PlainBoundary):
+        return boundary
+    if boundary is None:
+        from contain.boundary.model import Boundary
+
+        boundary = Boundary()
+    return plain_boundary(boundary)
+
+
 class Sandbox:
     """A disposable process sandbox for one boundary.
 
@@ -107,7 +118,9 @@ class Sandbox:
             result = sb.run(["python3", "task.py"], timeout=30)
 
     Args:
-        boundary: what the sandbox may touch; ``Boundary()`` is scratch-only with no network.
+        boundary: what the sandbox may touch, validated: a ``Boundary`` or its ``PlainBoundary``
+            (what ``contain run`` passes, to skip pydantic); none is ``Boundary()``, scratch only
+            with no network.
         backend: only ``"process"`` exists today; others raise ``UnsupportedHost``.
         facts: host facts (probed when omitted); tests pass constructed ones.
         host_environ: where ``via: env`` credentials are read from (default ``os.environ``).
@@ -115,7 +128,7 @@ class Sandbox:
 
     def __init__(
         self,
-        boundary: Boundary | None = None,
+        boundary: Boundary | PlainBoundary | None = None,
         *,
         backend: str | None = None,
         facts: HostFacts | None = None,
@@ -123,7 +136,7 @@ class Sandbox:
         attachments: Sequence[Attachment] = (),
         extra_env: Mapping[str, str] | None = None,
     ) -> None:
-        self.boundary = boundary if boundary is not None else Boundary()
+        self.boundary = _plain(boundary)
         backend = backend or self.boundary.runtime.backend.value
         if backend == "none":
             raise UnsupportedHost(
@@ -202,14 +215,17 @@ class Sandbox:
             delegated_root=os.environ.get(CGROUP_ROOT_ENV) or None,
         )
         agent = str(ensure_agent_binary())
-        bpf = compile_filter(arch=facts.arch, libseccomp_path=facts.libseccomp_path)
+        bpf = filter_for(arch=facts.arch, libseccomp_path=facts.libseccomp_path, cache_dir=Path(agent).parent)
         try:
             uid, gid = self._choose_host_ids(facts)
             self._layers = layers = replace(layers, report={**layers.report, "host uid": self._ids_report})
             self._paths = gather_path_facts(self.boundary, sandbox_host_uid=uid, sandbox_host_gid=gid)
             if layers.cgroups:
                 self._cgroup = SandboxCgroup.create(
-                    f"{os.getpid()}-{uuid.uuid4().hex[:10]}", self.boundary.resources, facts
+                    f"{os.getpid()}-{os.urandom(5).hex()}",
+                    self.boundary.resources,
+                    facts,
+                    launcher_joins=facts.is_root,
                 )
             resolv = egress.RESOLV_CONF_TEXT if egress is not None else _DEFAULT_RESOLV_CONF
             self._spawn(facts, agent, bpf, uid, gid, layers, resolv)
@@ -298,10 +314,15 @@ class Sandbox:
         )
         argv = plan_bwrap_argv(self.boundary, inputs, bwrap=facts.bwrap_path or "bwrap")
         log.debug("bwrap argv: %s", argv)
+        joins = self._cgroup.join_files() if self._cgroup is not None else ()
         if facts.is_root:
             # Drop to the sandbox user in a tiny exec (the agent's launcher mode) rather than
             # with subprocess's user=, which forces a full fork of this process instead of vfork.
-            argv = [agent, "--exec-as", str(uid), str(gid), "--", *argv]
+            # On v1 the launcher also joins the cgroup first (see SandboxCgroup.join_files).
+            launcher = [agent, "--exec-as", str(uid), str(gid)]
+            for tasks_file in joins:
+                launcher += ["--join-cgroup", tasks_file]
+            argv = [*launcher, "--", *argv]
         try:
             self._proc = subprocess.Popen(
                 argv,
@@ -325,7 +346,10 @@ class Sandbox:
         self._channel = AgentChannel(host_sock)
         self._agent_pid = _read_child_pid(info_r, self._proc)
         if self._cgroup is not None:
-            self._cgroup.attach(self._agent_pid)
+            if joins:  # inherited from the launcher before bwrap ran; confirm rather than assume
+                self._cgroup.check_member(self._agent_pid)
+            else:
+                self._cgroup.attach(self._agent_pid)
 
     def _bwrap_stderr(self) -> str:
         proc = self._proc

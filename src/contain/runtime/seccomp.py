@@ -53,11 +53,11 @@ import ctypes.util
 import enum
 import errno
 import functools
-import logging
 import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from contain._log import LazyLogger
 from contain.errors import UnsupportedHost
 
 __all__ = [
@@ -77,7 +77,7 @@ __all__ = [
     "seccomp_arch",
 ]
 
-logger = logging.getLogger(__name__)
+logger = LazyLogger(__name__)
 
 _U64_MAX = (1 << 64) - 1
 _LOW32 = 0xFFFF_FFFF

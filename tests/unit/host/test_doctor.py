@@ -41,7 +41,6 @@ FACTS = HostFacts(
     uid=0,
     gid=0,
     bwrap_path="/usr/bin/bwrap",
-    bwrap_version="0.8.0",
     user_namespaces=True,
     seccomp=True,
     landlock_abi=7,
@@ -61,6 +60,7 @@ def _trials(facts: HostFacts, error: str | None = None) -> tuple[CgroupTrial, ..
 
 OBS = Observations(
     userns_trial=Trial(True, "bwrap --unshare-all as uid 65534"),
+    bwrap_version="0.8.0",
     seccomp_actions=("kill_process", "errno", "allow"),
     lsm="lockdown,capability,landlock",
     cgroup_trials=_trials(FACTS),
@@ -157,7 +157,7 @@ def test_the_process_backend_needs_exactly_these_checks():
 
 
 BREAKS = {
-    "bwrap": (replace(FACTS, bwrap_path=None, bwrap_version=None), OBS),
+    "bwrap": (replace(FACTS, bwrap_path=None), replace(OBS, bwrap_version=None)),
     "user-namespaces": (FACTS, replace(OBS, userns_trial=Trial(False, "exit status 1: EPERM"))),
     "seccomp": (replace(FACTS, seccomp=False), OBS),
     "libseccomp": (replace(FACTS, libseccomp_path=None), OBS),

@@ -94,7 +94,7 @@ def test_non_cgroup_and_malformed_lines_are_ignored():
 def test_cgroup_for_returns_the_first_hierarchy_offering_the_controller():
     v1 = CgroupMount(1, "/sys/fs/cgroup/memory", ("memory",), "/")
     v2 = CgroupMount(2, "/sys/fs/cgroup/unified", ("memory", "pids"), "/")
-    facts = HostFacts("x86_64", True, 0, 0, None, None, True, True, 0, (v1, v2))
+    facts = HostFacts("x86_64", True, 0, 0, None, True, True, 0, (v1, v2))
     assert facts.cgroup_for("memory") is v1
     assert facts.cgroup_for("pids") is v2
     assert facts.cgroup_for("cpu") is None

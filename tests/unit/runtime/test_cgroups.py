@@ -18,6 +18,7 @@ import pytest
 from contain.boundary.model import Resources
 from contain.errors import SandboxStartError, UnsupportedHost
 from contain.host.facts import CgroupMount, HostFacts
+from contain.runtime import cgroups as cgroups_module
 from contain.runtime.cgroups import (
     CONTROLLER_ROWS,
     CgroupHierarchy,
@@ -121,7 +122,6 @@ def _facts(mounts: tuple[CgroupMount, ...]) -> HostFacts:
         uid=0,
         gid=0,
         bwrap_path=None,
-        bwrap_version=None,
         user_namespaces=True,
         seccomp=True,
         landlock_abi=0,
@@ -504,3 +504,54 @@ def test_sweep_removes_only_empty_cgroups_of_dead_owners(tmp_path: Path) -> None
             "other",
         ]
     )
+
+
+# ------------------------------------------------------------------------- joining from the launcher
+
+
+def test_plan_makes_room_for_contains_own_helper_processes() -> None:
+    assert plan_cgroup_limits(RES, version=1, helper_processes=1)["pids"] == {"pids.max": "17"}
+    assert plan_cgroup_limits(RES, version=2)["pids"] == {"pids.max": "16"}
+
+
+def test_v1_launcher_join_names_each_tasks_file_and_counts_bwrap_in_pids(tmp_path: Path) -> None:
+    facts, tree = _v1_world(tmp_path)
+    cg = SandboxCgroup.create("j1", RES, facts, ops=tree.ops(), launcher_joins=True)
+    assert cg.joined_by_launcher
+    assert cg.join_files() == tuple(f"{p}/tasks" for p in cg.paths) and len(cg.join_files()) == 5
+    assert (Path(cg.dirs["pids"]) / "pids.max").read_text() == "17"  # the workload still gets 16 - 1 (agent)
+    plain = SandboxCgroup.create("j2", RES, facts, ops=tree.ops())
+    assert plain.join_files() == () and (Path(plain.dirs["pids"]) / "pids.max").read_text() == "16"
+
+
+def test_v2_never_joins_through_tasks(tmp_path: Path) -> None:
+    facts, _, tree = _v2_world(tmp_path)
+    cg = SandboxCgroup.create("j3", RES, facts, ops=tree.ops(), launcher_joins=True)
+    assert not cg.joined_by_launcher and cg.join_files() == ()
+    assert (Path(cg.dirs["pids"]) / "pids.max").read_text() == "16"
+
+
+def _proc_cgroup(cg: SandboxCgroup, *, except_controller: str = "") -> str:
+    lines = []
+    for number, controller in enumerate(("memory", "pids", "cpu", "cpuacct", "freezer", "devices"), start=2):
+        path = f"/contain/{cg.leaf}" if controller in cg.dirs and controller != except_controller else "/"
+        lines.append(f"{number}:{controller}:{path}")
+    return "\n".join(["12:name=systemd:/init.scope", *lines, "0::/"]) + "\n"
+
+
+def test_check_member_accepts_a_pid_in_every_hierarchy_and_names_any_it_is_missing(tmp_path, monkeypatch) -> None:
+    facts, tree = _v1_world(tmp_path)
+    cg = SandboxCgroup.create("j4", RES, facts, ops=tree.ops(), launcher_joins=True)
+    text = {"value": _proc_cgroup(cg)}
+    monkeypatch.setattr(cgroups_module, "_read", lambda path: text["value"] if path == "/proc/99/cgroup" else "")
+    cg.check_member(99)
+    text["value"] = _proc_cgroup(cg, except_controller="freezer")
+    with pytest.raises(SandboxStartError, match="pid 99 is not in its sandbox cgroup for freezer"):
+        cg.check_member(99)
+
+
+def test_check_member_refuses_a_pid_that_is_gone(tmp_path) -> None:
+    facts, tree = _v1_world(tmp_path)
+    cg = SandboxCgroup.create("j5", RES, facts, ops=tree.ops(), launcher_joins=True)
+    with pytest.raises(SandboxStartError, match="cannot read the cgroups of pid"):
+        cg.check_member(2**22 + 1)  # above pid_max: never a live pid

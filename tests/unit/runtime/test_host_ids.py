@@ -11,7 +11,7 @@ from contain.runtime.host_ids import lease_host_ids
 
 def test_two_leases_never_hold_the_same_uid_and_release_frees_it(tmp_path, monkeypatch):
     picks = iter([7, 7, 9, 7])
-    monkeypatch.setattr(host_ids.secrets, "randbelow", lambda n: next(picks))
+    monkeypatch.setattr(host_ids, "_random_index", lambda n: next(picks))
     lock_dir = tmp_path / "ids"
     first = lease_host_ids(lock_dir=lock_dir, uid_range=range(1000, 1100))
     second = lease_host_ids(lock_dir=lock_dir, uid_range=range(1000, 1100))  # 7 is taken: tries again, gets 9

@@ -15,7 +15,7 @@ V1 = tuple(
 
 def facts(**overrides) -> HostFacts:
     base = dict(
-        arch="x86_64", is_root=True, uid=0, gid=0, bwrap_path="/usr/bin/bwrap", bwrap_version="0.8.0",
+        arch="x86_64", is_root=True, uid=0, gid=0, bwrap_path="/usr/bin/bwrap",
         user_namespaces=True, seccomp=True, landlock_abi=7, cgroups=V1,
         libseccomp_path="/usr/lib/x86_64-linux-gnu/libseccomp.so.2",
     )

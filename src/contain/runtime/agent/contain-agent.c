@@ -1034,18 +1034,54 @@ static int handle_request(int ruleset_fd) {
 
 /* ---- main ------------------------------------------------------------------------------- */
 
-/* Launcher mode, on the host: `contain-agent --exec-as UID GID -- PROGRAM ARGS...` drops every
- * group, sets gid then uid (checking each took), and execs PROGRAM. The launcher uses it to start
- * bwrap as the unprivileged sandbox user through posix_spawn/vfork instead of a full fork of the
- * Python process. It never kills anything, so the pid-1 rule below does not apply to it. */
+/* Launcher mode, on the host:
+ *     contain-agent --exec-as UID GID [--join-cgroup DIR/tasks]... -- PROGRAM ARGS...
+ * first moves itself into each named cgroup v1 directory, then drops every group, sets gid then
+ * uid (checking each took), and execs PROGRAM. The launcher uses it to start bwrap as the
+ * unprivileged sandbox user through posix_spawn/vfork instead of a full fork of the Python
+ * process. It never kills anything, so the pid-1 rule below does not apply to it.
+ *
+ * Why join here: bwrap and everything it starts inherit the cgroup at fork, so the sandbox is
+ * inside its limits from its first instruction with no later migration. And it is cheap: writing
+ * "0" to a v1 `tasks` file moves only the calling (single) thread, which the kernel does without
+ * the global threadgroup lock that moving another process through cgroup.procs takes; that lock
+ * waits for an RCU grace period (7-15 ms on a quiet 2-vCPU VM) whenever no other migration ran
+ * in the last few milliseconds. Any failure refuses before anything is exec'd. */
+#define MAX_JOINS 16
+
+static int join_cgroup(const char *tasks_file) {
+    const char *slash = strrchr(tasks_file, '/');
+    if (tasks_file[0] != '/' || slash == NULL || strcmp(slash, "/tasks") != 0) {
+        dprintf(STDERR_FILENO, "contain-agent: --join-cgroup wants an absolute .../tasks path, got %s\n", tasks_file);
+        return -1;
+    }
+    int fd = open(tasks_file, O_WRONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0 || write(fd, "0", 1) != 1) {
+        dprintf(STDERR_FILENO, "contain-agent: cannot join cgroup %s: %s\n", tasks_file, strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    close(fd);
+    return 0;
+}
+
 static int exec_as(int argc, char **argv) {
     long uid, gid;
-    if (argc < 6 || strcmp(argv[4], "--") != 0 || parse_int(argv[2], 1, 0x7fffffffL, &uid) < 0 ||
-        parse_int(argv[3], 1, 0x7fffffffL, &gid) < 0) {
-        dprintf(STDERR_FILENO, "contain-agent: usage: --exec-as UID GID -- PROGRAM [ARGS...] "
-                               "(UID and GID must not be 0)\n");
-        return EXIT_REFUSED;
+    int i = 4, joins = 0;
+    const char *join[MAX_JOINS];
+    if (argc < 6 || parse_int(argv[2], 1, 0x7fffffffL, &uid) < 0 || parse_int(argv[3], 1, 0x7fffffffL, &gid) < 0)
+        goto usage;
+    for (; i + 1 < argc && strcmp(argv[i], "--join-cgroup") == 0; i += 2) {
+        if (joins == MAX_JOINS)
+            goto usage;
+        join[joins++] = argv[i + 1];
     }
+    if (i + 1 >= argc || strcmp(argv[i], "--") != 0)
+        goto usage; /* the whole command line is checked before anything changes */
+    for (int j = 0; j < joins; j++)
+        if (join_cgroup(join[j]) < 0)
+            return EXIT_REFUSED;
     if (setgroups(0, NULL) < 0 || setresgid((gid_t)gid, (gid_t)gid, (gid_t)gid) < 0 ||
         setresuid((uid_t)uid, (uid_t)uid, (uid_t)uid) < 0) {
         dprintf(STDERR_FILENO, "contain-agent: cannot switch to %ld:%ld: %s\n", uid, gid, strerror(errno));
@@ -1055,8 +1091,12 @@ static int exec_as(int argc, char **argv) {
         dprintf(STDERR_FILENO, "contain-agent: the switch to %ld:%ld did not hold\n", uid, gid);
         return EXIT_REFUSED;
     }
-    execv(argv[5], &argv[5]);
-    dprintf(STDERR_FILENO, "contain-agent: cannot exec %s: %s\n", argv[5], strerror(errno));
+    execv(argv[i + 1], &argv[i + 1]);
+    dprintf(STDERR_FILENO, "contain-agent: cannot exec %s: %s\n", argv[i + 1], strerror(errno));
+    return EXIT_REFUSED;
+usage:
+    dprintf(STDERR_FILENO, "contain-agent: usage: --exec-as UID GID [--join-cgroup DIR/tasks]... -- PROGRAM "
+                           "[ARGS...] (UID and GID must not be 0)\n");
     return EXIT_REFUSED;
 }
 
