@@ -207,3 +207,70 @@ def test_crash_recovery_on_this_store(store_factory: Any, tmp_path: Path, apply:
     conn.close()
     second.close()
     assert verify_entries(second.store.raw_rows()) == []
+
+
+def test_a_failing_function_in_a_shared_batch_undoes_only_itself(store_factory: Any) -> None:
+    """One caller leads while three queue behind it; their batch has one failure, which is replayed
+    with savepoints so the other two commit and the chain stays whole."""
+    store = store_factory()
+    store.start()
+    release = threading.Event()
+    leading = threading.Event()
+
+    def slow(t: Any) -> int:
+        leading.set()
+        release.wait(5)
+        return _append(t, 0)
+
+    def bad(t: Any) -> None:
+        _append(t, 99)
+        raise ValueError("no")
+
+    outcomes: dict[str, Any] = {}
+
+    def call(name: str, fn: Any) -> None:
+        try:
+            outcomes[name] = store.run(fn)
+        except ValueError as exc:
+            outcomes[name] = exc
+
+    first = threading.Thread(target=call, args=("slow", slow))
+    first.start()
+    assert leading.wait(5)
+    others = [threading.Thread(target=call, args=(n, f)) for n, f in
+              (("a", lambda t: _append(t, 1)), ("bad", bad), ("b", lambda t: _append(t, 2)))]
+    for t in others:
+        t.start()
+    while len(store._pending) < 3:  # all three queued behind the leader: they form the next batch
+        threading.Event().wait(0.01)
+    commits = store.commits
+    release.set()
+    for t in [first, *others]:
+        t.join()
+    assert isinstance(outcomes["bad"], ValueError) and outcomes["slow"] == 1
+    assert sorted([outcomes["a"], outcomes["b"]]) == [2, 3] and store.commits == commits + 2
+    rows = store.raw_rows()
+    assert sorted(r["detail"]["n"] for r in rows) == [0, 1, 2] and verify_entries(rows) == []
+
+
+def test_buffered_writes_read_back_as_the_database_would(store_factory: Any) -> None:
+    store = store_factory()
+    store.start()
+    first = IdempotencyRecord("p", "k", "a", "d", "in_flight", 0, {}, 3)
+    later = IdempotencyRecord("p", "k", "other", "x", "done", 200, {"n": 1.0}, 9)
+
+    def inside(t: Any) -> list[Any]:
+        seen = [t.get_record("p", "k")]
+        t.put_record(first)
+        t.put_record(later)  # an update keeps action, digest and intent_seq (ON CONFLICT ... SET state, ...)
+        seen.append(t.get_record("p", "k"))
+        t.delete_record("p", "gone")
+        seen.append(t.get_record("p", "gone"))
+        return seen
+
+    store.run(lambda t: t.put_record(IdempotencyRecord("p", "gone", "a", "d", "done", 200, {}, 1)))
+    before, buffered, deleted = store.run(inside, records=[("p", "k"), ("p", "gone")])
+    stored = store.run(lambda t: t.get_record("p", "k"))
+    assert before is None and deleted is None and store.run(lambda t: t.get_record("p", "gone")) is None
+    assert buffered == stored == IdempotencyRecord("p", "k", "a", "d", "done", 200, {"n": 1.0}, 3)
+    assert [r.key for r in store.run(lambda t: t.in_flight())] == []

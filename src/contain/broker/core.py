@@ -7,9 +7,7 @@ intent → execute → outcome, each refusal with its ledger entry. Transport-fr
   2. the action must exist (404) and be in the token's scope (403);
   3. arguments must parse with the action's model (400); the argument digest is over the parsed
      arguments, which is what will execute and what a grant must name;
-  4. idempotency (``plan_claim``): replay a stored result, 409 while in flight, 422 on a reused key
-     with different arguments. Looked up *before* authorization so a retry is answered from the
-     store and never re-decided against a record that the first write already changed;
+  4. the idempotency key (400 if malformed);
   5. authorize (403) and the business validator (422 or review) — stored under the key and replayed;
   6. review: without a grant → 202 pending (not stored: the caller comes back with a grant); a
      grant is verified by the broker itself (``contain.gate.grants.verify_grant``) → 403 if bad;
@@ -22,6 +20,13 @@ hook: applied → the outcome is recorded and replayed; not applied → the key 
 retry executes; otherwise the outcome is declared unknown and never retried blindly.
 
 Any exception inside a decision (authorize, validate) is a deny (fail closed).
+
+What is stored under the key always wins over the decision (``plan_claim``: replay a stored
+result, 409 while in flight, 422 on a reused key with different arguments): every way out of
+steps 5-7 (the claim, a refusal, a pending review) first settles the key inside the same write
+transaction, so a retry is answered from the store and never by a decision re-made against a
+record that the first write already changed. Reading the key once more before deciding would
+cost every request a read for the rare retry.
 """
 
 from __future__ import annotations
@@ -41,7 +46,7 @@ from pydantic import ValidationError
 from contain.broker.actions import Action, ActionFailed, CheckResult, Decision, Intent, Principal, SecretStore
 from contain.broker.actions import action_tool_digest as _tool_digest
 from contain.broker.idempotency import IdempotencyRecord, derive_key, is_valid_key, plan_claim
-from contain.broker.ledger import Checkpointer, plan_entry
+from contain.broker.ledger import Checkpointer, EntryDraft, EntrySubject, chain, draft_entry, entry_subject
 from contain.broker.storage import Store, Txn
 from contain.broker.tokens import TokenCheck, TokenKey, TokenScope, verify_token
 from contain.gate.digests import DIGEST_PREFIX, canonical_json
@@ -82,6 +87,27 @@ class _Ctx:
     key: str = ""
     digest: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
+    _subject: EntrySubject | None = None
+
+    def subject(self) -> EntrySubject:
+        """The encoded shared fields of this request's entries (re-encoded when a field changed)."""
+        cached = self._subject
+        fields = (self.task, self.principal, self.action, self.key, self.digest)
+        if cached is None or fields != (
+            cached.task,
+            cached.principal,
+            cached.action,
+            cached.idempotency_key,
+            cached.argument_digest,
+        ):
+            cached = self._subject = entry_subject(
+                task=self.task,
+                principal=self.principal,
+                action=self.action,
+                idempotency_key=self.key,
+                argument_digest=self.digest,
+            )
+        return cached
 
 
 class _DeferredUse:
@@ -176,22 +202,29 @@ class Broker:
 
     # -- ledger helpers ----------------------------------------------------------------------------
 
-    def _append(self, txn: Txn, ctx: _Ctx, kind: str, detail: Mapping[str, Any]) -> int:
-        entry = plan_entry(
-            txn.head(),
-            kind=kind,
-            task=ctx.task,
-            principal=ctx.principal,
-            action=ctx.action,
-            idempotency_key=ctx.key,
-            argument_digest=ctx.digest,
-            detail={**ctx.extra, **detail},
-            now=self._clock(),
-        )
-        txn.append(entry)
-        return entry.seq
+    def _draft(self, ctx: _Ctx, kind: str, detail: Mapping[str, Any]) -> EntryDraft:
+        """Encode an entry on the caller's thread; only chaining it waits for the commit."""
+        return draft_entry(ctx.subject(), kind, {**ctx.extra, **detail})
 
-    def _refuse(self, ctx: _Ctx, status: int, code: str, reason: str, *, store: bool = False) -> BrokerReply:
+    def _chain(self, txn: Txn, *drafts: EntryDraft) -> int:
+        """Append ``drafts`` after the head, in order; returns the last seq."""
+        head = txn.head()
+        entries = []
+        for draft in drafts:
+            entry = chain(draft, head, now=self._clock())
+            entries.append(entry)
+            head = (entry.seq, entry.hash)
+        txn.append(*entries)
+        return head[0]
+
+    def _append(self, txn: Txn, ctx: _Ctx, kind: str, detail: Mapping[str, Any]) -> int:
+        return self._chain(txn, self._draft(ctx, kind, detail))
+
+    def _refuse(
+        self, ctx: _Ctx, status: int, code: str, reason: str, *, store: bool = False, settle: bool = False
+    ) -> BrokerReply:
+        """Record a denial (and with ``store``, keep it under the key); with ``store`` or ``settle``
+        a record already under the key answers instead (see the module docstring)."""
         body = {
             "status": "refused",
             "error": {"code": code, "reason": reason},
@@ -200,19 +233,21 @@ class Broker:
             "argument_digest": ctx.digest or None,
         }
 
+        denial = self._draft(ctx, "denial", {"status": status, "code": code, "reason": reason})
+
         def write(txn: Txn) -> BrokerReply:
-            if store:  # a request with this key may have claimed it meanwhile: answer as it says
+            if store or settle:  # what is stored under the key answers instead
                 raced = self._settle_existing(txn, ctx)
                 if raced is not None:
                     return raced
-            seq = self._append(txn, ctx, "denial", {"status": status, "code": code, "reason": reason})
+            seq = self._chain(txn, denial)
             if store:
                 txn.put_record(
                     IdempotencyRecord(ctx.principal, ctx.key, ctx.action, ctx.digest, "done", status, body, seq)
                 )
             return BrokerReply(status, {**body, "ledger_seq": seq, "replayed": False})
 
-        return self.store.run(write)
+        return self.store.run(write, records=[(ctx.principal, ctx.key)] if store or settle else [])
 
     def record_refusal(self, status: int, code: str, reason: str, *, token: str | None = None) -> BrokerReply:
         """Record a refusal made before the decision path (malformed HTTP, unknown path, a bad
@@ -261,11 +296,6 @@ class Broker:
             ctx.key = request.idempotency_key
         else:
             ctx.key = derive_key(action=action.name, argument_digest=ctx.digest, grant_id=_grant_ref(request.grant))
-        stored = self.store.read(lambda t: t.get_record(ctx.principal, ctx.key))
-        if stored is not None:  # rare: a retry, a duplicate or a reused key; settle it in the writer
-            early = self.store.run(lambda t: self._settle_existing(t, ctx))
-            if early is not None:
-                return early
         return self._decide_and_execute(ctx, action, args, arguments, request.grant, scope)
 
     def _settle_existing(self, txn: Txn, ctx: _Ctx) -> BrokerReply | None:
@@ -337,10 +367,15 @@ class Broker:
                 now=self._clock(),
             )
             if not verdict.ok or verdict.grant is None:
-                return self._refuse(ctx, 403, "grant", verdict.reason)
+                return self._refuse(ctx, 403, "grant", verdict.reason, settle=True)
             grant_detail = {"grant_id": verdict.grant.grant_id, "reviewer": verdict.grant.reviewer}
         intent = Intent(action.name, ctx.principal, ctx.task, ctx.key, ctx.digest, arguments)
-        claimed = self.store.run(lambda t: self._claim(t, ctx, decision, arguments, uses, grant_detail))
+        drafts = (
+            self._draft(ctx, "request", {"replayed": False}),
+            self._draft(ctx, "decision", {"verdict": decision.verdict, "reason": decision.reason, **grant_detail}),
+            self._draft(ctx, "intent", {"arguments": arguments}),
+        )
+        claimed = self.store.run(lambda t: self._claim(t, ctx, drafts, uses), records=[(ctx.principal, ctx.key)])
         if isinstance(claimed, BrokerReply):
             return claimed
         return self._execute(ctx, action, args, intent, claimed)
@@ -358,22 +393,20 @@ class Broker:
             "principal": ctx.principal,
             "arguments": arguments,
         }
-        seq = self.store.run(
-            lambda t: self._append(
-                t, ctx, "decision", {"verdict": "review", "pending": True, "reason": decision.reason}
-            )
-        )
-        return BrokerReply(202, {**body, "ledger_seq": seq, "replayed": False})
+        pending = self._draft(ctx, "decision", {"verdict": "review", "pending": True, "reason": decision.reason})
+
+        def write(txn: Txn) -> BrokerReply:
+            stored = self._settle_existing(txn, ctx)  # a retry of a reviewed write replays
+            if stored is not None:
+                return stored
+            return BrokerReply(202, {**body, "ledger_seq": self._chain(txn, pending), "replayed": False})
+
+        return self.store.run(write, records=[(ctx.principal, ctx.key)])
 
     def _claim(
-        self,
-        txn: Txn,
-        ctx: _Ctx,
-        decision: Decision,
-        arguments: dict[str, Any],
-        uses: _DeferredUse,
-        grant_detail: dict[str, Any],
+        self, txn: Txn, ctx: _Ctx, drafts: tuple[EntryDraft, EntryDraft, EntryDraft], uses: _DeferredUse
     ) -> int | BrokerReply:
+        """Claim the key and record request, decision and intent (``drafts``), or answer as stored."""
         raced = self._settle_existing(txn, ctx)
         if raced is not None:
             return raced
@@ -391,9 +424,7 @@ class Broker:
                     "replayed": False,
                 },
             )
-        self._append(txn, ctx, "request", {"replayed": False})
-        self._append(txn, ctx, "decision", {"verdict": decision.verdict, "reason": decision.reason, **grant_detail})
-        seq = self._append(txn, ctx, "intent", {"arguments": arguments})
+        seq = self._chain(txn, *drafts)
         txn.put_record(IdempotencyRecord(ctx.principal, ctx.key, ctx.action, ctx.digest, "in_flight", 0, {}, seq))
         return seq
 
@@ -424,19 +455,20 @@ class Broker:
                 },
             )
 
+        outcome = self._draft(
+            ctx,
+            "outcome",
+            {
+                "status": body["status"],
+                "http_status": status,
+                "intent_seq": intent_seq,
+                "result": body.get("result"),
+                "error": body.get("error"),
+            },
+        )
+
         def finish(txn: Txn) -> int:
-            seq = self._append(
-                txn,
-                ctx,
-                "outcome",
-                {
-                    "status": body["status"],
-                    "http_status": status,
-                    "intent_seq": intent_seq,
-                    "result": body.get("result"),
-                    "error": body.get("error"),
-                },
-            )
+            seq = self._chain(txn, outcome)
             txn.put_record(
                 IdempotencyRecord(ctx.principal, ctx.key, ctx.action, ctx.digest, "done", status, body, intent_seq)
             )

@@ -21,6 +21,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import math
 import os
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -34,16 +35,23 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 
 from contain.gate.digests import canonical_json
 
+_encode_text = json.encoder.encode_basestring  # json.dumps(ensure_ascii=False) for one str
+
 __all__ = [
     "CHECKPOINT_DOMAIN",
     "GENESIS_HASH",
     "LEDGER_DOMAIN",
     "Checkpoint",
     "Checkpointer",
+    "EntryDraft",
     "EntryKind",
+    "EntrySubject",
     "LedgerEntry",
     "LedgerProblem",
+    "chain",
+    "draft_entry",
     "entry_hash",
+    "entry_subject",
     "load_checkpoint_key",
     "load_public_key",
     "plan_entry",
@@ -78,6 +86,9 @@ class LedgerEntry:
     argument_digest: str
     detail: Mapping[str, Any]
     hash: str
+    # canonical JSON of ``detail`` when this process made the entry (what the store writes);
+    # not part of the entry's content.
+    detail_json: str | None = field(default=None, repr=False, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
         # Not dataclasses.asdict: its deepcopy of ``detail`` dominated the broker's CPU profile.
@@ -124,6 +135,141 @@ def entry_hash(entry: LedgerEntry | Mapping[str, Any]) -> str:
     return hashlib.sha256(LEDGER_DOMAIN + canonical_json(_hashed_fields(entry))).hexdigest()
 
 
+def _text(value: object) -> bytes:
+    """Canonical JSON of a string, as ``canonical_json`` writes it (exact ``str``; UTF-8)."""
+    if type(value) is not str:
+        raise ValueError(f"a {type(value).__name__} is not a JSON string")
+    try:
+        return _encode_text(value).encode()
+    except UnicodeEncodeError as exc:
+        raise ValueError("text contains a lone surrogate, which is not valid UTF-8") from exc
+
+
+def _stamp(value: float) -> bytes:
+    """Canonical JSON of the entry time: integral floats as integers, others by shortest repr."""
+    if type(value) is int:
+        return str(value).encode()
+    if type(value) is not float:
+        raise ValueError(f"a {type(value).__name__} is not a JSON number")
+    if math.isnan(value) or math.isinf(value):
+        raise ValueError(f"{value!r} is not a JSON number; NaN and Infinity are refused")
+    return (str(int(value)) if value.is_integer() else float.__repr__(value)).encode()
+
+
+@dataclass(frozen=True)
+class EntrySubject:
+    """The fields every ledger entry about one request shares, with their canonical encodings.
+
+    Entries are encoded in pieces around ``seq``, ``prev_hash`` and ``time`` (keys sorted: action,
+    argument_digest, detail, idempotency_key, kind, *prev_hash*, principal, *seq*, task, *time*),
+    so that the four entries of a write encode these fields once and chaining an entry
+    (``chain``) is a concatenation and one SHA-256.
+    """
+
+    task: str
+    principal: str
+    action: str
+    idempotency_key: str
+    argument_digest: str
+    before_detail: bytes = field(repr=False)  # '{"action":...,"argument_digest":...,"detail":'
+    before_kind: bytes = field(repr=False)  # ',"idempotency_key":...,"kind":'
+    before_seq: bytes = field(repr=False)  # ',"principal":...,"seq":'
+    before_time: bytes = field(repr=False)  # ',"task":...,"time":'
+
+
+def entry_subject(
+    *, task: str, principal: str, action: str, idempotency_key: str, argument_digest: str
+) -> EntrySubject:
+    """Encode the shared fields (pure).
+
+    Raises:
+        ValueError: a field that is not text.
+    """
+    return EntrySubject(
+        task=task,
+        principal=principal,
+        action=action,
+        idempotency_key=idempotency_key,
+        argument_digest=argument_digest,
+        before_detail=b'{"action":' + _text(action) + b',"argument_digest":' + _text(argument_digest) + b',"detail":',
+        before_kind=b',"idempotency_key":' + _text(idempotency_key) + b',"kind":',
+        before_seq=b',"principal":' + _text(principal) + b',"seq":',
+        before_time=b',"task":' + _text(task) + b',"time":',
+    )
+
+
+@dataclass(frozen=True)
+class EntryDraft:
+    """A ledger entry before it is chained: every field but ``seq``, ``prev_hash`` and ``time``.
+
+    Its encoding up to ``prev_hash`` is prepared; the bytes ``chain`` hashes are exactly
+    ``canonical_json`` of the finished entry without its hash (the tests compare the two), so
+    ``entry_hash`` and every verifier see the same hash. Drafting can happen on any thread; only
+    chaining needs the head, which only the committing transaction holds.
+    """
+
+    subject: EntrySubject
+    kind: str
+    detail: dict[str, Any]
+    detail_json: str  # canonical JSON of ``detail``, also what the store keeps
+    before_prev: bytes = field(repr=False)  # '{"action":...,"kind":...,"prev_hash":'
+
+
+_KIND_TEXT = {kind: _text(kind) + b',"prev_hash":' for kind in ENTRY_KINDS}
+
+
+def draft_entry(subject: EntrySubject, kind: str, detail: Mapping[str, Any]) -> EntryDraft:
+    """Prepare an entry of ``kind`` about ``subject`` for chaining (pure).
+
+    Raises:
+        ValueError: unknown kind, or a detail that is not JSON.
+    """
+    if kind not in _KIND_TEXT:
+        raise ValueError(f"ledger entry kind {kind!r} is not one of {', '.join(ENTRY_KINDS)}")
+    details = dict(detail)
+    encoded = canonical_json(details)  # validates the detail: JSON values only
+    return EntryDraft(
+        subject=subject,
+        kind=kind,
+        detail=details,
+        detail_json=encoded.decode(),
+        before_prev=b"".join((subject.before_detail, encoded, subject.before_kind, _KIND_TEXT[kind])),
+    )
+
+
+def chain(draft: EntryDraft, head: tuple[int, str], *, now: float | None = None) -> LedgerEntry:
+    """Return ``draft`` as the entry that follows ``head`` = (seq, hash); pure apart from the default clock."""
+    seq, prev = head
+    stamp = round(time.time() if now is None else now, 6)
+    subject = draft.subject
+    hashed = b"".join(
+        (
+            LEDGER_DOMAIN,
+            draft.before_prev,
+            _text(prev),
+            subject.before_seq,
+            str(seq + 1).encode(),
+            subject.before_time,
+            _stamp(stamp),
+            b"}",
+        )
+    )
+    return LedgerEntry(
+        seq=seq + 1,
+        prev_hash=prev,
+        time=stamp,
+        kind=draft.kind,
+        task=subject.task,
+        principal=subject.principal,
+        action=subject.action,
+        idempotency_key=subject.idempotency_key,
+        argument_digest=subject.argument_digest,
+        detail=draft.detail,
+        hash=hashlib.sha256(hashed).hexdigest(),
+        detail_json=draft.detail_json,
+    )
+
+
 def plan_entry(
     head: tuple[int, str],
     *,
@@ -141,27 +287,11 @@ def plan_entry(
     Raises:
         ValueError: unknown kind, or a detail that is not JSON.
     """
-    if kind not in ENTRY_KINDS:
-        raise ValueError(f"ledger entry kind {kind!r} is not one of {', '.join(ENTRY_KINDS)}")
-    seq, prev = head
-    stamp = round(time.time() if now is None else now, 6)
-    fields: dict[str, Any] = {
-        "seq": seq + 1,
-        "prev_hash": prev,
-        "time": stamp,
-        "kind": kind,
-        "task": task,
-        "principal": principal,
-        "action": action,
-        "idempotency_key": idempotency_key,
-        "argument_digest": argument_digest,
-        "detail": dict(detail),
-    }
-    # One canonical encoding per entry: it validates the detail (JSON values only) and is what the
-    # hash covers. A verifier re-encodes the stored JSON and gets the same bytes, since
-    # canonical_json(json.loads(json.dumps(x))) == canonical_json(x) for every value it accepts.
-    digest = hashlib.sha256(LEDGER_DOMAIN + canonical_json(fields)).hexdigest()
-    return LedgerEntry(**fields, hash=digest)
+    subject = entry_subject(
+        task=task, principal=principal, action=action, idempotency_key=idempotency_key, argument_digest=argument_digest
+    )
+    draft = draft_entry(subject, kind, detail)
+    return chain(draft, head, now=now)
 
 
 # -- checkpoints ---------------------------------------------------------------------------------

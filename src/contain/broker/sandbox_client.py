@@ -53,20 +53,66 @@ class Reply:
         return f"Reply({self.status}, {self.body!r})"
 
 
-class _UnixConnection(http.client.HTTPConnection):
-    def __init__(self, path: str, timeout: float) -> None:
-        super().__init__("broker", timeout=timeout)
-        self._path = path
+MAX_HEAD_BYTES = 65536
 
-    def connect(self) -> None:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.settimeout(self.timeout)
-        sock.connect(self._path)
+
+class _Connection:
+    """One kept-alive HTTP/1.1 connection to the broker: a request is written whole, the reply read
+    by its Content-Length. A few lines instead of ``http.client``, whose per-response header parsing
+    (``email.parser``) cost more than the broker spends deciding a call."""
+
+    def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
+        self._buffer = b""
+
+    def exchange(self, request: bytes) -> tuple[int, bool, bytes]:
+        """Send ``request``; return (status, keep-alive, body)."""
+        self.sock.sendall(request)
+        status, keep, length = self._read_head()
+        if length is None:  # no Content-Length: the body runs to the end of the connection
+            while self._receive():
+                pass
+            body, self._buffer = self._buffer, b""
+            return status, False, body
+        while len(self._buffer) < length:
+            if not self._receive():
+                raise http.client.IncompleteRead(self._buffer, length - len(self._buffer))
+        body, self._buffer = self._buffer[:length], self._buffer[length:]
+        return status, keep, body
+
+    def _receive(self) -> bool:
+        chunk = self.sock.recv(65536)
+        self._buffer += chunk
+        return bool(chunk)
+
+    def _read_head(self) -> tuple[int, bool, int | None]:
+        while (end := self._buffer.find(b"\r\n\r\n")) < 0:
+            if len(self._buffer) > MAX_HEAD_BYTES:
+                raise http.client.LineTooLong("response head")
+            if not self._receive():
+                raise http.client.RemoteDisconnected("the broker closed the connection without a reply")
+        head, self._buffer = self._buffer[:end].decode("latin-1"), self._buffer[end + 4 :]
+        lines = head.split("\r\n")
+        version, _, rest = lines[0].partition(" ")
+        code = rest[:3]
+        if not version.startswith("HTTP/1.") or len(code) != 3 or not code.isdigit():
+            raise http.client.BadStatusLine(lines[0])
+        headers = {}
+        for line in lines[1:]:
+            name, _, value = line.partition(":")
+            headers[name.strip().lower()] = value.strip()
+        keep = version == "HTTP/1.1" and headers.get("connection", "").lower() != "close"
+        length = headers.get("content-length")
+        if length is not None and not length.isdigit():
+            raise http.client.HTTPException(f"bad Content-Length {length!r}")
+        return int(code), keep, None if length is None else int(length)
+
+    def close(self) -> None:
+        self.sock.close()
 
 
 class BrokerClient:
-    """A small client: one request per connection, JSON in and out."""
+    """A small client: one kept-alive connection per thread, JSON in and out."""
 
     def __init__(
         self,
@@ -86,27 +132,40 @@ class BrokerClient:
         self.timeout = timeout
         self._local = threading.local()  # one kept-alive connection per thread
 
-    def _connection(self) -> http.client.HTTPConnection:
+    def _socket(self) -> socket.socket:
         if self.tcp is not None:
-            return http.client.HTTPConnection(self.tcp[0], self.tcp[1], timeout=self.timeout)
-        return _UnixConnection(self.socket_path, self.timeout)
+            return socket.create_connection(self.tcp, timeout=self.timeout)
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.settimeout(self.timeout)
+            sock.connect(self.socket_path)
+        except OSError:
+            sock.close()
+            raise
+        return sock
+
+    def _head(self, method: str, path: str, length: int, *, close: bool = False) -> bytes:
+        host = f"{self.tcp[0]}:{self.tcp[1]}" if self.tcp is not None else "broker"
+        ending = "Connection: close\r\n\r\n" if close else "\r\n"
+        return (
+            f"{method} {path} HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {self.token}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {length}\r\n{ending}"
+        ).encode()
 
     def request(self, method: str, path: str, body: dict[str, Any] | None = None) -> Reply:
         """One request on this thread's kept-alive connection (reconnects once if it went stale)."""
-        data = json.dumps(body).encode() if body is not None else None
-        headers = {"Authorization": f"Bearer {self.token}", "Content-Type": "application/json"}
+        data = json.dumps(body).encode() if body is not None else b""
+        message = self._head(method, path, len(data)) + data
         for attempt in (0, 1):
             conn = getattr(self._local, "conn", None)
             fresh = conn is None
             if conn is None:
-                conn = self._local.conn = self._connection()
+                conn = self._local.conn = _Connection(self._socket())
             try:
-                conn.request(method, path, body=data, headers=headers)
-                response = conn.getresponse()
-                payload = response.read()
-                if response.will_close:
+                status, keep, payload = conn.exchange(message)
+                if not keep:
                     self._drop()
-                return Reply(response.status, json.loads(payload) if payload else {})
+                return Reply(status, json.loads(payload) if payload else {})
             except (OSError, http.client.HTTPException):
                 self._drop()
                 # A kept-alive connection the server closed fails before the request is read;
@@ -129,19 +188,13 @@ class BrokerClient:
         The caller learns nothing about the outcome, exactly as when a response is lost in transit;
         waiting for the broker to close the connection makes the demonstration deterministic.
         """
-        conn = self._connection()
-        conn.connect()
-        assert conn.sock is not None
+        sock = self._socket()
         data = json.dumps(_call_body(arguments, idempotency_key, grant)).encode()
-        head = (
-            f"POST /v1/actions/{action} HTTP/1.1\r\nHost: broker\r\nAuthorization: Bearer {self.token}\r\n"
-            f"Content-Type: application/json\r\nContent-Length: {len(data)}\r\nConnection: close\r\n\r\n"
-        )
-        conn.sock.sendall(head.encode() + data)
-        conn.sock.shutdown(socket.SHUT_WR)
-        while conn.sock.recv(65536):  # discarded: the response is "lost"
+        sock.sendall(self._head("POST", f"/v1/actions/{action}", len(data), close=True) + data)
+        sock.shutdown(socket.SHUT_WR)
+        while sock.recv(65536):  # discarded: the response is "lost"
             pass
-        conn.close()
+        sock.close()
 
     def call(
         self,

@@ -10,7 +10,7 @@ Endpoints::
 
 A minimal HTTP/1.1 server side on ``socketserver`` with one thread per connection (keep-alive,
 Content-Length bodies only): the work per request is synchronous database I/O, which threads serve
-well, and the group-commit writer in ``storage`` turns concurrent requests into shared fsyncs.
+well, and the group commit in ``storage`` turns concurrent requests into shared fsyncs.
 ``http.server`` was the first version; its header parsing (``email.parser``) cost more per
 request than the broker's own decision path.
 
@@ -25,7 +25,9 @@ import contextlib
 import json
 import logging
 import os
+import socket
 import socketserver
+import struct
 import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -212,6 +214,7 @@ _REASONS = {
     503: "Service Unavailable",
 }
 MAX_LINE_BYTES = 8192
+IDLE_TIMEOUT_S = 60
 MAX_HEADERS = 64
 
 
@@ -228,10 +231,18 @@ def _make_handler(broker: Broker, spec: Callable[[], dict[str, Any]]) -> type[so
 
         Anything else (chunked bodies, oversized lines or headers) is refused and the connection
         closed: fail closed rather than guess where a request ends. An idle connection is closed
-        after ``timeout`` seconds so a silent client cannot hold a thread forever.
+        after ``IDLE_TIMEOUT_S`` so a silent client cannot hold a thread forever. The timeout is
+        the kernel's (SO_RCVTIMEO/SO_SNDTIMEO), not Python's: a Python socket timeout adds a
+        poll() and a GIL round trip before every read.
         """
 
-        timeout = 60.0
+        timeout = None
+
+        def setup(self) -> None:
+            super().setup()
+            limit = struct.pack("ll", IDLE_TIMEOUT_S, 0)  # struct timeval
+            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, limit)
+            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, limit)
 
         def _read_line(self) -> bytes:
             line = self.rfile.readline(MAX_LINE_BYTES + 1)
@@ -269,6 +280,8 @@ def _make_handler(broker: Broker, spec: Callable[[], dict[str, Any]]) -> type[so
             if length < 0 or length > MAX_BODY_BYTES:
                 raise _ParseError(413, "body over 1 MiB")
             body = self.rfile.read(length)
+            if body is None:  # the client stalled mid-body past the idle timeout
+                return None
             keep = version == "HTTP/1.1" and headers.get("connection", "").lower() != "close"
             return method, path, headers, body, keep
 
@@ -306,8 +319,8 @@ def _make_handler(broker: Broker, spec: Callable[[], dict[str, Any]]) -> type[so
                     self._send(route(broker, method, path, headers, body, spec), keep=keep)
                     if not keep:
                         return
-            except (BrokenPipeError, ConnectionResetError, TimeoutError):
-                return  # the caller went away; whatever the broker did is in the ledger
+            except (BrokenPipeError, ConnectionResetError, TimeoutError, BlockingIOError):
+                return  # the caller went away or stalled; whatever the broker did is in the ledger
 
     return Handler
 

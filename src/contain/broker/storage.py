@@ -1,10 +1,11 @@
 """Durable storage for the ledger, idempotency records and grant uses: SQLite (WAL) or PostgreSQL.
 
 One interface, ``Store``, with two backends that share every query (written with ``?``; the
-PostgreSQL backend rewrites them to ``%s``). All writes go through ``Store.run(fn)``: one writer
-thread takes every queued function, runs each inside its own SAVEPOINT of one transaction, and
-commits once (group commit, as PostgreSQL's ``commit_delay``): a function's effects are durable
-when ``run`` returns, and one failing function rolls back only its own savepoint.
+PostgreSQL backend rewrites them to ``%s``). All writes go through ``Store.run(fn)``, a group
+commit without a writer thread: the calling thread that finds no commit in progress leads, runs
+every queued function in one transaction and commits once, then hands the lead to a caller that
+queued meanwhile. A function's effects are durable when ``run`` returns, and one failing
+function rolls back only its own effects (the batch is replayed with a savepoint per function).
 
 What is enforced: appends are serialised (SQLite ``BEGIN IMMEDIATE``; PostgreSQL
 ``pg_advisory_xact_lock``) so the chain head read and the append are atomic; SQLite runs with
@@ -17,12 +18,12 @@ from __future__ import annotations
 
 import contextlib
 import json
-import queue
+import logging
 import sqlite3
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from concurrent.futures import Future
-from typing import Any, Protocol, TypeVar
+from dataclasses import replace
+from typing import Any, Protocol, TypeVar, cast
 
 from contain.broker.idempotency import IdempotencyRecord
 from contain.broker.ledger import GENESIS_HASH, LedgerEntry
@@ -30,6 +31,7 @@ from contain.broker.ledger import GENESIS_HASH, LedgerEntry
 __all__ = ["PostgresStore", "SqliteStore", "Store", "Txn", "open_store"]
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 _SCHEMA = (
     """CREATE TABLE IF NOT EXISTS ledger (
@@ -45,6 +47,7 @@ _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS grant_uses (grant_id TEXT PRIMARY KEY, used INTEGER NOT NULL)",
 )
 _COLUMNS = "seq, prev_hash, time, kind, task, principal, action, idempotency_key, argument_digest, detail, hash"
+_NAMES = tuple(c.strip() for c in _COLUMNS.split(","))
 
 
 class Cursorish(Protocol):
@@ -53,16 +56,37 @@ class Cursorish(Protocol):
     def fetchall(self) -> list[Any]: ...
 
 
+_RECORD_COLUMNS = "principal, key, action, argument_digest, state, status_code, response, intent_seq"
+_Key = tuple[str, str]
+
+
 class Txn:
-    """The operations allowed inside one ``Store.run`` function (one savepoint)."""
+    """The operations allowed inside one ``Store.run`` function.
+
+    Writes to the ledger and the idempotency table are buffered and written by ``flush`` in one
+    statement per table (the store flushes before every commit): each statement costs the leader a
+    GIL round trip, which other threads stretch. Reads see the buffered writes: ``head`` and
+    ``get_record`` answer from the buffer, ``in_flight`` and ``entry`` flush first.
+    """
 
     def __init__(self, cursor: Any, placeholder: str) -> None:
         self._cur = cursor
         self._ph = placeholder
         self._head: tuple[int, str] | None = None  # cached within one transaction; reset on rollback
+        self._entries: list[LedgerEntry] = []
+        self._records: dict[_Key, tuple[IdempotencyRecord, str] | None] = {}  # None: deleted
+        self._deleted: set[_Key] = set()
+        self._fetched: dict[_Key, IdempotencyRecord | None] = {}  # read ahead; dropped once written
 
     def forget_head(self) -> None:
+        """Drop everything not yet written, and the cached head (after a rollback)."""
         self._head = None
+        self.discard()
+
+    def discard(self) -> None:
+        self._entries.clear()
+        self._records.clear()
+        self._deleted.clear()
 
     def _exec(self, sql: str, params: Sequence[Any] = ()) -> Any:
         if self._ph != "?":
@@ -76,51 +100,78 @@ class Txn:
             self._head = (0, GENESIS_HASH) if row is None else (int(row[0]), str(row[1]))
         return self._head
 
-    def append(self, entry: LedgerEntry) -> None:
-        d = entry.to_dict()
-        d["detail"] = json.dumps(d["detail"], sort_keys=True)
-        self._exec(
-            f"INSERT INTO ledger ({_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
-            [d[c.strip()] for c in _COLUMNS.split(",")],
-        )
-        self._head = (entry.seq, entry.hash)
+    def append(self, *entries: LedgerEntry) -> None:
+        """Append consecutive entries, already chained onto ``head()`` (written by ``flush``)."""
+        if entries:
+            self._entries.extend(entries)
+            self._head = (entries[-1].seq, entries[-1].hash)
+
+    def prefetch(self, keys: Sequence[_Key]) -> None:
+        """Read the records under ``keys`` in one query, for ``get_record`` to answer from."""
+        wanted = sorted(set(keys) - set(self._fetched))
+        if not wanted:
+            return
+        match = " OR ".join(["(principal = ? AND key = ?)"] * len(wanted))
+        rows = self._exec(
+            f"SELECT {_RECORD_COLUMNS} FROM idempotency WHERE {match}", [v for pair in wanted for v in pair]
+        ).fetchall()
+        self._fetched.update(dict.fromkeys(wanted))
+        self._fetched.update({(str(row[0]), str(row[1])): _record(row) for row in rows})
 
     def get_record(self, principal: str, key: str) -> IdempotencyRecord | None:
+        slot = (principal, key)
+        if slot in self._records:
+            buffered = self._records[slot]
+            return None if buffered is None else replace(buffered[0], response=json.loads(buffered[1]))
+        if slot in self._fetched:
+            return self._fetched[slot]
         row = self._exec(
-            "SELECT principal, key, action, argument_digest, state, status_code, response, intent_seq "
-            "FROM idempotency WHERE principal = ? AND key = ?",
-            (principal, key),
+            f"SELECT {_RECORD_COLUMNS} FROM idempotency WHERE principal = ? AND key = ?", (principal, key)
         ).fetchone()
         return None if row is None else _record(row)
 
     def put_record(self, record: IdempotencyRecord) -> None:
-        self._exec(
-            "INSERT INTO idempotency (principal, key, action, argument_digest, state, status_code, response, "
-            "intent_seq) VALUES (?,?,?,?,?,?,?,?) ON CONFLICT (principal, key) DO UPDATE SET "
-            "state = excluded.state, status_code = excluded.status_code, response = excluded.response",
-            (
-                record.principal,
-                record.key,
-                record.action,
-                record.argument_digest,
-                record.state,
-                record.status_code,
-                json.dumps(dict(record.response), sort_keys=True),
-                record.intent_seq,
-            ),
-        )
+        """Insert, or update state, status and response of the stored record (as SQL ON CONFLICT would)."""
+        slot = (record.principal, record.key)
+        self._fetched.pop(slot, None)
+        earlier = self._records.get(slot)
+        if earlier is not None:  # an update keeps the first insert's action, digest and intent_seq
+            first = earlier[0]
+            record = replace(first, state=record.state, status_code=record.status_code, response=record.response)
+        self._records[slot] = (record, json.dumps(dict(record.response), sort_keys=True))
 
     def delete_record(self, principal: str, key: str) -> None:
-        self._exec("DELETE FROM idempotency WHERE principal = ? AND key = ?", (principal, key))
+        self._fetched.pop((principal, key), None)
+        self._records[(principal, key)] = None
+        self._deleted.add((principal, key))
+
+    def flush(self) -> None:
+        """Write what is buffered: deletions, then one INSERT per table."""
+        for principal, key in sorted(self._deleted):
+            self._exec("DELETE FROM idempotency WHERE principal = ? AND key = ?", (principal, key))
+        if self._entries:
+            rows = [_ledger_row(entry) for entry in self._entries]
+            values = ",".join([_row_placeholders(len(_NAMES))] * len(rows))
+            self._exec(f"INSERT INTO ledger ({_COLUMNS}) VALUES {values}", [v for row in rows for v in row])
+        puts = [item for item in self._records.values() if item is not None]
+        if puts:
+            values = ",".join([_row_placeholders(8)] * len(puts))
+            self._exec(
+                f"INSERT INTO idempotency ({_RECORD_COLUMNS}) VALUES {values} ON CONFLICT (principal, key) DO UPDATE "
+                "SET state = excluded.state, status_code = excluded.status_code, response = excluded.response",
+                [v for record, text in puts for v in _record_row(record, text)],
+            )
+        self.discard()
 
     def in_flight(self) -> list[IdempotencyRecord]:
+        self.flush()
         rows = self._exec(
-            "SELECT principal, key, action, argument_digest, state, status_code, response, intent_seq "
-            "FROM idempotency WHERE state = 'in_flight' ORDER BY intent_seq"
+            f"SELECT {_RECORD_COLUMNS} FROM idempotency WHERE state = 'in_flight' ORDER BY intent_seq"
         ).fetchall()
         return [_record(r) for r in rows]
 
     def entry(self, seq: int) -> LedgerEntry | None:
+        self.flush()
         row = self._exec(f"SELECT {_COLUMNS} FROM ledger WHERE seq = ?", (seq,)).fetchone()
         return None if row is None else _entry(row)
 
@@ -137,6 +188,40 @@ class Txn:
         return True
 
 
+def _row_placeholders(count: int) -> str:
+    return "(" + ",".join("?" * count) + ")"
+
+
+def _ledger_row(entry: LedgerEntry) -> tuple[Any, ...]:
+    detail = entry.detail_json if entry.detail_json is not None else json.dumps(dict(entry.detail), sort_keys=True)
+    return (
+        entry.seq,
+        entry.prev_hash,
+        entry.time,
+        entry.kind,
+        entry.task,
+        entry.principal,
+        entry.action,
+        entry.idempotency_key,
+        entry.argument_digest,
+        detail,
+        entry.hash,
+    )
+
+
+def _record_row(record: IdempotencyRecord, response: str) -> tuple[Any, ...]:
+    return (
+        record.principal,
+        record.key,
+        record.action,
+        record.argument_digest,
+        record.state,
+        record.status_code,
+        response,
+        record.intent_seq,
+    )
+
+
 def _record(row: Sequence[Any]) -> IdempotencyRecord:
     return IdempotencyRecord(
         principal=row[0],
@@ -151,26 +236,57 @@ def _record(row: Sequence[Any]) -> IdempotencyRecord:
 
 
 def _entry(row: Sequence[Any]) -> LedgerEntry:
-    names = [c.strip() for c in _COLUMNS.split(",")]
-    data = dict(zip(names, row, strict=True))
+    data = dict(zip(_NAMES, row, strict=True))
     data["detail"] = json.loads(data["detail"])
     return LedgerEntry.from_dict(data)
 
 
+_Applied = tuple[list[tuple["_Waiter", Any, BaseException | None]], tuple[int, str]]
+
+
+class _Waiter:
+    """One queued ``Store.run`` call: its function, its result, and the lock its thread sleeps on.
+
+    ``wake`` is created held; the thread that queued the call blocks on it until the leader
+    releases it, either because the call committed or because this thread now leads.
+    """
+
+    __slots__ = ("error", "finished", "fn", "keys", "value", "wake")
+
+    def __init__(self, fn: Callable[[Txn], Any], keys: Sequence[_Key]) -> None:
+        self.fn = fn
+        self.keys = keys
+        self.finished = False
+        self.value: Any = None
+        self.error: BaseException | None = None
+        self.wake = threading.Lock()
+        self.wake.acquire()
+
+    def settle(self, value: Any = None, error: BaseException | None = None) -> None:
+        self.value, self.error, self.finished = value, error, True
+
+    def result(self) -> Any:
+        if self.error is not None:
+            raise self.error
+        return self.value
+
+
 class Store:
-    """Base: the group-commit writer thread and the read side. Backends supply connections."""
+    """Base: leader-based group commit and the read side. Backends supply connections."""
 
     placeholder = "?"
     name = "store"
 
     def __init__(self, *, max_batch: int = 64) -> None:
-        self._queue: queue.Queue[tuple[Callable[[Txn], Any], Future[Any]] | None] = queue.Queue()
         self._max_batch = max_batch
-        self._writer: threading.Thread | None = None
+        self._conn: Any = None
+        self._mutex = threading.Lock()
+        self._idle = threading.Condition(self._mutex)
+        self._pending: list[_Waiter] = []
+        self._leading = False
         self._closed = False
         self.on_commit: Callable[[tuple[int, str]], None] | None = None
         self.commits = 0
-        self._local = threading.local()
 
     # backends implement these
     def _connect(self) -> Any:
@@ -190,127 +306,134 @@ class Store:
             conn.close()
 
     def start(self) -> None:
-        """Create the schema and start the writer thread."""
+        """Create the schema and open the write connection."""
         self._create_schema()
-        ready: Future[None] = Future()
-        self._writer = threading.Thread(target=self._write_loop, args=(ready,), name=f"{self.name}-writer", daemon=True)
-        self._writer.start()
-        ready.result()
+        self._conn = self._connect()
 
     def close(self) -> None:
-        if self._writer is not None and not self._closed:
-            self._closed = True
-            self._queue.put(None)
-            self._writer.join()
-
-    def run(self, fn: Callable[[Txn], T]) -> T:
-        """Run ``fn`` in the writer's next transaction and return its result once committed."""
-        if self._writer is None or self._closed or not self._writer.is_alive():
-            raise RuntimeError("the store is not running (not started, closed, or its writer died)")
-        future: Future[T] = Future()
-        self._queue.put((fn, future))
-        return future.result()
-
-    def _write_loop(self, ready: Future[None]) -> None:
-        try:
-            conn = self._connect()
-        except BaseException as exc:
-            ready.set_exception(exc)
-            return
-        ready.set_result(None)
-        try:
-            while True:
-                item = self._queue.get()
-                if item is None:
-                    return
-                batch = [item]
-                while len(batch) < self._max_batch:
-                    try:
-                        more = self._queue.get_nowait()
-                    except queue.Empty:
-                        break
-                    if more is None:
-                        self._queue.put(None)
-                        break
-                    batch.append(more)
-                self._commit_batch(conn, batch)
-        finally:
-            conn.close()
-            self._fail_queued()
-
-    def _fail_queued(self) -> None:
-        """The writer is gone: nothing queued will ever commit, so say so instead of hanging."""
-        while True:
-            try:
-                item = self._queue.get_nowait()
-            except queue.Empty:
+        """Refuse new calls, let the current leader finish what is queued, close the connection."""
+        with self._mutex:
+            if self._conn is None or self._closed:
                 return
-            if item is not None and not item[1].done():
-                item[1].set_exception(RuntimeError("the store's writer stopped before this commit"))
+            self._closed = True
+            while self._leading:
+                self._idle.wait()
+        self._conn.close()
 
-    def _commit_batch(self, conn: Any, batch: list[tuple[Callable[[Txn], Any], Future[Any]]]) -> None:
-        results: list[tuple[Future[Any], bool, Any]] = []
-        cursor = conn.cursor()
+    def run(self, fn: Callable[[Txn], T], *, records: Sequence[tuple[str, str]] = ()) -> T:
+        """Run ``fn`` in the next transaction and return its result once committed (durable).
+
+        Group commit without a writer thread: the caller that finds no commit in progress leads;
+        it takes every queued call (up to ``max_batch``), runs them in one transaction, commits
+        once and wakes their callers, then hands the lead to the oldest call queued meanwhile.
+        A lone caller commits on its own thread, so an uncontended write costs no thread handoff.
+        ``fn`` may run twice (see ``_commit_batch``), so it must act only through its ``Txn``.
+        ``records`` names the (principal, key) idempotency records ``fn`` will read: the batch
+        reads all of them in one query.
+        """
+        waiter = _Waiter(fn, records)
+        with self._mutex:
+            if self._conn is None or self._closed:
+                raise RuntimeError("the store is not running (not started, or closed)")
+            self._pending.append(waiter)
+            lead = not self._leading
+            self._leading = True
+        if not lead:
+            waiter.wake.acquire()  # released when committed, or when this call is handed the lead
+        if not waiter.finished:
+            self._lead()
+        return cast(T, waiter.result())
+
+    def _lead(self) -> None:
+        """Commit one batch (this thread's call is first in it), then pass the lead on or stop leading."""
+        with self._mutex:
+            batch = self._pending[: self._max_batch]
+            del self._pending[: self._max_batch]
         try:
-            self._begin(conn, cursor)
-            txn = Txn(cursor, self.placeholder)
-            isolate = len(batch) > 1  # a lone function needs no savepoint: a failure rolls back all
-            for number, (fn, future) in enumerate(batch):
-                if isolate:
-                    cursor.execute(f"SAVEPOINT s{number}")
-                try:
-                    value = fn(txn)
-                except Exception as exc:  # the function's own failure: undo only its savepoint
-                    if isolate:
-                        cursor.execute(f"ROLLBACK TO SAVEPOINT s{number}")
-                    else:
-                        conn.rollback()
-                        self._begin(conn, cursor)
-                    txn.forget_head()
-                    results.append((future, False, exc))
-                else:
-                    results.append((future, True, value))
-                if isolate:
-                    cursor.execute(f"RELEASE SAVEPOINT s{number}")
-            head = txn.head()
+            self._commit_batch(self._conn, batch)
+        finally:
+            with self._mutex:
+                successor = self._pending[0] if self._pending else None
+                if successor is None:
+                    self._leading = False
+                    if self._closed:
+                        self._idle.notify_all()  # close() waits for the last commit
+            if successor is not None:
+                successor.wake.release()  # it leads the next batch
+            for waiter in batch[1:]:  # batch[0] is this thread's own call
+                waiter.wake.release()
+
+    def _commit_batch(self, conn: Any, batch: list[_Waiter]) -> None:
+        """Run the batch in one transaction and settle every waiter; re-raises only non-Exceptions.
+
+        The batch first runs without savepoints (each costs two statements, and every statement
+        lets other threads take the GIL while the leader holds the write lock). When a function
+        fails, everything is rolled back and the batch runs again with one savepoint per function,
+        so the failure undoes only its own effects; functions act only through ``Txn``, so running
+        one again is safe.
+        """
+        try:
+            applied = self._apply(conn, batch, isolate=False)
+            if applied is None:
+                applied = self._apply(conn, batch, isolate=True)
+            assert applied is not None  # with savepoints every failure is contained
+            results, head = applied
             conn.commit()
             self.commits += 1
         except BaseException as exc:
             with contextlib.suppress(Exception):  # a broken connection: the failure below is what counts
                 conn.rollback()
-            for _, future in batch:
-                if not future.done():
-                    future.set_exception(exc)
+            for waiter in batch:
+                waiter.settle(error=exc)
             if not isinstance(exc, Exception):
                 raise
             return
-        if self.on_commit is not None:
-            self.on_commit(head)
-        for future, ok, value in results:
-            if ok:
-                future.set_result(value)
-            else:
-                future.set_exception(value)
-
-    # -- read side (own connection per call; never blocks the writer for long) --
-
-    def read(self, fn: Callable[[Txn], T]) -> T:
-        """Run a read-only ``fn`` on this thread's own connection, outside the writer's queue.
-
-        It sees the last committed state; anything decided from it must be re-checked inside
-        ``run`` (the broker re-checks the idempotency record when it claims the key).
-        """
-        conn = getattr(self._local, "conn", None)
-        if conn is None:
-            conn = self._local.conn = self._connect_reader()
-        cursor = conn.cursor()
         try:
-            return fn(Txn(cursor, self.placeholder))
-        finally:
-            conn.rollback()
+            if self.on_commit is not None:
+                self.on_commit(head)
+        except Exception:  # the batch is committed; a failed checkpoint must not turn it into a failure
+            log.exception("the commit hook failed (no checkpoint for head %s)", head[0])
+        for waiter, value, error in results:
+            waiter.settle(value, error)
 
-    def _connect_reader(self) -> Any:
-        return self._connect()
+    def _apply(self, conn: Any, batch: list[_Waiter], *, isolate: bool) -> _Applied | None:
+        """Run every function in one open transaction; None when one failed and isolation is needed."""
+        cursor = conn.cursor()
+        self._begin(conn, cursor)
+        txn = Txn(cursor, self.placeholder)
+        txn.prefetch([key for waiter in batch for key in waiter.keys])
+        results: list[tuple[_Waiter, Any, BaseException | None]] = []
+        for number, waiter in enumerate(batch):
+            if isolate:
+                cursor.execute(f"SAVEPOINT s{number}")
+            try:
+                value = waiter.fn(txn)
+                if isolate:
+                    txn.flush()  # inside the savepoint, so a failing write is this function's failure
+                results.append((waiter, value, None))
+            except Exception as exc:  # the function's own failure: undo only its effects
+                if isolate:
+                    cursor.execute(f"ROLLBACK TO SAVEPOINT s{number}")
+                else:
+                    conn.rollback()
+                    if len(batch) > 1:
+                        return None
+                    self._begin(conn, cursor)
+                txn.forget_head()
+                results.append((waiter, None, exc))
+            if isolate:
+                cursor.execute(f"RELEASE SAVEPOINT s{number}")
+        head = txn.head()
+        try:
+            txn.flush()
+        except Exception:
+            if isolate or len(batch) == 1:
+                raise  # nothing to separate: the whole batch fails
+            conn.rollback()
+            return None
+        return results, head
+
+    # -- read side (own connection per call, for verify, export and show) --
 
     def entries(self, *, after_seq: int = 0, limit: int | None = None) -> Iterator[LedgerEntry]:
         conn = self._connect()
@@ -333,12 +456,11 @@ class Store:
         ``detail`` is parsed when it is JSON and left as text otherwise, so a damaged row is
         reported by the verifier instead of stopping the read.
         """
-        names = [c.strip() for c in _COLUMNS.split(",")]
         conn = self._connect()
         try:
             cur = conn.cursor()
             cur.execute(f"SELECT {_COLUMNS} FROM ledger ORDER BY seq")
-            rows = [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
+            rows = [dict(zip(_NAMES, row, strict=True)) for row in cur.fetchall()]
         finally:
             conn.close()
         for row in rows:

@@ -429,3 +429,18 @@ def test_checkpoints_are_written_and_the_ledger_verifies_after_many_calls(broker
     points = read_checkpoints(tmp_path / "ledger.checkpoints")
     assert len(points) >= 3 and points[-1].seq == broker.store.raw_rows()[-1]["seq"]
     assert verify_entries(broker.store.raw_rows(), points, load_public_key(tmp_path / "checkpoint.key.pub")) == []
+
+
+def test_a_retry_is_answered_from_the_store_even_when_a_new_decision_would_differ(broker: Broker, clock: Clock,
+                                                                                   invoices_db: str) -> None:
+    """k-1 moved INV-1 by 5%; a reviewed write then moved it far away. Deciding k-1 again would now
+    ask for review (or refuse a bad grant), but a retry replays what k-1 did and writes nothing."""
+    first = call(broker, tok(clock), OK_ARGS, key="k-1")
+    far = {"invoice_id": "INV-1", "amount_cents": 30000}
+    _, pending = call(broker, tok(clock), far, key="k-far")
+    assert call(broker, tok(clock), far, key="k-far", grant=_grant(broker, clock, pending))[0] == 200
+    for grant in (None, "cg1.not-a-grant"):
+        status, body = call(broker, tok(clock), OK_ARGS, key="k-1", grant=grant)
+        assert (status, body["replayed"], body["result"]) == (200, True, first[1]["result"])
+        assert last_entry(broker)["kind"] == "request" and last_entry(broker)["detail"]["replayed"] is True
+    assert amount(invoices_db, "INV-1") == 30000 and applied_count(invoices_db) == 2

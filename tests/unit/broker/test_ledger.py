@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -130,3 +131,54 @@ def test_plan_entry_refuses_values_that_are_not_json() -> None:
     with pytest.raises(ValueError):
         plan_entry((0, GENESIS_HASH), kind="request", task="t", principal="p", action="a",
                    idempotency_key="k", argument_digest="d", detail={"t": (1, 2)})
+
+
+def _random_value(rng: Any, depth: int = 0) -> Any:
+    texts = ["a", "é", '"', "\\", "\n", "\u2028", "😀", "\x00", ',"principal":', "}", " "]
+    choice = rng.randint(0, 7 if depth < 3 else 5)
+    if choice == 0:
+        return rng.choice([None, True, False])
+    if choice == 1:
+        return rng.randint(-10**20, 10**20)
+    if choice == 2:
+        return rng.random() * 10 ** rng.randint(-5, 20)
+    if choice == 3:
+        return float(rng.randint(0, 9))  # integral floats encode as integers
+    if choice in (4, 5):
+        return "".join(rng.choice(texts) for _ in range(rng.randint(0, 6)))
+    if choice == 6:
+        return [_random_value(rng, depth + 1) for _ in range(3)]
+    return {"".join(rng.choice(texts) for _ in range(3)): _random_value(rng, depth + 1) for _ in range(3)}
+
+
+def test_chained_entries_hash_exactly_the_canonical_json_of_their_fields() -> None:
+    """The prepared pieces (drafts, chain) must produce the very bytes canonical_json would."""
+    import hashlib
+    import json
+    import random
+
+    from contain.broker.ledger import LEDGER_DOMAIN
+    from contain.gate.digests import canonical_json
+
+    rng = random.Random(6)
+    head = (0, GENESIS_HASH)
+    for _ in range(3000):
+        text = lambda: "".join(rng.choice(["a", "é", '"', "\\", "😀", ",", ":"]) for _ in range(rng.randint(0, 5)))  # noqa: E731
+        detail = {text(): _random_value(rng) for _ in range(rng.randint(0, 4))}
+        now = rng.choice([1_800_000_000.123456, 1.0e9, 1_700_000_000, rng.random() * 1e10])
+        entry = plan_entry(head, kind=rng.choice(["request", "intent", "outcome"]), task=text(), principal=text(),
+                           action=text(), idempotency_key=text(), argument_digest=text(), detail=detail, now=now)
+        fields = entry.to_dict()
+        fields.pop("hash")
+        assert entry.hash == hashlib.sha256(LEDGER_DOMAIN + canonical_json(fields)).hexdigest() == entry_hash(entry)
+        assert entry.detail_json is not None and canonical_json(json.loads(entry.detail_json)) == entry.detail_json.encode()
+        head = (entry.seq, entry.hash) if rng.random() < 0.9 else (rng.randint(0, 10**12), text())
+
+
+def test_draft_refuses_text_fields_that_are_not_str_and_lone_surrogates() -> None:
+    with pytest.raises(ValueError):
+        plan_entry((0, GENESIS_HASH), kind="request", task="t", principal="\ud800", action="a",
+                   idempotency_key="k", argument_digest="d", detail={})
+    with pytest.raises(ValueError):
+        plan_entry((0, GENESIS_HASH), kind="request", task="t", principal="p", action="a",
+                   idempotency_key="k", argument_digest="d", detail={}, now=float("nan"))
