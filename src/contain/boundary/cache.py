@@ -34,6 +34,7 @@ from typing import Any
 
 from contain.boundary.extend import BoundaryFlags, flag_additions
 from contain.boundary.plain import PlainBoundary, plain_boundary, plain_from_json
+from contain.trusted_file import read_trusted
 
 __all__ = ["MAX_ENTRIES", "CachedBoundary", "load_run_boundary"]
 
@@ -141,28 +142,21 @@ def _private_dir(cache_dir: Path, *, create: bool) -> bool:
 def _read(cache_dir: Path, key: str) -> PlainBoundary | None:
     if not _private_dir(cache_dir, create=False):
         return None
-    try:
-        fd = os.open(cache_dir / f"{key}.json", os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError:
+    data = read_trusted(
+        cache_dir / f"{key}.json",
+        max_bytes=_MAX_ENTRY_BYTES,
+        forbidden_modes=stat.S_IRWXG | stat.S_IRWXO,
+        root_may_own=False,
+    )
+    if data is None:
         return None
     try:
-        info = os.fstat(fd)
-        if (
-            not stat.S_ISREG(info.st_mode)
-            or info.st_uid != os.geteuid()
-            or info.st_mode & (stat.S_IRWXG | stat.S_IRWXO)
-            or info.st_size > _MAX_ENTRY_BYTES
-        ):
-            return None
-        with os.fdopen(os.dup(fd), "rb") as stream:
-            entry = json.loads(stream.read(_MAX_ENTRY_BYTES + 1))
+        entry = json.loads(data)
         if not isinstance(entry, dict) or entry.get("key") != key:
             return None
         return plain_from_json(entry["boundary"])
-    except (OSError, ValueError, KeyError):
+    except (ValueError, KeyError):
         return None
-    finally:
-        os.close(fd)
 
 
 def _write(cache_dir: Path, key: str, dump: dict[str, Any]) -> None:

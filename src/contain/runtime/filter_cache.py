@@ -20,6 +20,8 @@ import os
 import stat
 from pathlib import Path
 
+from contain.trusted_file import read_trusted
+
 __all__ = ["filter_for"]
 
 _SOURCE = Path(__file__).with_name("seccomp.py")
@@ -61,26 +63,10 @@ def _load_or_compile(path: Path, arch: str, libseccomp_path: str | None) -> byte
 
 
 def _read_trusted(path: Path) -> bytes | None:
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        info = os.fstat(fd)
-        if (
-            not stat.S_ISREG(info.st_mode)
-            or info.st_uid not in (os.geteuid(), 0)
-            or info.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
-            or not 0 < info.st_size <= _MAX_BYTES
-            or info.st_size % _INSTRUCTION_BYTES
-        ):
-            return None
-        data = os.read(fd, _MAX_BYTES + 1)
-        return data if len(data) == info.st_size else None
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
+    data = read_trusted(path, max_bytes=_MAX_BYTES, forbidden_modes=stat.S_IWGRP | stat.S_IWOTH, root_may_own=True)
+    if not data or len(data) % _INSTRUCTION_BYTES:
+        return None  # empty, or not whole instructions
+    return data
 
 
 def _store(path: Path, bpf: bytes) -> None:
