@@ -208,7 +208,8 @@ def lf_05(ctx: ProbeContext) -> CaseResult:
 
 _FORK_RACE = r"""
 import time
-end = time.monotonic() + P["life_s"]
+start = time.monotonic()
+end = start + P["life_s"]
 note("racing", True)
 done()
 sys.stdout.flush()
@@ -217,16 +218,18 @@ while time.monotonic() < end:  # bounded: the chain gives up by itself
     if pid:
         os._exit(0)
     os.setsid()
-    time.sleep(0.01)
+    # Hop fast while the kill is racing it; a survivor then hops slowly, so that the judge's
+    # /proc scans (which take longer than a fast hop) cannot miss it every time.
+    time.sleep(0.01 if time.monotonic() - start < P["race_s"] else 0.25)
 """
 
 
 def lf_06(ctx: ProbeContext) -> CaseResult:
     rc = as_run_context(ctx)
     canary = rc.canary("forkrace")
-    run, report = run_attack(rc.target, _FORK_RACE, marker=canary, life_s=8, timeout_s=3)
+    run, report = run_attack(rc.target, _FORK_RACE, marker=canary, life_s=8, race_s=1.0, timeout_s=3)
     left = _survivors(canary, settle_s=1.0)
-    _control, _ = run_attack(rc.control, _FORK_RACE, marker=canary, life_s=8, timeout_s=3)
+    _control, _ = run_attack(rc.control, _FORK_RACE, marker=canary, life_s=8, race_s=1.0, timeout_s=3)
     shown = bool(_survivors(canary, settle_s=1.0))
     return verdict(
         "LF-06",
