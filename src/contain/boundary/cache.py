@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from contain.boundary.extend import BoundaryFlags, flag_additions
-from contain.boundary.plain import PlainBoundary, plain_boundary, plain_from_json
+from contain.boundary.plain import PlainBoundary, plain_from_json
 from contain.trusted_file import read_trusted
 
 __all__ = ["MAX_ENTRIES", "CachedBoundary", "load_run_boundary"]
@@ -70,9 +70,10 @@ def load_run_boundary(manifest: str | None, flags: BoundaryFlags, *, cache_dir: 
         if cached is not None:
             return CachedBoundary(cached, from_cache=True)
     dump = _validate(manifest, flags)
+    boundary = plain_from_json(dump)  # exactly what a later hit will do, before anything is stored
     if cache_dir is not None and key is not None:
         _write(cache_dir, key, dump)
-    return CachedBoundary(plain_from_json(dump), from_cache=False)
+    return CachedBoundary(boundary, from_cache=False)
 
 
 def _validate(manifest: str | None, flags: BoundaryFlags) -> dict[str, Any]:
@@ -87,7 +88,6 @@ def _validate(manifest: str | None, flags: BoundaryFlags) -> dict[str, Any]:
             boundary = extend_boundary(boundary, flags)
         except ValueError as exc:
             raise BoundaryInvalid(str(exc), "see `contain run --help`") from exc
-    plain_boundary(boundary)  # what a cache hit will do, done now: a dump that cannot be read back is a bug
     return boundary.model_dump(mode="json")
 
 

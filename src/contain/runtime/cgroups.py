@@ -477,7 +477,8 @@ class SandboxCgroup:
         return tuple(posixpath.join(path, "tasks") for path in self.paths)
 
     def check_member(self, pid: int) -> None:
-        """Confirm that ``pid`` is in this cgroup in every hierarchy (after the launcher joined).
+        """Confirm that ``pid`` is in this cgroup in every v1 hierarchy (after the launcher joined,
+        which it does only on v1: see ``join_files``).
 
         Raises:
             SandboxStartError: it is not, or its cgroups cannot be read.
@@ -491,10 +492,10 @@ class SandboxCgroup:
         where: dict[str, str] = {}
         for line in text.splitlines():
             _, controllers, path = line.split(":", 2)
-            for controller in controllers.split(",") if controllers else ("",):
+            for controller in controllers.split(","):
                 where[controller] = path
         suffix = "/" + self.leaf
-        outside = sorted(c for c in self.dirs if not where.get(c if self.version == 1 else "", "").endswith(suffix))
+        outside = sorted(c for c in self.dirs if not where.get(c, "").endswith(suffix))
         if outside:
             raise SandboxStartError(
                 f"pid {pid} is not in its sandbox cgroup for {', '.join(outside)}",
