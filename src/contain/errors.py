@@ -8,7 +8,8 @@ The tree::
     ├── SandboxStartError         a sandbox could not be set up or started
     ├── SandboxLost               a running sandbox died or stopped answering
     ├── FileTransferError         put_file / get_file / export refused or failed
-    └── GateError                 a grant key, the review store or a review request is unusable
+    ├── GateError                 a grant key, the review store or a review request is unusable
+    └── LedgerInUse               another broker already serves this ledger
 
 The CLI renders these in one place (``contain.cli.main``); library code never prints or exits.
 Foreign exceptions are translated where they enter, with ``raise ... from exc``.
@@ -21,6 +22,7 @@ __all__ = [
     "ContainError",
     "FileTransferError",
     "GateError",
+    "LedgerInUse",
     "SandboxLost",
     "SandboxStartError",
     "UnsupportedHost",
@@ -78,4 +80,12 @@ class GateError(ContainError):
 
     Examples: a key file readable by group or others, an unknown request id, approving a request
     that is no longer pending. A gate *decision* is never an exception: it is a ``Decision``.
+    """
+
+
+class LedgerInUse(ContainError):
+    """Raised when a broker's store is already held by another running broker.
+
+    Two brokers on one ledger would each reconcile the other's writes in flight as crashed (and
+    a write reconciled as not applied is executed again on retry), so the second one refuses.
     """

@@ -34,6 +34,7 @@ from contain.broker import (
     verify_entries,
 )
 from contain.broker.tokens import TokenKey
+from contain.errors import LedgerInUse
 
 
 def _pg_bin() -> Path | None:
@@ -68,8 +69,8 @@ def postgres_dsn() -> Iterator[str]:
 def store_factory(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
     made: list[Store] = []
     if request.param == "sqlite":
-        def make() -> Store:
-            made.append(SqliteStore(str(tmp_path / "s.db")))
+        def make(**options: Any) -> Store:
+            made.append(SqliteStore(str(tmp_path / "s.db"), **options))
             return made[-1]
     else:
         dsn = request.getfixturevalue("postgres_dsn")
@@ -78,8 +79,8 @@ def store_factory(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[An
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute("DROP TABLE IF EXISTS ledger, idempotency, grant_uses")
 
-        def make() -> Store:
-            made.append(PostgresStore(dsn))
+        def make(**options: Any) -> Store:
+            made.append(PostgresStore(dsn, **options))
             return made[-1]
     yield make
     for s in made:
@@ -274,3 +275,74 @@ def test_buffered_writes_read_back_as_the_database_would(store_factory: Any) -> 
     assert before is None and deleted is None and store.run(lambda t: t.get_record("p", "gone")) is None
     assert buffered == stored == IdempotencyRecord("p", "k", "a", "d", "done", 200, {"n": 1.0}, 3)
     assert [r.key for r in store.run(lambda t: t.in_flight())] == []
+
+
+# -- one broker per store --------------------------------------------------------------------------
+
+_HOLDER = """
+import sys, time
+from contain.broker import PostgresStore, SqliteStore
+kind, where = sys.argv[1], sys.argv[2]
+store = SqliteStore(where) if kind == "sqlite" else PostgresStore(where)
+store.start()
+print("ready", flush=True)
+time.sleep(120)
+"""
+
+
+def _where(store: Store) -> tuple[str, str]:
+    return ("sqlite", store.path) if isinstance(store, SqliteStore) else ("postgres", store.dsn)  # type: ignore[attr-defined]
+
+
+def test_a_second_broker_on_a_store_in_use_refuses_and_gets_it_once_free(store_factory: Any) -> None:
+    first = store_factory()
+    first.start()
+    first.run(lambda t: _append(t, 0))
+    second = store_factory(instance_wait_s=0.2)
+    with pytest.raises(LedgerInUse) as refused:
+        second.start()
+    assert "another broker is serving this ledger" in str(refused.value)
+    assert (f"pid {os.getpid()}" in str(refused.value)) if isinstance(first, SqliteStore) else "advisory lock" in str(refused.value)
+    with pytest.raises(RuntimeError, match="not running"):  # the refused store changed nothing and serves nothing
+        second.run(lambda t: _append(t, 1))
+    first.close()
+    second.start()
+    assert second.run(lambda t: _append(t, 1)) == 2  # the head comes from the database, not from a cache
+    assert verify_entries(second.raw_rows()) == []
+
+
+def test_a_killed_broker_frees_its_store_for_the_next(store_factory: Any) -> None:
+    probe = store_factory()
+    kind, where = _where(probe)
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2] / "src"))
+    holder = subprocess.Popen([sys.executable, "-c", _HOLDER, kind, where], stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "ready"
+        busy = store_factory(instance_wait_s=0.2)
+        with pytest.raises(LedgerInUse):
+            busy.start()
+        holder.kill()
+        holder.wait(10)
+        probe.start()  # waits (up to 5 s) for the server to notice the killed session, if it has to
+        assert probe.run(lambda t: _append(t, 0)) == 1
+    finally:
+        holder.kill()
+        holder.wait(10)
+
+
+def test_the_cached_head_survives_a_failed_batch(store_factory: Any) -> None:
+    """The store keeps the head between transactions; a batch that rolls back must not leave its
+    appended (never committed) head behind."""
+    store = store_factory()
+    store.start()
+    store.run(lambda t: _append(t, 0))
+
+    def append_then_fail(t: Any) -> None:
+        _append(t, 1)
+        raise ValueError("no")
+
+    with pytest.raises(ValueError):
+        store.run(append_then_fail)
+    assert store.run(lambda t: _append(t, 2)) == 2
+    assert store.run(lambda t: t.head())[0] == 2
+    assert verify_entries(store.raw_rows()) == []

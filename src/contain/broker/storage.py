@@ -7,6 +7,13 @@ every queued function in one transaction and commits once, then hands the lead t
 queued meanwhile. A function's effects are durable when ``run`` returns, and one failing
 function rolls back only its own effects (the batch is replayed with a savepoint per function).
 
+One broker per store: ``start`` takes an instance lock (SQLite: ``flock`` on ``<db>-broker.lock``;
+PostgreSQL: a session advisory lock on a connection of its own) and a second broker refuses with
+``LedgerInUse``, waiting a few seconds first for one that was just killed to finish exiting. A
+broker reconciles whatever is in flight when it starts, which is only safe if nobody else is
+writing; holding the lock also lets the store keep the chain head between transactions instead
+of reading it in every one.
+
 What is enforced: appends are serialised (SQLite ``BEGIN IMMEDIATE``; PostgreSQL
 ``pg_advisory_xact_lock``) so the chain head read and the append are atomic; SQLite runs with
 ``synchronous=FULL`` (an fsync per commit in WAL mode) and PostgreSQL with its default
@@ -17,16 +24,20 @@ the hash chain and the signed checkpoints in ``ledger`` are for.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import logging
+import os
 import sqlite3
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, Protocol, TypeVar, cast
 
 from contain.broker.idempotency import IdempotencyRecord
 from contain.broker.ledger import GENESIS_HASH, LedgerEntry
+from contain.errors import LedgerInUse
 
 __all__ = ["PostgresStore", "SqliteStore", "Store", "Txn", "open_store"]
 
@@ -69,10 +80,10 @@ class Txn:
     ``get_record`` answer from the buffer, ``in_flight`` and ``entry`` flush first.
     """
 
-    def __init__(self, cursor: Any, placeholder: str) -> None:
+    def __init__(self, cursor: Any, placeholder: str, head: tuple[int, str] | None = None) -> None:
         self._cur = cursor
         self._ph = placeholder
-        self._head: tuple[int, str] | None = None  # cached within one transaction; reset on rollback
+        self._head = head  # the store's head when known (it alone writes), else read once; reset on rollback
         self._entries: list[LedgerEntry] = []
         self._records: dict[_Key, tuple[IdempotencyRecord, str] | None] = {}  # None: deleted
         self._deleted: set[_Key] = set()
@@ -277,9 +288,11 @@ class Store:
     placeholder = "?"
     name = "store"
 
-    def __init__(self, *, max_batch: int = 64) -> None:
+    def __init__(self, *, max_batch: int = 64, instance_wait_s: float = 5.0) -> None:
         self._max_batch = max_batch
+        self._instance_wait_s = instance_wait_s
         self._conn: Any = None
+        self._head: tuple[int, str] | None = None  # after each commit; None when unknown (a rollback)
         self._mutex = threading.Lock()
         self._idle = threading.Condition(self._mutex)
         self._pending: list[_Waiter] = []
@@ -295,6 +308,24 @@ class Store:
     def _begin(self, conn: Any, cursor: Any) -> None:
         raise NotImplementedError
 
+    def _try_lock_instance(self) -> str | None:
+        """Take the instance lock without waiting; None when taken, else who holds it (for the message)."""
+        raise NotImplementedError
+
+    def _unlock_instance(self) -> None:
+        raise NotImplementedError
+
+    def _lock_instance(self) -> None:
+        deadline = time.monotonic() + self._instance_wait_s
+        while (holder := self._try_lock_instance()) is not None:
+            if time.monotonic() >= deadline:
+                raise LedgerInUse(
+                    f"another broker is serving this ledger ({holder}); a second one would reconcile "
+                    "its writes in flight as crashed",
+                    "stop the running broker first, or give this one its own storage",
+                )
+            time.sleep(0.05)
+
     def _create_schema(self) -> None:
         conn = self._connect()
         try:
@@ -306,9 +337,18 @@ class Store:
             conn.close()
 
     def start(self) -> None:
-        """Create the schema and open the write connection."""
-        self._create_schema()
-        self._conn = self._connect()
+        """Take the instance lock, create the schema and open the write connection.
+
+        Raises:
+            LedgerInUse: another broker holds this store (after waiting ``instance_wait_s``).
+        """
+        self._lock_instance()
+        try:
+            self._create_schema()
+            self._conn = self._connect()
+        except BaseException:
+            self._unlock_instance()
+            raise
 
     def close(self) -> None:
         """Refuse new calls, let the current leader finish what is queued, close the connection."""
@@ -318,7 +358,10 @@ class Store:
             self._closed = True
             while self._leading:
                 self._idle.wait()
-        self._conn.close()
+        try:
+            self._conn.close()
+        finally:
+            self._unlock_instance()
 
     def run(self, fn: Callable[[Txn], T], *, records: Sequence[tuple[str, str]] = ()) -> T:
         """Run ``fn`` in the next transaction and return its result once committed (durable).
@@ -380,7 +423,9 @@ class Store:
             results, head = applied
             conn.commit()
             self.commits += 1
+            self._head = head
         except BaseException as exc:
+            self._head = None  # read it again from the database next time
             with contextlib.suppress(Exception):  # a broken connection: the failure below is what counts
                 conn.rollback()
             for waiter in batch:
@@ -400,7 +445,7 @@ class Store:
         """Run every function in one open transaction; None when one failed and isolation is needed."""
         cursor = conn.cursor()
         self._begin(conn, cursor)
-        txn = Txn(cursor, self.placeholder)
+        txn = Txn(cursor, self.placeholder, self._head)
         txn.prefetch([key for waiter in batch for key in waiter.keys])
         results: list[tuple[_Waiter, Any, BaseException | None]] = []
         for number, waiter in enumerate(batch):
@@ -474,9 +519,29 @@ class SqliteStore(Store):
 
     name = "sqlite"
 
-    def __init__(self, path: str, *, max_batch: int = 64) -> None:
-        super().__init__(max_batch=max_batch)
+    def __init__(self, path: str, *, max_batch: int = 64, instance_wait_s: float = 5.0) -> None:
+        super().__init__(max_batch=max_batch, instance_wait_s=instance_wait_s)
         self.path = path
+        self.lock_path = path + "-broker.lock"
+        self._lock_fd: int | None = None
+
+    def _try_lock_instance(self) -> str | None:
+        if self._lock_fd is None:
+            self._lock_fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(self._lock_fd, 32, 0).decode(errors="replace").strip()
+            return f"{self.lock_path} is locked by pid {holder or '?'}"
+        os.ftruncate(self._lock_fd, 0)
+        os.pwrite(self._lock_fd, f"{os.getpid()}\n".encode(), 0)
+        return None
+
+    def _unlock_instance(self) -> None:
+        # closing drops the flock; the file stays (removing it would race a broker taking it)
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
 
     def _connect(self) -> Any:
         conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=30)
@@ -514,11 +579,35 @@ class PostgresStore(Store):
 
     name = "postgres"
     placeholder = "%s"
-    LOCK_ID = 0x636F6E74  # "cont"
+    LOCK_ID = 0x636F6E74  # "cont": transaction-scoped, serialises appends
+    INSTANCE_LOCK_ID = 0x636F6E62  # "conb": session-scoped, one broker per database
 
-    def __init__(self, dsn: str, *, max_batch: int = 64) -> None:
-        super().__init__(max_batch=max_batch)
+    def __init__(self, dsn: str, *, max_batch: int = 64, instance_wait_s: float = 5.0) -> None:
+        super().__init__(max_batch=max_batch, instance_wait_s=instance_wait_s)
         self.dsn = dsn
+        self._lock_conn: Any = None
+
+    def _try_lock_instance(self) -> str | None:
+        # A connection of its own: the lock lives as long as this session, whatever the write
+        # connection's transactions do, and the server drops it when a killed broker's socket closes.
+        if self._lock_conn is None:
+            import psycopg
+
+            self._lock_conn = psycopg.connect(self.dsn, autocommit=True)
+        row = self._lock_conn.execute("SELECT pg_try_advisory_lock(%s)", (self.INSTANCE_LOCK_ID,)).fetchone()
+        if row is not None and row[0]:
+            return None
+        held = self._lock_conn.execute(
+            "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND objid = %s AND granted",
+            (self.INSTANCE_LOCK_ID,),
+        ).fetchone()
+        return f"PostgreSQL advisory lock {self.INSTANCE_LOCK_ID:#x} is held by server pid {held[0] if held else '?'}"
+
+    def _unlock_instance(self) -> None:
+        if self._lock_conn is not None:
+            with contextlib.suppress(Exception):  # closing the session releases the lock anyway
+                self._lock_conn.close()
+            self._lock_conn = None
 
     def _connect(self) -> Any:
         import psycopg
