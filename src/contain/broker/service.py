@@ -325,13 +325,20 @@ def _make_handler(broker: Broker, spec: Callable[[], dict[str, Any]]) -> type[so
     return Handler
 
 
+# socketserver's default accept backlog is 5: a burst of sandboxes connecting at once would find
+# it full and wait out a retry (measured: 64 clients starting together, p99 119 ms; 40 ms with 128).
+_BACKLOG = 128
+
+
 class _UnixServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
     daemon_threads = True
+    request_queue_size = _BACKLOG
 
 
 class _TcpServer(socketserver.ThreadingMixIn, socketserver.TCPServer):
     daemon_threads = True
     allow_reuse_address = True
+    request_queue_size = _BACKLOG
 
 
 class BrokerServer:
