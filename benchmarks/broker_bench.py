@@ -11,7 +11,7 @@ Not a test: it prints numbers and asserts nothing. In one run, on the same disk:
   That writer is, by default, a process of its own that the executor talks to over a Unix socket,
   as an executor talks to any external system (``--target process``); ``--target thread`` puts it
   in the broker's process instead, where every statement it runs competes for the broker's GIL
-  (about 25% fewer writes/s at 16 clients, and more clients do not raise it). Each write is
+  (about 10% fewer writes/s at 16 clients, and more clients do not raise it). Each write is
   acknowledged only after request+decision+intent are durable, the row is durable, and the
   outcome is durable. Clients are threads, each with a ``BrokerClient`` (one kept-alive
   connection) calling over the Unix socket, one authorized write per call.
