@@ -305,6 +305,7 @@ def test_a_second_broker_on_a_store_in_use_refuses_and_gets_it_once_free(store_f
     assert (f"pid {os.getpid()}" in str(refused.value)) if isinstance(first, SqliteStore) else "advisory lock" in str(refused.value)
     with pytest.raises(RuntimeError, match="not running"):  # the refused store changed nothing and serves nothing
         second.run(lambda t: _append(t, 1))
+    assert getattr(second, "_lock_fd", None) is None and getattr(second, "_lock_conn", None) is None  # nothing kept
     first.close()
     second.start()
     assert second.run(lambda t: _append(t, 1)) == 2  # the head comes from the database, not from a cache

@@ -342,12 +342,12 @@ class Store:
         Raises:
             LedgerInUse: another broker holds this store (after waiting ``instance_wait_s``).
         """
-        self._lock_instance()
         try:
+            self._lock_instance()
             self._create_schema()
             self._conn = self._connect()
         except BaseException:
-            self._unlock_instance()
+            self._unlock_instance()  # a refused or failed start keeps no descriptor or session
             raise
 
     def close(self) -> None:
