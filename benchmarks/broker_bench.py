@@ -25,7 +25,9 @@ the broker; every raw round then appends to that same warm file. The fresh-file 
 too, for reference only: comparing it with a warm broker would flatter the broker by about 2x
 (earlier versions of this benchmark did exactly that).
 
-Reported: writes/s and p50/p99 latency per concurrency level, and the ratio to warm raw. Also
+Reported: writes/s and p50/p99 latency per concurrency level, and the ratio to warm raw; per
+write, the broker process's CPU, how many times its threads were scheduled in and how long they
+waited, runnable, for a CPU (Linux ``schedstat``; a thread hand-off is a wake-up). Also
 measured at the highest concurrency: the same calls to ``noop_row``, whose executor writes
 nothing (same authorization, business rule, idempotency and ledger): the broker's own ceiling,
 what it would reach if the external write cost nothing.
@@ -50,7 +52,7 @@ import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from pydantic import BaseModel, ConfigDict
 
@@ -292,9 +294,36 @@ def _cpu_seconds(pid: int) -> tuple[float, float]:
     return int(fields[11]) / tick, int(fields[12]) / tick
 
 
+def _schedstat(pid: int) -> dict[str, tuple[float, int]]:
+    """Per live thread of ``pid``: seconds spent runnable but waiting for a CPU, and times scheduled
+    in (/proc/PID/task/*/schedstat: run time, run-queue wait, timeslices)."""
+    out: dict[str, tuple[float, int]] = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(OSError, ValueError):
+            _, wait_ns, count = (task / "schedstat").read_text().split()
+            out[task.name] = (int(wait_ns) / 1e9, int(count))
+    return out
+
+
+def _sched_delta(before: dict[str, tuple[float, int]], after: dict[str, tuple[float, int]]) -> tuple[float, int]:
+    # per thread, so that threads ending meanwhile (the last run's handlers) do not subtract
+    waited = sum(w - before.get(tid, (0.0, 0))[0] for tid, (w, _) in after.items())
+    slices = sum(n - before.get(tid, (0.0, 0))[1] for tid, (_, n) in after.items())
+    return waited, slices
+
+
+class Measured(NamedTuple):
+    rate: float  # writes/s
+    latencies: list[float]
+    failures: int
+    slices_per_write: float  # times the broker's threads were scheduled in, per write
+    queue_ms_per_write: float  # ms the broker's threads waited for a CPU, summed over threads, per write
+
+
 def bench_broker(
-    work: Path, token: str, rows: int, concurrency: int, offset: int, action: str = "insert_row"
-) -> tuple[float, list[float], int]:
+    work: Path, token: str, rows: int, concurrency: int, offset: int, action: str = "insert_row",
+    broker_pid: int | None = None,
+) -> Measured:
     from contain.broker import BrokerClient
 
     lat: list[float] = []
@@ -316,14 +345,25 @@ def bench_broker(
                     failures[0] += 1
         with lock:
             lat.extend(mine)
+        finished.wait()  # keep the connection, and so the broker's handler thread, until sampled
+        hang_up.wait()
 
+    # The broker's handler threads end when their connections close, taking their counters with
+    # them: sample the scheduler while every client is done but still connected.
+    finished = threading.Barrier(concurrency + 1)
+    hang_up = threading.Event()
     threads = [threading.Thread(target=worker, args=(s,)) for s in range(concurrency)]
+    before = _schedstat(broker_pid) if broker_pid else {}
     began = time.perf_counter()
     for t in threads:
         t.start()
+    finished.wait()
+    elapsed = time.perf_counter() - began
+    waited, slices = _sched_delta(before, _schedstat(broker_pid)) if broker_pid else (0.0, 0)
+    hang_up.set()
     for t in threads:
         t.join()
-    return rows / (time.perf_counter() - began), lat, failures[0]
+    return Measured(rows / elapsed, lat, failures[0], slices / rows, waited * 1000 / rows)
 
 
 def main() -> None:
@@ -341,8 +381,8 @@ def main() -> None:
     proc, token = start_broker(work, args.target)
     raw: list[tuple[float, list[float]]] = []
     fresh: list[float] = []
-    brokered: dict[int, list[tuple[float, list[float], int]]] = {c: [] for c in args.concurrency}
-    ceiling: list[tuple[float, list[float], int]] = []
+    brokered: dict[int, list[Measured]] = {c: [] for c in args.concurrency}
+    ceiling: list[Measured] = []
     cpu: dict[int, list[tuple[float, float]]] = {c: [] for c in args.concurrency}  # broker ms per write
     warm_raw = work / "raw.db"
     top = max(args.concurrency)
@@ -355,11 +395,11 @@ def main() -> None:
             raw.append(bench_raw(warm_raw, args.rows, offset))
             for level in args.concurrency:
                 before = _cpu_seconds(proc.pid)
-                brokered[level].append(bench_broker(work, token, args.rows, level, offset))
+                brokered[level].append(bench_broker(work, token, args.rows, level, offset, broker_pid=proc.pid))
                 after = _cpu_seconds(proc.pid)
                 cpu[level].append(tuple((b - a) * 1000 / args.rows for a, b in zip(before, after, strict=True)))
                 offset += args.rows
-            ceiling.append(bench_broker(work, token, args.rows, top, offset, action="noop_row"))
+            ceiling.append(bench_broker(work, token, args.rows, top, offset, "noop_row", proc.pid))
     finally:
         proc.terminate()
         proc.wait(30)
@@ -371,18 +411,20 @@ def main() -> None:
     print(f"raw SQLite (WAL, synchronous=FULL, 1 txn/row): {raw_rate:8.0f} rows/s    "
           f"p50 {_pct(raw_lat, .5):.2f} ms  p99 {_pct(raw_lat, .99):.2f} ms")
     for level, runs in brokered.items():
-        rate = statistics.median(r for r, _, _ in runs)
-        lat = [x for _, ls, _ in runs for x in ls]
-        failed = sum(f for _, _, f in runs)
+        rate = statistics.median(m.rate for m in runs)
+        lat = [x for m in runs for x in m.latencies]
+        failed = sum(m.failures for m in runs)
         user = statistics.median(u for u, _ in cpu[level])
         system = statistics.median(k for _, k in cpu[level])
         print(f"broker, {level:2d} client(s):                    {rate:8.0f} writes/s  "
-              f"p50 {_pct(lat, .5):.2f} ms  p99 {_pct(lat, .99):.2f} ms  ratio {rate / raw_rate:.2f}x raw  "
-              f"(broker CPU per write {user:.3f} ms user + {system:.3f} ms sys)"
+              f"p50 {_pct(lat, .5):.2f} ms  p99 {_pct(lat, .99):.2f} ms  ratio {rate / raw_rate:.2f}x raw"
               f"{f'  FAILED {failed}' if failed else ''}")
-    rate = statistics.median(r for r, _, _ in ceiling)
-    lat = [x for _, ls, _ in ceiling for x in ls]
-    failed = sum(f for _, _, f in ceiling)
+        print(f"    broker per write: CPU {user:.3f} ms user + {system:.3f} ms sys; threads scheduled in "
+              f"{statistics.median(m.slices_per_write for m in runs):.1f} times, waiting for a CPU "
+              f"{statistics.median(m.queue_ms_per_write for m in runs):.2f} ms (summed over threads)")
+    rate = statistics.median(m.rate for m in ceiling)
+    lat = [x for m in ceiling for x in m.latencies]
+    failed = sum(m.failures for m in ceiling)
     print(f"broker alone ({top} clients, executor writes nothing): {rate:5.0f} writes/s  "
           f"p50 {_pct(lat, .5):.2f} ms  p99 {_pct(lat, .99):.2f} ms  ratio {rate / raw_rate:.2f}x raw"
           f"{f'  FAILED {failed}' if failed else ''}")
