@@ -32,7 +32,12 @@ measured at the highest concurrency: the same calls to ``noop_row``, whose execu
 nothing (same authorization, business rule, idempotency and ledger): the broker's own ceiling,
 what it would reach if the external write cost nothing.
 
-Run: ``.venv/bin/python benchmarks/broker_bench.py [--rows 2000] [--concurrency 1 8 16 32] [--target thread]``
+``--server staged-prototype`` measures ``staged_broker_prototype.py`` instead of ``contain broker
+serve``: the same broker pieces in one thread and whole batches (happy path only), the shape
+docs/broker.md names as the next step.
+
+Run: ``.venv/bin/python benchmarks/broker_bench.py [--rows 2000] [--concurrency 1 8 16 32] [--target thread]
+[--server staged-prototype]``
 """
 
 from __future__ import annotations
@@ -261,7 +266,7 @@ def bench_raw(path: Path, rows: int, offset: int) -> tuple[float, list[float]]:
     return rows / elapsed, lat
 
 
-def start_broker(work: Path, target: str = "process") -> tuple[subprocess.Popen[bytes], str]:
+def start_broker(work: Path, target: str = "process", server: str = "contain") -> tuple[subprocess.Popen[bytes], str]:
     config = {
         "storage": {"sqlite": str(work / "broker.db")},
         "socket_path": str(work / "broker.sock"),
@@ -279,7 +284,9 @@ def start_broker(work: Path, target: str = "process") -> tuple[subprocess.Popen[
     mint = [*cli, "mint-token", "--config", str(work / "broker.yaml"), "--task", "bench", "--principal", "alice",
             "--action", "insert_row", "--action", "noop_row"]
     token = subprocess.run(mint, env=env, check=True, capture_output=True, text=True).stdout.strip()
-    proc = subprocess.Popen([*cli, "serve", "--config", str(work / "broker.yaml")], env=env, stderr=subprocess.PIPE)
+    serve = ([*cli, "serve", "--config", str(work / "broker.yaml")] if server == "contain"
+             else [sys.executable, str(HERE / "staged_broker_prototype.py"), str(work / "broker.yaml")])
+    proc = subprocess.Popen(serve, env=env, stderr=subprocess.PIPE)
     assert proc.stderr is not None
     line = proc.stderr.readline().decode()
     if "listening" not in line:
@@ -372,13 +379,16 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 16, 32])
     parser.add_argument("--target", choices=["process", "thread"], default="process",
                         help="where the target database's one writer runs (default: a process of its own)")
+    parser.add_argument("--server", choices=["contain", "staged-prototype"], default="contain",
+                        help="contain broker serve, or the measurement prototype of the staged shape "
+                             "(staged_broker_prototype.py: happy path only)")
     parser.add_argument("--rounds", type=int, default=3, help="raw and broker runs interleaved, medians reported")
     parser.add_argument("--warmup", type=int, default=3000,
                         help="untimed rows into the raw file and writes through the broker before measuring")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="broker-bench-", dir="/var/tmp"))
     sys.path.insert(0, str(ROOT / "src"))
-    proc, token = start_broker(work, args.target)
+    proc, token = start_broker(work, args.target, args.server)
     raw: list[tuple[float, list[float]]] = []
     fresh: list[float] = []
     brokered: dict[int, list[Measured]] = {c: [] for c in args.concurrency}
@@ -405,8 +415,8 @@ def main() -> None:
         proc.wait(30)
     raw_rate = statistics.median(r for r, _ in raw)
     raw_lat = [x for _, lat in raw for x in lat]
-    print(f"rows per run {args.rows}, rounds {args.rounds} (interleaved), warm-up {args.warmup}, "
-          f"target writer: {args.target}; medians of rates; latency over all runs")
+    print(f"server: {args.server}; rows per run {args.rows}, rounds {args.rounds} (interleaved), warm-up "
+          f"{args.warmup}, target writer: {args.target}; medians of rates; latency over all runs")
     print(f"raw SQLite, fresh file (reference only):        {statistics.median(fresh):8.0f} rows/s")
     print(f"raw SQLite (WAL, synchronous=FULL, 1 txn/row): {raw_rate:8.0f} rows/s    "
           f"p50 {_pct(raw_lat, .5):.2f} ms  p99 {_pct(raw_lat, .99):.2f} ms")
