@@ -21,6 +21,12 @@ retry executes; otherwise the outcome is declared unknown and never retried blin
 
 Any exception inside a decision (authorize, validate) is a deny (fail closed).
 
+The path from step 1 to step 9 is a generator of steps (``_Write``: a function to run in a store
+transaction; ``_Execute``: the executor call), and ``handle`` drives it one step at a time: every
+write durable before the path goes on, exactly as straight-line code would. Written this way so
+that a server holding many requests can drive their paths together and commit their writes in
+one transaction (the staged shape measured in docs/broker.md, "Benchmark").
+
 What is stored under the key always wins over the decision (``plan_claim``: replay a stored
 result, 409 while in flight, 422 on a reused key with different arguments): every way out of
 steps 5-7 (the claim, a refusal, a pending review) first settles the key inside the same write
@@ -37,9 +43,9 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from pydantic import ValidationError
 
@@ -120,6 +126,24 @@ class _DeferredUse:
     def consume(self, grant_id: str, max_uses: int | None) -> bool:
         self.grant_id, self.max_uses = grant_id, max_uses
         return True
+
+
+@dataclass(frozen=True)
+class _Write:
+    """A step of the decision path: run ``fn`` in a store transaction; the step gets its result."""
+
+    fn: Callable[[Txn], Any]
+    records: Sequence[tuple[str, str]] = ()
+
+
+@dataclass(frozen=True)
+class _Execute:
+    """A step of the decision path: call the executor; the step gets its result or its exception."""
+
+    call: Callable[[], Any]
+
+
+_Steps = Generator[_Write | _Execute, Any, BrokerReply]
 
 
 class Broker:
@@ -222,7 +246,7 @@ class Broker:
 
     def _refuse(
         self, ctx: _Ctx, status: int, code: str, reason: str, *, store: bool = False, settle: bool = False
-    ) -> BrokerReply:
+    ) -> _Steps:
         """Record a denial (and with ``store``, keep it under the key); with ``store`` or ``settle``
         a record already under the key answers instead (see the module docstring)."""
         body = {
@@ -247,7 +271,8 @@ class Broker:
                 )
             return BrokerReply(status, {**body, "ledger_seq": seq, "replayed": False})
 
-        return self.store.run(write, records=[(ctx.principal, ctx.key)] if store or settle else [])
+        reply: BrokerReply = yield _Write(write, [(ctx.principal, ctx.key)] if store or settle else [])
+        return reply
 
     def record_refusal(self, status: int, code: str, reason: str, *, token: str | None = None) -> BrokerReply:
         """Record a refusal made before the decision path (malformed HTTP, unknown path, a bad
@@ -257,46 +282,75 @@ class Broker:
             check = self.verify(token)
             if check.scope is not None:
                 ctx.task, ctx.principal = check.scope.task, check.scope.principal
-        return self._refuse(ctx, status, code, reason[:300])
+        return self._drive(self._refuse(ctx, status, code, reason[:300]))
 
     # -- the decision path -----------------------------------------------------------------------
 
     def handle(self, request: BrokerRequest) -> BrokerReply:
         """Decide, execute at most once, and record; never raises for a bad request."""
+        return self._drive(self._steps(request))
+
+    def _drive(self, steps: _Steps) -> BrokerReply:
+        """Run the decision path one step at a time: each write in its own ``Store.run`` (durable
+        before the path goes on), the executor on this thread. The path is a generator of steps so
+        that a caller holding many requests could commit their writes together; this one runs one.
+
+        A storage failure propagates (the request did not complete); an executor's exception is
+        handed back to the path, which records it as the write's outcome.
+        """
+        sent: Any = None
+        failed: Exception | None = None
+        while True:
+            try:
+                step = steps.send(sent) if failed is None else steps.throw(failed)
+            except StopIteration as done:
+                return cast(BrokerReply, done.value)
+            sent, failed = None, None
+            if isinstance(step, _Write):
+                sent = self.store.run(step.fn, records=step.records)
+            else:
+                try:
+                    sent = step.call()
+                except Exception as exc:  # the path's own except clauses decide what it means
+                    failed = exc
+
+    def _steps(self, request: BrokerRequest) -> _Steps:
         ctx = _Ctx(action=request.action if isinstance(request.action, str) else "-")
         # 1. token
         if not request.token:
-            return self._refuse(ctx, 401, "no_token", "no capability token (Authorization: Bearer ...)")
+            return (yield from self._refuse(ctx, 401, "no_token", "no capability token (Authorization: Bearer ...)"))
         check = self.verify(request.token)
         if not check.ok or check.scope is None:
-            return self._refuse(ctx, check.status, "token", check.reason)
+            return (yield from self._refuse(ctx, check.status, "token", check.reason))
         scope = check.scope
         ctx.task, ctx.principal = scope.task, scope.principal
         ctx.extra = {"token_id": scope.token_id}
         # 2. action
         action = self.actions.get(ctx.action)
         if action is None:
-            return self._refuse(ctx, 404, "unknown_action", f"no action named {ctx.action!r}")
+            return (yield from self._refuse(ctx, 404, "unknown_action", f"no action named {ctx.action!r}"))
         if ctx.action not in scope.actions:
-            return self._refuse(ctx, 403, "out_of_scope", f"the token allows {sorted(scope.actions)}, not {ctx.action}")
+            allowed = f"the token allows {sorted(scope.actions)}, not {ctx.action}"
+            return (yield from self._refuse(ctx, 403, "out_of_scope", allowed))
         # 3. arguments
         if not isinstance(request.arguments, dict):
-            return self._refuse(ctx, 400, "bad_arguments", "arguments must be a JSON object")
+            return (yield from self._refuse(ctx, 400, "bad_arguments", "arguments must be a JSON object"))
         try:
             args = action.arguments.model_validate(request.arguments)
             canonical = canonical_json(args.model_dump(mode="json"))
             arguments = json.loads(canonical)
             ctx.digest = DIGEST_PREFIX + hashlib.sha256(canonical).hexdigest()  # == argument_digest(arguments)
         except (ValidationError, ValueError) as exc:
-            return self._refuse(ctx, 400, "bad_arguments", _short(exc))
+            return (yield from self._refuse(ctx, 400, "bad_arguments", _short(exc)))
         # 4. idempotency key
         if request.idempotency_key is not None:
             if not isinstance(request.idempotency_key, str) or not is_valid_key(request.idempotency_key):
-                return self._refuse(ctx, 400, "bad_key", "idempotency_key must be 1-128 of [A-Za-z0-9_.:-]")
+                reason = "idempotency_key must be 1-128 of [A-Za-z0-9_.:-]"
+                return (yield from self._refuse(ctx, 400, "bad_key", reason))
             ctx.key = request.idempotency_key
         else:
             ctx.key = derive_key(action=action.name, argument_digest=ctx.digest, grant_id=_grant_ref(request.grant))
-        return self._decide_and_execute(ctx, action, args, arguments, request.grant, scope)
+        return (yield from self._decide_and_execute(ctx, action, args, arguments, request.grant, scope))
 
     def _settle_existing(self, txn: Txn, ctx: _Ctx) -> BrokerReply | None:
         plan = plan_claim(txn.get_record(ctx.principal, ctx.key), action=ctx.action, argument_digest=ctx.digest)
@@ -344,18 +398,18 @@ class Broker:
 
     def _decide_and_execute(
         self, ctx: _Ctx, action: Action, args: Any, arguments: dict[str, Any], grant: str | None, scope: TokenScope
-    ) -> BrokerReply:
+    ) -> _Steps:
         principal = Principal(scope.principal, scope.task)
         decision, deny_status = self._decide(action, principal, args)
         ctx.extra = {**ctx.extra, "rule_id": decision.rule_id}
         if decision.verdict == "deny":
             code = "unauthorized" if deny_status == 403 else "business_rule"
-            return self._refuse(ctx, deny_status, code, decision.reason, store=True)
+            return (yield from self._refuse(ctx, deny_status, code, decision.reason, store=True))
         uses = _DeferredUse()
         grant_detail: dict[str, Any] = {}
         if decision.verdict == "review":
             if not grant:
-                return self._pending(ctx, action, arguments, decision)
+                return (yield from self._pending(ctx, action, arguments, decision))
             verdict = verify_grant(
                 self._grant_key,
                 grant,
@@ -367,7 +421,7 @@ class Broker:
                 now=self._clock(),
             )
             if not verdict.ok or verdict.grant is None:
-                return self._refuse(ctx, 403, "grant", verdict.reason, settle=True)
+                return (yield from self._refuse(ctx, 403, "grant", verdict.reason, settle=True))
             grant_detail = {"grant_id": verdict.grant.grant_id, "reviewer": verdict.grant.reviewer}
         intent = Intent(action.name, ctx.principal, ctx.task, ctx.key, ctx.digest, arguments)
         drafts = (
@@ -375,12 +429,12 @@ class Broker:
             self._draft(ctx, "decision", {"verdict": decision.verdict, "reason": decision.reason, **grant_detail}),
             self._draft(ctx, "intent", {"arguments": arguments}),
         )
-        claimed = self.store.run(lambda t: self._claim(t, ctx, drafts, uses), records=[(ctx.principal, ctx.key)])
+        claimed = yield _Write(lambda t: self._claim(t, ctx, drafts, uses), [(ctx.principal, ctx.key)])
         if isinstance(claimed, BrokerReply):
             return claimed
-        return self._execute(ctx, action, args, intent, claimed)
+        return (yield from self._execute(ctx, action, args, intent, claimed))
 
-    def _pending(self, ctx: _Ctx, action: Action, arguments: dict[str, Any], decision: Decision) -> BrokerReply:
+    def _pending(self, ctx: _Ctx, action: Action, arguments: dict[str, Any], decision: Decision) -> _Steps:
         body = {
             "status": "pending_review",
             "action": action.name,
@@ -401,7 +455,8 @@ class Broker:
                 return stored
             return BrokerReply(202, {**body, "ledger_seq": self._chain(txn, pending), "replayed": False})
 
-        return self.store.run(write, records=[(ctx.principal, ctx.key)])
+        reply: BrokerReply = yield _Write(write, [(ctx.principal, ctx.key)])
+        return reply
 
     def _claim(
         self, txn: Txn, ctx: _Ctx, drafts: tuple[EntryDraft, EntryDraft, EntryDraft], uses: _DeferredUse
@@ -428,7 +483,7 @@ class Broker:
         txn.put_record(IdempotencyRecord(ctx.principal, ctx.key, ctx.action, ctx.digest, "in_flight", 0, {}, seq))
         return seq
 
-    def _execute(self, ctx: _Ctx, action: Action, args: Any, intent: Intent, intent_seq: int) -> BrokerReply:
+    def _execute(self, ctx: _Ctx, action: Action, args: Any, intent: Intent, intent_seq: int) -> _Steps:
         base = {
             "action": action.name,
             "idempotency_key": ctx.key,
@@ -436,7 +491,7 @@ class Broker:
             "intent_seq": intent_seq,
         }
         try:
-            returned = action.execute(args, action.context(intent, self._secrets))
+            returned = yield _Execute(lambda: action.execute(args, action.context(intent, self._secrets)))
             try:  # the write happened: a result that is not JSON must not turn it into a failure
                 result = json.loads(canonical_json(dict(returned)))
             except (TypeError, ValueError):
@@ -474,7 +529,7 @@ class Broker:
             )
             return seq
 
-        seq = self.store.run(finish)
+        seq = yield _Write(finish)
         return BrokerReply(status, {**body, "ledger_seq": seq, "replayed": False})
 
     # -- recovery ----------------------------------------------------------------------------------
