@@ -21,11 +21,11 @@ retry executes; otherwise the outcome is declared unknown and never retried blin
 
 Any exception inside a decision (authorize, validate) is a deny (fail closed).
 
-The path from step 1 to step 9 is a generator of steps (``_Write``: a function to run in a store
-transaction; ``_Execute``: the executor call), and ``handle`` drives it one step at a time: every
-write durable before the path goes on, exactly as straight-line code would. Written this way so
-that a server holding many requests can drive their paths together and commit their writes in
-one transaction (the staged shape measured in docs/broker.md, "Benchmark").
+The path from step 1 to step 9 is a generator of steps (``StoreWrite``: a function to run in a store
+transaction; ``ExecutorCall``: the executor call), and ``handle`` drives it one step at a time: every
+write durable before the path goes on, exactly as straight-line code would. The HTTP server
+(``service``) drives the paths of every request it holds together instead: their writes go into
+one transaction and their executors run on a pool, each path still taking its steps in order.
 
 What is stored under the key always wins over the decision (``plan_claim``: replay a stored
 result, 409 while in flight, 422 on a reused key with different arguments): every way out of
@@ -58,7 +58,7 @@ from contain.broker.tokens import TokenCheck, TokenKey, TokenScope, verify_token
 from contain.gate.digests import DIGEST_PREFIX, canonical_json
 from contain.gate.grants import GrantKey, decode_grant, verify_grant
 
-__all__ = ["Broker", "BrokerReply", "BrokerRequest"]
+__all__ = ["Broker", "BrokerReply", "BrokerRequest", "ExecutorCall", "Steps", "StoreWrite"]
 
 log = logging.getLogger(__name__)
 _TOKEN_CACHE_SIZE = 1024
@@ -129,7 +129,7 @@ class _DeferredUse:
 
 
 @dataclass(frozen=True)
-class _Write:
+class StoreWrite:
     """A step of the decision path: run ``fn`` in a store transaction; the step gets its result."""
 
     fn: Callable[[Txn], Any]
@@ -137,13 +137,13 @@ class _Write:
 
 
 @dataclass(frozen=True)
-class _Execute:
+class ExecutorCall:
     """A step of the decision path: call the executor; the step gets its result or its exception."""
 
     call: Callable[[], Any]
 
 
-_Steps = Generator[_Write | _Execute, Any, BrokerReply]
+Steps = Generator[StoreWrite | ExecutorCall, Any, BrokerReply]
 
 
 class Broker:
@@ -246,7 +246,7 @@ class Broker:
 
     def _refuse(
         self, ctx: _Ctx, status: int, code: str, reason: str, *, store: bool = False, settle: bool = False
-    ) -> _Steps:
+    ) -> Steps:
         """Record a denial (and with ``store``, keep it under the key); with ``store`` or ``settle``
         a record already under the key answers instead (see the module docstring)."""
         body = {
@@ -271,29 +271,32 @@ class Broker:
                 )
             return BrokerReply(status, {**body, "ledger_seq": seq, "replayed": False})
 
-        reply: BrokerReply = yield _Write(write, [(ctx.principal, ctx.key)] if store or settle else [])
+        reply: BrokerReply = yield StoreWrite(write, [(ctx.principal, ctx.key)] if store or settle else [])
         return reply
 
     def record_refusal(self, status: int, code: str, reason: str, *, token: str | None = None) -> BrokerReply:
         """Record a refusal made before the decision path (malformed HTTP, unknown path, a bad
         token on a read endpoint), so that every refusal has its ledger entry."""
+        return self.drive(self.refusal_steps(status, code, reason, token=token))
+
+    def refusal_steps(self, status: int, code: str, reason: str, *, token: str | None = None) -> Steps:
+        """``record_refusal`` as steps, for a server that drives many paths at once."""
         ctx = _Ctx()
         if token:
             check = self.verify(token)
             if check.scope is not None:
                 ctx.task, ctx.principal = check.scope.task, check.scope.principal
-        return self._drive(self._refuse(ctx, status, code, reason[:300]))
+        return self._refuse(ctx, status, code, reason[:300])
 
     # -- the decision path -----------------------------------------------------------------------
 
     def handle(self, request: BrokerRequest) -> BrokerReply:
         """Decide, execute at most once, and record; never raises for a bad request."""
-        return self._drive(self._steps(request))
+        return self.drive(self.steps(request))
 
-    def _drive(self, steps: _Steps) -> BrokerReply:
-        """Run the decision path one step at a time: each write in its own ``Store.run`` (durable
-        before the path goes on), the executor on this thread. The path is a generator of steps so
-        that a caller holding many requests could commit their writes together; this one runs one.
+    def drive(self, steps: Steps) -> BrokerReply:
+        """Run one path one step at a time: each write in its own ``Store.run`` (durable before the
+        path goes on), the executor on this thread. ``service`` drives many paths at once instead.
 
         A storage failure propagates (the request did not complete); an executor's exception is
         handed back to the path, which records it as the write's outcome.
@@ -306,7 +309,7 @@ class Broker:
             except StopIteration as done:
                 return cast(BrokerReply, done.value)
             sent, failed = None, None
-            if isinstance(step, _Write):
+            if isinstance(step, StoreWrite):
                 sent = self.store.run(step.fn, records=step.records)
             else:
                 try:
@@ -314,7 +317,11 @@ class Broker:
                 except Exception as exc:  # the path's own except clauses decide what it means
                     failed = exc
 
-    def _steps(self, request: BrokerRequest) -> _Steps:
+    def steps(self, request: BrokerRequest) -> Steps:
+        """The decision path for ``request`` as a generator of steps (see the module docstring)."""
+        return self._steps(request)
+
+    def _steps(self, request: BrokerRequest) -> Steps:
         ctx = _Ctx(action=request.action if isinstance(request.action, str) else "-")
         # 1. token
         if not request.token:
@@ -398,7 +405,7 @@ class Broker:
 
     def _decide_and_execute(
         self, ctx: _Ctx, action: Action, args: Any, arguments: dict[str, Any], grant: str | None, scope: TokenScope
-    ) -> _Steps:
+    ) -> Steps:
         principal = Principal(scope.principal, scope.task)
         decision, deny_status = self._decide(action, principal, args)
         ctx.extra = {**ctx.extra, "rule_id": decision.rule_id}
@@ -429,12 +436,12 @@ class Broker:
             self._draft(ctx, "decision", {"verdict": decision.verdict, "reason": decision.reason, **grant_detail}),
             self._draft(ctx, "intent", {"arguments": arguments}),
         )
-        claimed = yield _Write(lambda t: self._claim(t, ctx, drafts, uses), [(ctx.principal, ctx.key)])
+        claimed = yield StoreWrite(lambda t: self._claim(t, ctx, drafts, uses), [(ctx.principal, ctx.key)])
         if isinstance(claimed, BrokerReply):
             return claimed
         return (yield from self._execute(ctx, action, args, intent, claimed))
 
-    def _pending(self, ctx: _Ctx, action: Action, arguments: dict[str, Any], decision: Decision) -> _Steps:
+    def _pending(self, ctx: _Ctx, action: Action, arguments: dict[str, Any], decision: Decision) -> Steps:
         body = {
             "status": "pending_review",
             "action": action.name,
@@ -455,7 +462,7 @@ class Broker:
                 return stored
             return BrokerReply(202, {**body, "ledger_seq": self._chain(txn, pending), "replayed": False})
 
-        reply: BrokerReply = yield _Write(write, [(ctx.principal, ctx.key)])
+        reply: BrokerReply = yield StoreWrite(write, [(ctx.principal, ctx.key)])
         return reply
 
     def _claim(
@@ -483,7 +490,7 @@ class Broker:
         txn.put_record(IdempotencyRecord(ctx.principal, ctx.key, ctx.action, ctx.digest, "in_flight", 0, {}, seq))
         return seq
 
-    def _execute(self, ctx: _Ctx, action: Action, args: Any, intent: Intent, intent_seq: int) -> _Steps:
+    def _execute(self, ctx: _Ctx, action: Action, args: Any, intent: Intent, intent_seq: int) -> Steps:
         base = {
             "action": action.name,
             "idempotency_key": ctx.key,
@@ -491,7 +498,7 @@ class Broker:
             "intent_seq": intent_seq,
         }
         try:
-            returned = yield _Execute(lambda: action.execute(args, action.context(intent, self._secrets)))
+            returned = yield ExecutorCall(lambda: action.execute(args, action.context(intent, self._secrets)))
             try:  # the write happened: a result that is not JSON must not turn it into a failure
                 result = json.loads(canonical_json(dict(returned)))
             except (TypeError, ValueError):
@@ -529,7 +536,7 @@ class Broker:
             )
             return seq
 
-        seq = yield _Write(finish)
+        seq = yield StoreWrite(finish)
         return BrokerReply(status, {**body, "ledger_seq": seq, "replayed": False})
 
     # -- recovery ----------------------------------------------------------------------------------

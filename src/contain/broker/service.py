@@ -8,11 +8,9 @@ Endpoints::
     GET  /v1/health           {"ok": true}
     GET  /openapi.json        this API, as OpenAPI 3.1
 
-A minimal HTTP/1.1 server side on ``socketserver`` with one thread per connection (keep-alive,
-Content-Length bodies only): the work per request is synchronous database I/O, which threads serve
-well, and the group commit in ``storage`` turns concurrent requests into shared fsyncs.
-``http.server`` was the first version; its header parsing (``email.parser``) cost more per
-request than the broker's own decision path.
+One thread serves every connection (``server_loop``) and drives the decision paths of all the
+requests it holds together: their ledger writes share one transaction and their executors run on
+a pool. ``http_wire`` frames requests (Content-Length bodies only, keep-alive, hard limits).
 
 What is enforced: the TCP listener binds 127.0.0.1 only; request bodies are capped at 1 MiB; the
 token is read from the Authorization header only. What is not: TLS (the Unix socket is the
@@ -22,29 +20,28 @@ intended transport; the socket file's mode and the sandbox bind decide who can c
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
-import logging
 import os
 import socket
-import socketserver
-import struct
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from contain.broker.actions import SecretStore
 from contain.broker.config import BrokerConfig, load_actions
-from contain.broker.core import Broker, BrokerReply, BrokerRequest
+from contain.broker.core import Broker, BrokerReply, BrokerRequest, Steps
+from contain.broker.http_wire import HttpRequest
 from contain.broker.ledger import Checkpointer, load_checkpoint_key
+from contain.broker.server_loop import ServerLoop
 from contain.broker.storage import open_store
 from contain.broker.tokens import TokenKey
 from contain.gate.grants import GrantKey
 
-__all__ = ["BrokerServer", "build_broker", "openapi_document", "route"]
+__all__ = ["BrokerServer", "build_broker", "openapi_document", "route_steps"]
 
-log = logging.getLogger(__name__)
-MAX_BODY_BYTES = 1 << 20
+IDLE_TIMEOUT_S = 60.0
 
 
 def build_broker(config: BrokerConfig) -> Broker:
@@ -144,15 +141,10 @@ def openapi_document(broker: Broker) -> dict[str, Any]:
     }
 
 
-def _refusal(status: int, code: str, reason: str) -> BrokerReply:
-    return BrokerReply(status, {"status": "refused", "error": {"code": code, "reason": reason}})
-
-
-def route(
-    broker: Broker, method: str, path: str, headers: Mapping[str, str], body: bytes, spec: Callable[[], dict[str, Any]]
-) -> BrokerReply:
-    """Map one parsed HTTP request to a reply (no I/O of its own beyond the broker's)."""
-    auth = headers.get("authorization", "")
+def route_steps(broker: Broker, request: HttpRequest, spec: Callable[[], dict[str, Any]]) -> BrokerReply | Steps:
+    """Map one parsed HTTP request to a reply, or to the path (steps) that will make it."""
+    method, path = request.method, request.path
+    auth = request.headers.get("authorization", "")
     token = auth[7:].strip() if auth.startswith("Bearer ") else None
     if method == "GET" and path == "/openapi.json":
         return BrokerReply(200, spec())
@@ -161,7 +153,7 @@ def route(
     if method == "GET" and path == "/v1/actions":
         check = broker.verify(token or "")
         if not check.ok or check.scope is None:
-            return broker.record_refusal(check.status, "token", check.reason)
+            return broker.refusal_steps(check.status, "token", check.reason)
         allowed = [
             {
                 "name": n,
@@ -176,203 +168,87 @@ def route(
         return BrokerReply(200, {"principal": check.scope.principal, "task": check.scope.task, "actions": allowed})
     prefix = "/v1/actions/"
     if method != "POST" or not path.startswith(prefix):
-        return broker.record_refusal(404, "not_found", f"{method} {path[:200]}", token=token)
+        return broker.refusal_steps(404, "not_found", f"{method} {path[:200]}", token=token)
     try:
-        data = json.loads(body or b"{}")
+        data = json.loads(request.body or b"{}")
         if not isinstance(data, dict):
             raise ValueError("body must be a JSON object")
     except ValueError:
         data = {"arguments": None}  # the broker refuses it (400) and records the refusal
-    request = BrokerRequest(
-        token=token,
-        action=path[len(prefix) :],
-        arguments=data.get("arguments"),
-        idempotency_key=data.get("idempotency_key"),
-        grant=data.get("grant"),
+    return broker.steps(
+        BrokerRequest(
+            token=token,
+            action=path[len(prefix) :],
+            arguments=data.get("arguments"),
+            idempotency_key=data.get("idempotency_key"),
+            grant=data.get("grant"),
+        )
     )
-    try:
-        return broker.handle(request)
-    except Exception:  # storage failure: the request did not complete; say so, never allow
-        log.exception("broker failed to handle a request")
-        return _refusal(503, "unavailable", "the broker cannot record this request; retry later")
 
 
-_REASONS = {
-    200: "OK",
-    202: "Accepted",
-    400: "Bad Request",
-    401: "Unauthorized",
-    403: "Forbidden",
-    404: "Not Found",
-    409: "Conflict",
-    411: "Length Required",
-    413: "Content Too Large",
-    422: "Unprocessable Content",
-    431: "Request Header Fields Too Large",
-    500: "Internal Server Error",
-    502: "Bad Gateway",
-    503: "Service Unavailable",
-}
-MAX_LINE_BYTES = 8192
-IDLE_TIMEOUT_S = 60
-MAX_HEADERS = 64
-
-
-class _ParseError(Exception):
-    def __init__(self, status: int, reason: str) -> None:
-        super().__init__(reason)
-        self.status = status
-        self.reason = reason
-
-
-def _make_handler(broker: Broker, spec: Callable[[], dict[str, Any]]) -> type[socketserver.StreamRequestHandler]:
-    class Handler(socketserver.StreamRequestHandler):
-        """A minimal HTTP/1.1 server side: Content-Length bodies only, keep-alive, no chunking.
-
-        Anything else (chunked bodies, oversized lines or headers) is refused and the connection
-        closed: fail closed rather than guess where a request ends. An idle connection is closed
-        after ``IDLE_TIMEOUT_S`` so a silent client cannot hold a thread forever. The timeout is
-        the kernel's (SO_RCVTIMEO/SO_SNDTIMEO), not Python's: a Python socket timeout adds a
-        poll() and a GIL round trip before every read.
-        """
-
-        timeout = None
-
-        def setup(self) -> None:
-            super().setup()
-            limit = struct.pack("ll", IDLE_TIMEOUT_S, 0)  # struct timeval
-            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, limit)
-            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, limit)
-
-        def _read_line(self) -> bytes:
-            line = self.rfile.readline(MAX_LINE_BYTES + 1)
-            if len(line) > MAX_LINE_BYTES:
-                raise _ParseError(431, "line too long")
-            return line
-
-        def _read_request(self) -> tuple[str, str, dict[str, str], bytes, bool] | None:
-            line = self._read_line()
-            while line in (b"\r\n", b"\n"):
-                line = self._read_line()
-            if not line:
-                return None
-            parts = line.decode("latin-1").rstrip("\r\n").split(" ")
-            if len(parts) != 3 or parts[2] not in ("HTTP/1.1", "HTTP/1.0"):
-                raise _ParseError(400, "malformed request line")
-            method, path, version = parts
-            headers: dict[str, str] = {}
-            for _ in range(MAX_HEADERS):
-                raw = self._read_line()
-                if raw in (b"\r\n", b"\n", b""):
-                    break
-                name, sep, value = raw.decode("latin-1").partition(":")
-                if not sep:
-                    raise _ParseError(400, "malformed header")
-                headers[name.strip().lower()] = value.strip()
-            else:
-                raise _ParseError(431, "too many headers")
-            if "transfer-encoding" in headers:
-                raise _ParseError(411, "send a Content-Length body; chunked bodies are refused")
-            try:
-                length = int(headers.get("content-length", "0") or 0)
-            except ValueError as exc:
-                raise _ParseError(400, "bad Content-Length") from exc
-            if length < 0 or length > MAX_BODY_BYTES:
-                raise _ParseError(413, "body over 1 MiB")
-            body = self.rfile.read(length)
-            if body is None:  # the client stalled mid-body past the idle timeout
-                return None
-            keep = version == "HTTP/1.1" and headers.get("connection", "").lower() != "close"
-            return method, path, headers, body, keep
-
-        def _send(self, reply: BrokerReply, *, keep: bool) -> None:
-            data = json.dumps(reply.body, sort_keys=True).encode()
-            lines = [
-                f"HTTP/1.1 {reply.status} {_REASONS.get(reply.status, 'Status')}",
-                "Content-Type: application/json",
-                f"Content-Length: {len(data)}",
-                "Server: contain-broker/1",
-            ]
-            error = reply.body.get("error") if isinstance(reply.body, Mapping) else None
-            if reply.status in (401, 403) and isinstance(error, Mapping):
-                lines.append(f"Contain-Denied-By: {error.get('code', '')}")
-            if not keep:
-                lines.append("Connection: close")
-            self.wfile.write(("\r\n".join(lines) + "\r\n\r\n").encode() + data)
-            self.wfile.flush()
-
-        def handle(self) -> None:
-            try:
-                while True:
-                    try:
-                        parsed = self._read_request()
-                    except _ParseError as exc:
-                        try:
-                            reply = broker.record_refusal(exc.status, "bad_http", exc.reason)
-                        except Exception:  # the ledger is unavailable: still refuse
-                            reply = _refusal(exc.status, "bad_http", exc.reason)
-                        self._send(reply, keep=False)
-                        return
-                    if parsed is None:
-                        return
-                    method, path, headers, body, keep = parsed
-                    self._send(route(broker, method, path, headers, body, spec), keep=keep)
-                    if not keep:
-                        return
-            except (BrokenPipeError, ConnectionResetError, TimeoutError, BlockingIOError):
-                return  # the caller went away or stalled; whatever the broker did is in the ledger
-
-    return Handler
-
-
-# socketserver's default accept backlog is 5: a burst of sandboxes connecting at once would find
-# it full and wait out a retry (measured: 64 clients starting together, p99 119 ms; 40 ms with 128).
+# An accept backlog of 5 (socketserver's default, which an earlier version used) made a burst of
+# sandboxes connecting at once wait out a retry (measured: 64 clients starting together, p99
+# 119 ms; 40 ms with 128).
 _BACKLOG = 128
 
 
-class _UnixServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
-    daemon_threads = True
-    request_queue_size = _BACKLOG
-
-
-class _TcpServer(socketserver.ThreadingMixIn, socketserver.TCPServer):
-    daemon_threads = True
-    allow_reuse_address = True
-    request_queue_size = _BACKLOG
-
-
 class BrokerServer:
-    """Serves a started ``Broker`` on a Unix socket and optionally 127.0.0.1:port."""
+    """Serves a started ``Broker`` on a Unix socket and optionally 127.0.0.1:port (``server_loop``)."""
 
-    def __init__(self, broker: Broker, *, socket_path: str, tcp_port: int | None = None, socket_mode: int = 0o666):
+    def __init__(
+        self,
+        broker: Broker,
+        *,
+        socket_path: str,
+        tcp_port: int | None = None,
+        socket_mode: int = 0o666,
+        executor_threads: int = 64,
+        idle_timeout_s: float = IDLE_TIMEOUT_S,
+    ):
         self.broker = broker
-        handler = _make_handler(broker, lambda: openapi_document(broker))
         path = Path(socket_path)
         with contextlib.suppress(FileNotFoundError):
             if path.is_socket():
                 path.unlink()
-        self._servers: list[socketserver.BaseServer] = [_UnixServer(str(path), handler)]
-        os.chmod(path, socket_mode)
-        self.socket_path = str(path)
-        self.tcp_address: tuple[str, int] | None = None
-        if tcp_port is not None:
-            tcp = _TcpServer(("127.0.0.1", tcp_port), handler)
-            self.tcp_address = (str(tcp.server_address[0]), int(tcp.server_address[1]))
-            self._servers.append(tcp)
-        self._threads: list[threading.Thread] = []
+        unix = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        listeners = [unix]
+        try:
+            unix.bind(str(path))
+            os.chmod(path, socket_mode)
+            unix.listen(_BACKLOG)
+            self.socket_path = str(path)
+            self.tcp_address: tuple[str, int] | None = None
+            if tcp_port is not None:  # loopback only: the broker is never reachable off this host
+                tcp = socket.create_server(("127.0.0.1", tcp_port), backlog=_BACKLOG)
+                listeners.append(tcp)
+                host, port = tcp.getsockname()[:2]
+                self.tcp_address = (str(host), int(port))
+        except BaseException:
+            for listener in listeners:
+                listener.close()
+            raise
+        self._listeners = listeners
+        spec = functools.partial(openapi_document, broker)
+        self._loop = ServerLoop(
+            broker,
+            listeners,
+            functools.partial(route_steps, broker, spec=spec),
+            executor_threads=executor_threads,
+            idle_timeout_s=idle_timeout_s,
+        )
+        self._thread: threading.Thread | None = None
 
     def start(self) -> None:
-        """Serve in background threads."""
-        for server in self._servers:
-            thread = threading.Thread(
-                target=server.serve_forever, kwargs={"poll_interval": 0.05}, name="broker-http", daemon=True
-            )
-            thread.start()
-            self._threads.append(thread)
+        """Serve on a background thread."""
+        self._thread = threading.Thread(target=self._loop.run, name="broker-loop", daemon=True)
+        self._thread.start()
 
     def shutdown(self) -> None:
-        for server in self._servers:
-            server.shutdown()
-            server.server_close()
+        """Stop accepting, let requests in progress finish (bounded), close every socket."""
+        self._loop.stop()
+        if self._thread is not None:
+            self._thread.join()
+        for listener in self._listeners:
+            listener.close()
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.socket_path)

@@ -387,11 +387,37 @@ class Store:
             self._lead()
         return cast(T, waiter.result())
 
-    def _lead(self) -> None:
-        """Commit one batch (this thread's call is first in it), then pass the lead on or stop leading."""
+    def run_all(
+        self, calls: Sequence[tuple[Callable[[Txn], Any], Sequence[tuple[str, str]]]]
+    ) -> list[tuple[Any, BaseException | None]]:
+        """Run every ``(fn, records)`` of ``calls`` as ``run`` would, committed together when no other
+        thread is queued; returns each call's ``(value, error)`` in order once all are durable.
+
+        For a server thread that holds many requests: one call instead of a thread per write. A
+        function's own exception is its error only; a failed commit is every call's error.
+        """
+        waiters = [_Waiter(fn, records) for fn, records in calls]
+        if not waiters:
+            return []
         with self._mutex:
-            batch = self._pending[: self._max_batch]
-            del self._pending[: self._max_batch]
+            if self._conn is None or self._closed:
+                raise RuntimeError("the store is not running (not started, or closed)")
+            self._pending.extend(waiters)
+            lead = not self._leading
+            self._leading = True
+        for number, waiter in enumerate(waiters):
+            if number > 0 or not lead:
+                waiter.wake.acquire()  # released when committed, or when this call is handed the lead
+            if not waiter.finished:
+                self._lead(limit=max(self._max_batch, len(waiters)))
+        return [(waiter.value, waiter.error) for waiter in waiters]
+
+    def _lead(self, limit: int | None = None) -> None:
+        """Commit one batch (this thread's call is first in it), then pass the lead on or stop leading."""
+        size = self._max_batch if limit is None else limit
+        with self._mutex:
+            batch = self._pending[:size]
+            del self._pending[:size]
         try:
             self._commit_batch(self._conn, batch)
         finally:

@@ -1,0 +1,366 @@
+"""The broker's server loop: one thread holds every connection and drives every request's decision
+path together, so that the writes of all of them share one transaction (one fsync).
+
+Each request becomes a path (``Broker.steps``, a generator of steps). The loop advances every path
+it holds until the path asks for a store write or an executor call. The writes asked for by all
+paths, in one round, run in one ``Store.run_all`` transaction: claims of new requests and outcomes
+of finished executors together. Executors run on a thread pool, and a finished executor wakes the
+loop. A path still takes its own steps strictly in order: its claim is durable before its
+executor is called, and its outcome is durable before its reply is sent.
+
+Why one thread rather than a thread per connection: a write through a thread per connection
+hands off between threads five or six times (socket, GIL, group commit of the intent, executor,
+group commit of the outcome, reply); on a small machine each hand-off waits for a CPU, and that
+waiting, not CPU or fsync, is what bounded throughput (docs/broker.md, "Benchmark").
+
+Limits: the HTTP framing of ``http_wire``; a connection idle for ``idle_timeout_s`` (no request
+in progress and no bytes moving) is closed; at most ``max_connections`` are held, and one more is
+accepted and closed at once. A connection with a request in progress is not read from until the
+reply is queued, so a client cannot pile up requests in the broker's memory.
+"""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+import contextlib
+import logging
+import os
+import selectors
+import socket
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from contain.broker.core import Broker, BrokerReply, ExecutorCall, Steps, StoreWrite
+from contain.broker.http_wire import HttpError, HttpRequest, RequestReader, reply_bytes
+
+__all__ = ["ServerLoop"]
+
+log = logging.getLogger(__name__)
+
+Route = Callable[[HttpRequest], "BrokerReply | Steps"]
+_LISTEN, _WAKE = object(), object()
+_SWEEP_EVERY_S = 1.0
+
+
+def _unavailable() -> BrokerReply:
+    return BrokerReply(
+        503,
+        {
+            "status": "refused",
+            "error": {"code": "unavailable", "reason": "the broker cannot record this request; retry later"},
+        },
+    )
+
+
+class _Conn:
+    __slots__ = ("active", "closed", "closing", "eof", "events", "last", "out", "reader", "sock")
+
+    def __init__(self, sock: socket.socket, now: float) -> None:
+        self.sock = sock
+        self.reader = RequestReader()
+        self.out = bytearray()
+        self.active = False  # a request of this connection is on its path
+        self.closing = False  # close once ``out`` is sent
+        self.closed = False
+        self.eof = False  # the client sent all it will send; answer what is buffered, then close
+        self.events = 0
+        self.last = now
+
+
+class _Path:
+    __slots__ = ("conn", "keep", "steps")
+
+    def __init__(self, conn: _Conn, steps: Steps, keep: bool) -> None:
+        self.conn = conn
+        self.steps = steps
+        self.keep = keep
+
+
+class ServerLoop:
+    """Serves ``route`` over the listening sockets until ``stop``; ``run`` is the loop's thread body."""
+
+    def __init__(
+        self,
+        broker: Broker,
+        listeners: Sequence[socket.socket],
+        route: Route,
+        *,
+        executor_threads: int = 64,
+        idle_timeout_s: float = 60.0,
+        max_connections: int = 1024,
+        drain_timeout_s: float = 10.0,
+    ) -> None:
+        self._broker = broker
+        self._route = route
+        self._idle_timeout_s = idle_timeout_s
+        self._max_connections = max_connections
+        self._drain_timeout_s = drain_timeout_s
+        self._selector = selectors.DefaultSelector()
+        self._listeners = list(listeners)
+        for listener in self._listeners:
+            listener.setblocking(False)
+            self._selector.register(listener, selectors.EVENT_READ, _LISTEN)
+        self._wake_fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+        self._selector.register(self._wake_fd, selectors.EVENT_READ, _WAKE)
+        self._wake_lock = threading.Lock()
+        self._wake_armed = False
+        self._finished: collections.deque[tuple[_Path, Any, BaseException | None]] = collections.deque()
+        self._pool = concurrent.futures.ThreadPoolExecutor(executor_threads, thread_name_prefix="broker-executor")
+        self._conns: set[_Conn] = set()
+        self._ready: collections.deque[_Conn] = collections.deque()  # answered; may hold a pipelined request
+        self._writes: list[tuple[_Path, StoreWrite]] = []
+        self._paths = 0  # paths started and not yet answered
+        self._stopping = False
+
+    # -- control (any thread) ----------------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Stop accepting; finish the paths in progress (up to ``drain_timeout_s``); ``run`` returns."""
+        self._stopping = True
+        self._wake()
+
+    def _wake(self) -> None:
+        with self._wake_lock:
+            if self._wake_armed:
+                return
+            self._wake_armed = True
+        os.eventfd_write(self._wake_fd, 1)
+
+    # -- the loop -----------------------------------------------------------------------------------
+
+    def run(self) -> None:
+        drain_deadline: float | None = None
+        next_sweep = time.monotonic() + _SWEEP_EVERY_S
+        try:
+            while True:
+                for key, mask in self._selector.select(timeout=_SWEEP_EVERY_S):
+                    if key.data is _LISTEN:
+                        self._accept(key.fileobj)  # type: ignore[arg-type]
+                    elif key.data is _WAKE:
+                        with contextlib.suppress(BlockingIOError):
+                            os.eventfd_read(self._wake_fd)
+                        with self._wake_lock:
+                            self._wake_armed = False
+                    else:
+                        conn: _Conn = key.data
+                        if mask & selectors.EVENT_WRITE:
+                            self._flush(conn)
+                        if mask & selectors.EVENT_READ and not conn.closed:
+                            self._read(conn)
+                self._take_ready()
+                while self._finished:
+                    path, value, error = self._finished.popleft()
+                    self._advance(path, value, error)
+                self._commit()
+                self._take_ready()
+                now = time.monotonic()
+                if now >= next_sweep:
+                    self._sweep(now)
+                    next_sweep = now + _SWEEP_EVERY_S
+                if self._stopping:
+                    if drain_deadline is None:
+                        drain_deadline = now + self._drain_timeout_s
+                        self._stop_accepting()
+                    if self._paths == 0 or now >= drain_deadline:
+                        if self._paths:
+                            log.warning("broker stopped with %d requests unfinished (reconciled on start)", self._paths)
+                        return
+        finally:
+            for conn in list(self._conns):
+                self._close(conn)
+            self._selector.close()
+            os.close(self._wake_fd)
+            self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def _stop_accepting(self) -> None:
+        for listener in self._listeners:
+            self._selector.unregister(listener)
+        for conn in list(self._conns):
+            if not conn.active and not conn.out:
+                self._close(conn)
+            else:
+                conn.closing = True
+
+    # -- connections --------------------------------------------------------------------------------
+
+    def _accept(self, listener: socket.socket) -> None:
+        while True:
+            try:
+                sock, _ = listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:  # out of descriptors: leave the rest in the backlog for now
+                log.warning("broker cannot accept a connection: %s", exc)
+                return
+            if len(self._conns) >= self._max_connections:
+                log.warning("broker holds %d connections; refused one more", len(self._conns))
+                sock.close()
+                continue
+            sock.setblocking(False)
+            conn = _Conn(sock, time.monotonic())
+            self._conns.add(conn)
+            self._interest(conn)
+
+    def _interest(self, conn: _Conn) -> None:
+        """Watch for reads only between requests, and for writes only while a reply is queued."""
+        if conn.closed:
+            return
+        events = 0 if conn.active or conn.closing or conn.eof else selectors.EVENT_READ
+        if conn.out:
+            events |= selectors.EVENT_WRITE
+        if events == conn.events:
+            return
+        if conn.events == 0:
+            self._selector.register(conn.sock, events, conn)
+        elif events == 0:
+            self._selector.unregister(conn.sock)
+        else:
+            self._selector.modify(conn.sock, events, conn)
+        conn.events = events
+
+    def _close(self, conn: _Conn) -> None:
+        if conn.closed:
+            return
+        if conn.events:
+            self._selector.unregister(conn.sock)
+            conn.events = 0
+        conn.closed = True
+        conn.sock.close()
+        self._conns.discard(conn)
+
+    def _read(self, conn: _Conn) -> None:
+        try:
+            data = conn.sock.recv(262144)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            self._close(conn)
+            return
+        if not data:  # the client is done sending: answer what it sent whole, then close
+            conn.eof = True
+            self._next_request(conn)
+            return
+        conn.last = time.monotonic()
+        conn.reader.feed(data)
+        self._next_request(conn)
+
+    def _flush(self, conn: _Conn) -> None:
+        if conn.out:
+            try:
+                sent = conn.sock.send(conn.out)
+            except (BlockingIOError, InterruptedError):
+                sent = 0
+            except OSError:  # the caller went away; whatever the broker did is in the ledger
+                self._close(conn)
+                return
+            if sent:
+                del conn.out[:sent]
+                conn.last = time.monotonic()
+        if not conn.out and conn.closing:
+            self._close(conn)
+            return
+        self._interest(conn)
+
+    def _sweep(self, now: float) -> None:
+        for conn in list(self._conns):
+            if not conn.active and now - conn.last > self._idle_timeout_s:
+                self._close(conn)  # silent, stalled mid-request, or not reading its reply
+
+    # -- paths --------------------------------------------------------------------------------------
+
+    def _next_request(self, conn: _Conn) -> None:
+        if conn.active or conn.closing or conn.closed:
+            return
+        try:
+            request = conn.reader.take()
+        except HttpError as exc:
+            self._start(conn, self._broker.refusal_steps(exc.status, "bad_http", exc.reason), keep=False)
+            return
+        if request is None:
+            if conn.eof:  # a request cut off by the end of input is dropped with the connection
+                conn.closing = True
+                self._flush(conn)
+            else:
+                self._interest(conn)
+            return
+        try:
+            routed = self._route(request)
+        except Exception:
+            log.exception("broker failed to route a request")
+            routed = _unavailable()
+        self._start(conn, routed, keep=request.keep_alive)
+
+    def _take_ready(self) -> None:
+        while self._ready:
+            self._next_request(self._ready.popleft())
+
+    def _start(self, conn: _Conn, routed: BrokerReply | Steps, *, keep: bool) -> None:
+        if isinstance(routed, BrokerReply):
+            self._answer(conn, routed, keep)
+            return
+        conn.active = True
+        self._interest(conn)
+        self._paths += 1
+        self._advance(_Path(conn, routed, keep), None, None)
+
+    def _advance(self, path: _Path, value: Any, error: BaseException | None) -> None:
+        """Send ``value`` (or throw ``error``) into the path and queue the step it asks for next."""
+        try:
+            step = path.steps.send(value) if error is None else path.steps.throw(error)
+        except StopIteration as done:
+            self._finish(path, done.value)
+            return
+        except BaseException:  # a broken path (or an executor's BaseException): no reply is made up
+            log.exception("broker failed to handle a request")
+            self._finish(path, _unavailable())
+            return
+        if isinstance(step, StoreWrite):
+            self._writes.append((path, step))
+        else:
+            self._pool.submit(self._call, path, step)
+
+    def _call(self, path: _Path, step: ExecutorCall) -> None:
+        """On a pool thread: call the executor, hand the result to the loop."""
+        try:
+            value, error = step.call(), None
+        except BaseException as exc:  # the path decides what it means (it records the failure)
+            value, error = None, exc
+        self._finished.append((path, value, error))
+        self._wake()
+
+    def _commit(self) -> None:
+        """Run every write the paths asked for in one transaction, then advance each path."""
+        if not self._writes:
+            return
+        writes, self._writes = self._writes, []
+        try:
+            results = self._broker.store.run_all([(step.fn, step.records) for _, step in writes])
+        except Exception as exc:  # the store is closed or broken: nothing was written
+            results = [(None, exc)] * len(writes)
+        for (path, _), (value, error) in zip(writes, results, strict=True):
+            if error is None:
+                self._advance(path, value, None)
+                continue
+            # Not thrown into the path: a write that did not happen is not a step the path can
+            # take back; the request did not complete (a claim left in flight is reconciled).
+            log.error("broker failed to record a request", exc_info=error)
+            path.steps.close()
+            self._finish(path, _unavailable())
+
+    def _finish(self, path: _Path, reply: BrokerReply) -> None:
+        self._paths -= 1
+        path.conn.active = False
+        self._answer(path.conn, reply, path.keep)
+
+    def _answer(self, conn: _Conn, reply: BrokerReply, keep: bool) -> None:
+        if conn.closed:
+            return
+        keep = keep and not self._stopping
+        conn.out += reply_bytes(reply.status, reply.body, keep_alive=keep)
+        if not keep:
+            conn.closing = True
+        self._flush(conn)
+        self._ready.append(conn)  # a pipelined request may already be buffered (taken by the loop, not recursively)
