@@ -373,6 +373,74 @@ def bench_broker(
     return Measured(rows / elapsed, lat, failures[0], slices / rows, waited * 1000 / rows)
 
 
+def bench_broker_one_thread(
+    work: Path, token: str, rows: int, concurrency: int, offset: int, action: str = "insert_row",
+    broker_pid: int | None = None,
+) -> Measured:
+    """The same calls as ``bench_broker``, from one thread holding ``concurrency`` kept-alive
+    connections (as a load generator such as wrk does): the clients cost the two CPUs that the
+    broker, the target writer and the raw baseline share one wake-up per reply, not a thread
+    wake-up and a GIL hand-off each."""
+    import selectors
+
+    prefix = "k" if action == "insert_row" else action[0]
+    events = selectors.DefaultSelector()
+    lat: list[float] = []
+    failures = 0
+    todo = iter(range(rows))
+    state: dict[socket.socket, list[Any]] = {}  # socket: [sent at, bytes received]
+
+    def send(sock: socket.socket) -> bool:
+        i = next(todo, None)
+        if i is None:
+            return False
+        n = offset + i
+        body = json.dumps({"arguments": {"row_id": n, "owner": "alice", "amount_cents": 1000 + i},
+                           "idempotency_key": f"{prefix}{n}"}).encode()
+        head = (f"POST /v1/actions/{action} HTTP/1.1\r\nHost: broker\r\nAuthorization: Bearer {token}\r\n"
+                f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n")
+        state[sock] = [time.perf_counter(), b""]
+        sock.sendall(head.encode() + body)
+        return True
+
+    socks = []
+    for _ in range(concurrency):
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.connect(str(work / "broker.sock"))
+        socks.append(sock)
+    before = _schedstat(broker_pid) if broker_pid else {}
+    began = time.perf_counter()
+    busy = 0
+    for sock in socks:
+        if send(sock):
+            events.register(sock, selectors.EVENT_READ)
+            busy += 1
+    while busy:
+        for key, _ in events.select():
+            sock = key.fileobj  # type: ignore[assignment]
+            entry = state[sock]
+            entry[1] += sock.recv(65536)
+            end = entry[1].find(b"\r\n\r\n")
+            if end < 0:
+                continue
+            head = entry[1][:end].decode("latin-1").split("\r\n")
+            length = next(int(h.split(":", 1)[1]) for h in head if h.lower().startswith("content-length:"))
+            if len(entry[1]) < end + 4 + length:
+                continue
+            lat.append(time.perf_counter() - entry[0])
+            if head[0].split(" ")[1] != "200":
+                failures += 1
+            if not send(sock):
+                events.unregister(sock)
+                busy -= 1
+    elapsed = time.perf_counter() - began
+    waited, slices = _sched_delta(before, _schedstat(broker_pid)) if broker_pid else (0.0, 0)
+    for sock in socks:
+        sock.close()
+    events.close()
+    return Measured(rows / elapsed, lat, failures, slices / rows, waited * 1000 / rows)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--rows", type=int, default=2000, help="rows per measurement")
@@ -382,6 +450,9 @@ def main() -> None:
     parser.add_argument("--server", choices=["contain", "staged-prototype"], default="contain",
                         help="contain broker serve, or the measurement prototype of the staged shape "
                              "(staged_broker_prototype.py: happy path only)")
+    parser.add_argument("--clients", choices=["one-thread", "threads"], default="one-thread",
+                        help="how the clients run: one thread holding every connection (default), or a thread "
+                             "each with BrokerClient")
     parser.add_argument("--rounds", type=int, default=3, help="raw and broker runs interleaved, medians reported")
     parser.add_argument("--warmup", type=int, default=3000,
                         help="untimed rows into the raw file and writes through the broker before measuring")
@@ -397,26 +468,27 @@ def main() -> None:
     warm_raw = work / "raw.db"
     top = max(args.concurrency)
     try:
+        bench = bench_broker_one_thread if args.clients == "one-thread" else bench_broker
         bench_raw(warm_raw, args.warmup, 0)
-        bench_broker(work, token, args.warmup, top, 0)
+        bench(work, token, args.warmup, top, 0)
         offset = args.warmup
         for round_ in range(args.rounds):
             fresh.append(bench_raw(work / f"fresh{round_}.db", args.rows, 0)[0])
             raw.append(bench_raw(warm_raw, args.rows, offset))
             for level in args.concurrency:
                 before = _cpu_seconds(proc.pid)
-                brokered[level].append(bench_broker(work, token, args.rows, level, offset, broker_pid=proc.pid))
+                brokered[level].append(bench(work, token, args.rows, level, offset, broker_pid=proc.pid))
                 after = _cpu_seconds(proc.pid)
                 cpu[level].append(tuple((b - a) * 1000 / args.rows for a, b in zip(before, after, strict=True)))
                 offset += args.rows
-            ceiling.append(bench_broker(work, token, args.rows, top, offset, "noop_row", proc.pid))
+            ceiling.append(bench(work, token, args.rows, top, offset, "noop_row", proc.pid))
     finally:
         proc.terminate()
         proc.wait(30)
     raw_rate = statistics.median(r for r, _ in raw)
     raw_lat = [x for _, lat in raw for x in lat]
     print(f"server: {args.server}; rows per run {args.rows}, rounds {args.rounds} (interleaved), warm-up "
-          f"{args.warmup}, target writer: {args.target}; medians of rates; latency over all runs")
+          f"{args.warmup}, target writer: {args.target}, clients: {args.clients}; medians of rates; latency over all runs")
     print(f"raw SQLite, fresh file (reference only):        {statistics.median(fresh):8.0f} rows/s")
     print(f"raw SQLite (WAL, synchronous=FULL, 1 txn/row): {raw_rate:8.0f} rows/s    "
           f"p50 {_pct(raw_lat, .5):.2f} ms  p99 {_pct(raw_lat, .99):.2f} ms")

@@ -15,17 +15,17 @@ waiting, not CPU or fsync, is what bounded throughput (docs/broker.md, "Benchmar
 
 Limits: the HTTP framing of ``http_wire``; a connection idle for ``idle_timeout_s`` (no request
 in progress and no bytes moving) is closed; at most ``max_connections`` are held, and one more is
-accepted and closed at once. A connection with a request in progress is not read from until the
-reply is queued, so a client cannot pile up requests in the broker's memory.
+accepted and closed at once. While a request is in progress, at most ``_READ_AHEAD_BYTES`` more
+are read from its connection, so a client cannot pile up requests in the broker's memory.
 """
 
 from __future__ import annotations
 
 import collections
-import concurrent.futures
 import contextlib
 import logging
 import os
+import queue
 import selectors
 import socket
 import threading
@@ -43,6 +43,7 @@ log = logging.getLogger(__name__)
 Route = Callable[[HttpRequest], "BrokerReply | Steps"]
 _LISTEN, _WAKE = object(), object()
 _SWEEP_EVERY_S = 1.0
+_READ_AHEAD_BYTES = 1 << 16  # read while a request is in progress up to this much, then stop reading
 
 
 def _unavailable() -> BrokerReply:
@@ -108,10 +109,13 @@ class ServerLoop:
         self._wake_lock = threading.Lock()
         self._wake_armed = False
         self._finished: collections.deque[tuple[_Path, Any, BaseException | None]] = collections.deque()
-        self._pool = concurrent.futures.ThreadPoolExecutor(executor_threads, thread_name_prefix="broker-executor")
+        self._calls: queue.SimpleQueue[tuple[_Path, ExecutorCall] | None] = queue.SimpleQueue()
+        self._max_executors = executor_threads
+        self._executors: list[threading.Thread] = []
+        self._idle_executors = 0  # changed by executor threads, under _wake_lock
         self._conns: set[_Conn] = set()
         self._ready: collections.deque[_Conn] = collections.deque()  # answered; may hold a pipelined request
-        self._writes: list[tuple[_Path, StoreWrite]] = []
+        self._writes: list[tuple[_Path, StoreWrite]] = []  # asked for since the last commit
         self._paths = 0  # paths started and not yet answered
         self._stopping = False
 
@@ -173,7 +177,8 @@ class ServerLoop:
                 self._close(conn)
             self._selector.close()
             os.close(self._wake_fd)
-            self._pool.shutdown(wait=False, cancel_futures=True)
+            for _ in self._executors:
+                self._calls.put(None)  # an executor still in a call ends after it
 
     def _stop_accepting(self) -> None:
         for listener in self._listeners:
@@ -205,10 +210,12 @@ class ServerLoop:
             self._interest(conn)
 
     def _interest(self, conn: _Conn) -> None:
-        """Watch for reads only between requests, and for writes only while a reply is queued."""
+        """Watch for reads unless input ended or is read far enough ahead; for writes only while a
+        reply is queued. (Unchanged across a request, so a request costs no epoll_ctl.)"""
         if conn.closed:
             return
-        events = 0 if conn.active or conn.closing or conn.eof else selectors.EVENT_READ
+        reading = not (conn.closing or conn.eof or conn.reader.buffered > _READ_AHEAD_BYTES)
+        events = selectors.EVENT_READ if reading else 0
         if conn.out:
             events |= selectors.EVENT_WRITE
         if events == conn.events:
@@ -241,11 +248,11 @@ class ServerLoop:
             return
         if not data:  # the client is done sending: answer what it sent whole, then close
             conn.eof = True
-            self._next_request(conn)
-            return
-        conn.last = time.monotonic()
-        conn.reader.feed(data)
+        else:
+            conn.last = time.monotonic()
+            conn.reader.feed(data)
         self._next_request(conn)
+        self._interest(conn)  # stop reading at the end of input, or past the read-ahead
 
     def _flush(self, conn: _Conn) -> None:
         if conn.out:
@@ -302,7 +309,6 @@ class ServerLoop:
             self._answer(conn, routed, keep)
             return
         conn.active = True
-        self._interest(conn)
         self._paths += 1
         self._advance(_Path(conn, routed, keep), None, None)
 
@@ -320,16 +326,38 @@ class ServerLoop:
         if isinstance(step, StoreWrite):
             self._writes.append((path, step))
         else:
-            self._pool.submit(self._call, path, step)
+            self._submit(path, step)
 
-    def _call(self, path: _Path, step: ExecutorCall) -> None:
-        """On a pool thread: call the executor, hand the result to the loop."""
-        try:
-            value, error = step.call(), None
-        except BaseException as exc:  # the path decides what it means (it records the failure)
-            value, error = None, exc
-        self._finished.append((path, value, error))
-        self._wake()
+    def _submit(self, path: _Path, step: ExecutorCall) -> None:
+        """Queue an executor call; start another executor thread when none is idle (up to the cap)."""
+        with self._wake_lock:
+            start = self._idle_executors == 0 and len(self._executors) < self._max_executors
+            if not start:
+                self._idle_executors -= 1
+        if start:
+            thread = threading.Thread(target=self._execute, name=f"broker-executor-{len(self._executors)}", daemon=True)
+            self._executors.append(thread)
+            thread.start()
+        self._calls.put((path, step))
+
+    def _execute(self) -> None:
+        """An executor thread: call executors one after another and hand each result to the loop.
+
+        Its own loop rather than ``ThreadPoolExecutor``: no future per call, no semaphore, and a
+        thread that finds the next call queued takes it without sleeping."""
+        while (job := self._calls.get()) is not None:
+            path, step = job
+            try:
+                value, error = step.call(), None
+            except BaseException as exc:  # the path decides what it means (it records the failure)
+                value, error = None, exc
+            self._finished.append((path, value, error))
+            with self._wake_lock:
+                self._idle_executors += 1
+                if self._wake_armed:
+                    continue
+                self._wake_armed = True
+            os.eventfd_write(self._wake_fd, 1)
 
     def _commit(self) -> None:
         """Run every write the paths asked for in one transaction, then advance each path."""
@@ -340,6 +368,11 @@ class ServerLoop:
             results = self._broker.store.run_all([(step.fn, step.records) for _, step in writes])
         except Exception as exc:  # the store is closed or broken: nothing was written
             results = [(None, exc)] * len(writes)
+        self._advance_committed(writes, results)
+
+    def _advance_committed(
+        self, writes: list[tuple[_Path, StoreWrite]], results: list[tuple[Any, BaseException | None]]
+    ) -> None:
         for (path, _), (value, error) in zip(writes, results, strict=True):
             if error is None:
                 self._advance(path, value, None)
