@@ -488,7 +488,8 @@ def main() -> None:
     raw_rate = statistics.median(r for r, _ in raw)
     raw_lat = [x for _, lat in raw for x in lat]
     print(f"server: {args.server}; rows per run {args.rows}, rounds {args.rounds} (interleaved), warm-up "
-          f"{args.warmup}, target writer: {args.target}, clients: {args.clients}; medians of rates; latency over all runs")
+          f"{args.warmup}, target writer: {args.target}, clients: {args.clients}; medians of rates; "
+          "latency over all runs")
     print(f"raw SQLite, fresh file (reference only):        {statistics.median(fresh):8.0f} rows/s")
     print(f"raw SQLite (WAL, synchronous=FULL, 1 txn/row): {raw_rate:8.0f} rows/s    "
           f"p50 {_pct(raw_lat, .5):.2f} ms  p99 {_pct(raw_lat, .99):.2f} ms")
