@@ -347,3 +347,49 @@ def test_the_cached_head_survives_a_failed_batch(store_factory: Any) -> None:
     assert store.run(lambda t: _append(t, 2)) == 2
     assert store.run(lambda t: t.head())[0] == 2
     assert verify_entries(store.raw_rows()) == []
+
+
+def test_run_all_commits_its_calls_together_in_order_and_a_failure_is_its_own(store_factory: Any) -> None:
+    store = store_factory()
+    store.start()
+    store.run(lambda t: _append(t, 0))
+    commits = store.commits
+
+    def bad(t: Any) -> None:
+        _append(t, 99)
+        raise ValueError("no")
+
+    calls = [(lambda t, n=n: _append(t, n), ()) for n in (1, 2)] + [(bad, ()), (lambda t: _append(t, 3), ())]
+    results = store.run_all(calls)
+    assert [value for value, _ in results] == [2, 3, None, 4]
+    assert [type(error) for _, error in results] == [type(None), type(None), ValueError, type(None)]
+    assert store.commits == commits + 1  # one transaction (replayed once with savepoints) for all four
+    rows = store.raw_rows()
+    assert [r["detail"]["n"] for r in rows] == [0, 1, 2, 3] and verify_entries(rows) == []
+    assert store.run_all([]) == []
+
+
+def test_run_all_interleaves_with_callers_on_other_threads(store_factory: Any) -> None:
+    """Calls from a thread that leads and from threads queued behind it make one chain; run_all
+    returns only when every one of its calls is durable."""
+    store = store_factory()
+    store.start()
+    done: list[list[Any]] = []
+
+    def batches(i: int) -> None:
+        for b in range(10):
+            calls = [(lambda t, n=n: _append(t, n), ()) for n in range(i * 100 + b * 5, i * 100 + b * 5 + 5)]
+            done.append([value for value, error in store.run_all(calls) if error is None])
+
+    def singles() -> None:
+        for n in range(1000, 1050):
+            store.run(lambda t, n=n: _append(t, n))
+
+    threads = [threading.Thread(target=batches, args=(i,)) for i in range(3)] + [threading.Thread(target=singles)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    rows = store.raw_rows()
+    assert [r["seq"] for r in rows] == list(range(1, 201)) and verify_entries(rows) == []
+    assert all(len(seqs) == 5 and seqs == sorted(seqs) for seqs in done)

@@ -15,8 +15,9 @@ waiting, not CPU or fsync, is what bounded throughput (docs/broker.md, "Benchmar
 
 Limits: the HTTP framing of ``http_wire``; a connection idle for ``idle_timeout_s`` (no request
 in progress and no bytes moving) is closed; at most ``max_connections`` are held, and one more is
-accepted and closed at once. While a request is in progress, at most ``_READ_AHEAD_BYTES`` more
-are read from its connection, so a client cannot pile up requests in the broker's memory.
+accepted and closed at once. A connection's next request is taken only once the reply to the last
+one is sent, and at most ``_READ_AHEAD_BYTES`` are read ahead of it, so a client that pipelines
+without reading its replies gets backpressure, not memory in the broker.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ log = logging.getLogger(__name__)
 Route = Callable[[HttpRequest], "BrokerReply | Steps"]
 _LISTEN, _WAKE = object(), object()
 _SWEEP_EVERY_S = 1.0
-_READ_AHEAD_BYTES = 1 << 16  # read while a request is in progress up to this much, then stop reading
+_READ_AHEAD_BYTES = 1 << 16  # read this far past a request in progress, then stop reading
 
 
 def _unavailable() -> BrokerReply:
@@ -214,7 +215,8 @@ class ServerLoop:
         reply is queued. (Unchanged across a request, so a request costs no epoll_ctl.)"""
         if conn.closed:
             return
-        reading = not (conn.closing or conn.eof or conn.reader.buffered > _READ_AHEAD_BYTES)
+        waiting = conn.active or bool(conn.out)  # bytes read now wait for this request's reply
+        reading = not (conn.closing or conn.eof or (waiting and conn.reader.buffered > _READ_AHEAD_BYTES))
         events = selectors.EVENT_READ if reading else 0
         if conn.out:
             events |= selectors.EVENT_WRITE
@@ -240,7 +242,7 @@ class ServerLoop:
 
     def _read(self, conn: _Conn) -> None:
         try:
-            data = conn.sock.recv(262144)
+            data = conn.sock.recv(_READ_AHEAD_BYTES)
         except (BlockingIOError, InterruptedError):
             return
         except OSError:
@@ -266,6 +268,8 @@ class ServerLoop:
             if sent:
                 del conn.out[:sent]
                 conn.last = time.monotonic()
+                if not conn.out:
+                    self._ready.append(conn)  # a pipelined request may be waiting for this reply to go
         if not conn.out and conn.closing:
             self._close(conn)
             return
@@ -279,7 +283,9 @@ class ServerLoop:
     # -- paths --------------------------------------------------------------------------------------
 
     def _next_request(self, conn: _Conn) -> None:
-        if conn.active or conn.closing or conn.closed:
+        # One request at a time per connection, and the next only once the last reply is sent: a
+        # client that pipelines without reading gets backpressure, not a growing buffer here.
+        if conn.active or conn.closing or conn.closed or conn.out:
             return
         try:
             request = conn.reader.take()
@@ -396,4 +402,3 @@ class ServerLoop:
         if not keep:
             conn.closing = True
         self._flush(conn)
-        self._ready.append(conn)  # a pipelined request may already be buffered (taken by the loop, not recursively)

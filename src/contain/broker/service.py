@@ -204,6 +204,7 @@ class BrokerServer:
         socket_mode: int = 0o666,
         executor_threads: int = 64,
         idle_timeout_s: float = IDLE_TIMEOUT_S,
+        max_connections: int = 1024,
     ):
         self.broker = broker
         path = Path(socket_path)
@@ -235,6 +236,7 @@ class BrokerServer:
             functools.partial(route_steps, broker, spec=spec),
             executor_threads=executor_threads,
             idle_timeout_s=idle_timeout_s,
+            max_connections=max_connections,
         )
         self._thread: threading.Thread | None = None
 

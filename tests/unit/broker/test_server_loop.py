@@ -1,0 +1,278 @@
+"""The server loop: many requests' writes share transactions, a slow executor holds up nobody
+else, slow or silent clients cost nothing but a descriptor, failures answer 503 and the loop lives
+on, and shutdown finishes what is in progress."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+
+from contain.broker import (
+    Action,
+    Broker,
+    BrokerClient,
+    BrokerServer,
+    Checkpointer,
+    Decision,
+    SecretStore,
+    SqliteStore,
+    TokenKey,
+    load_checkpoint_key,
+    mint_token,
+)
+from contain.broker.ledger import verify_entries
+from contain.gate.grants import GrantKey
+
+
+class Args(BaseModel):
+    n: int
+
+
+class Actions:
+    """Executors the tests steer: ``hold`` waits for ``release``; ``crash`` raises SystemExit."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.holding = threading.Event()
+        self.calls: list[tuple[str, int]] = []
+        self.lock = threading.Lock()
+
+    def _action(self, name: str, execute: Any) -> Action:
+        return Action(
+            name=name,
+            description=f"{name} for the server loop tests",
+            arguments=Args,
+            authorize=lambda p, a: Decision.allow("any"),
+            validate=lambda p, a: Decision.allow("any"),
+            execute=execute,
+        )
+
+    def all(self) -> dict[str, Action]:
+        def record(name: str, n: int) -> dict[str, int]:
+            with self.lock:
+                self.calls.append((name, n))
+            return {"n": n}
+
+        def hold(args: Args, ctx: Any) -> dict[str, int]:
+            self.holding.set()
+            assert self.release.wait(10)
+            return record("hold", args.n)
+
+        def crash(args: Args, ctx: Any) -> dict[str, int]:
+            raise SystemExit("an executor that exits")
+
+        actions = [
+            self._action("count", lambda args, ctx: record("count", args.n)),
+            self._action("hold", hold),
+            self._action("crash", crash),
+        ]
+        return {a.name: a for a in actions}
+
+
+@pytest.fixture
+def actions() -> Actions:
+    return Actions()
+
+
+@pytest.fixture
+def broker(tmp_path: Path, actions: Actions) -> Iterator[Broker]:
+    b = Broker(
+        actions=actions.all(),
+        store=SqliteStore(str(tmp_path / "broker.db")),
+        token_key=TokenKey(b"t" * 32),
+        grant_key=GrantKey.from_bytes(b"g" * 32),
+        secrets=SecretStore({}),
+        checkpointer=Checkpointer(load_checkpoint_key(tmp_path / "checkpoint.key"), tmp_path / "ledger.checkpoints"),
+    )
+    b.start()
+    yield b
+    b.close()
+
+
+def _serve(broker: Broker, tmp_path: Path, **kw: Any) -> BrokerServer:
+    server = BrokerServer(broker, socket_path=str(tmp_path / "b.sock"), **kw)
+    server.start()
+    return server
+
+
+@pytest.fixture
+def served(broker: Broker, tmp_path: Path) -> Iterator[BrokerServer]:
+    server = _serve(broker, tmp_path)
+    yield server
+    server.shutdown()
+
+
+def _client(server: BrokerServer) -> BrokerClient:
+    token = mint_token(TokenKey(b"t" * 32), task="t1", principal="alice", actions=["count", "hold", "crash"])
+    return BrokerClient(server.socket_path, token)
+
+
+def _connect(server: BrokerServer) -> socket.socket:
+    sock = socket.socket(socket.AF_UNIX)
+    sock.settimeout(10)
+    sock.connect(server.socket_path)
+    return sock
+
+
+def _closed_by_peer(sock: socket.socket) -> bool:
+    try:
+        return sock.recv(1) == b""
+    except ConnectionResetError:
+        return True
+
+
+def test_concurrent_writes_share_transactions_and_each_executes_once(served: BrokerServer, actions: Actions) -> None:
+    replies: list[int] = []
+    lock = threading.Lock()
+
+    def caller(start: int) -> None:
+        client = _client(served)
+        for n in range(start, 200, 16):
+            status = client.call("count", {"n": n}, idempotency_key=f"k{n}").status
+            with lock:
+                replies.append(status)
+
+    commits = served.broker.store.commits
+    threads = [threading.Thread(target=caller, args=(s,)) for s in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert replies == [200] * 200
+    assert sorted(n for _, n in actions.calls) == list(range(200))
+    # each write is two durable steps (claim, outcome); batched, they took far fewer commits
+    assert served.broker.store.commits - commits < 300
+    rows = served.broker.store.raw_rows()
+    assert verify_entries(rows) == [] and sum(r["kind"] == "outcome" for r in rows) == 200
+
+
+def test_a_slow_executor_holds_up_no_other_request(served: BrokerServer, actions: Actions) -> None:
+    held: dict[str, Any] = {}
+    slow = threading.Thread(target=lambda: held.update(reply=_client(served).call("hold", {"n": 1})))
+    slow.start()
+    assert actions.holding.wait(10)
+    began = time.monotonic()
+    assert _client(served).call("count", {"n": 2}).status == 200
+    assert _client(served).request("GET", "/v1/health").status == 200
+    assert time.monotonic() - began < 5 and "reply" not in held  # answered while the executor still runs
+    actions.release.set()
+    slow.join(10)
+    assert held["reply"].status == 200 and held["reply"].body["result"] == {"n": 1}
+
+
+def test_a_client_that_never_reads_its_replies_does_not_stall_the_others(served: BrokerServer) -> None:
+    hog = _connect(served)
+    hog.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    request = b"GET /openapi.json HTTP/1.1\r\nHost: x\r\n\r\n"
+    hog.settimeout(0.2)
+    sent = 0
+    with pytest.raises(TimeoutError):  # the broker stops reading it once its replies back up
+        for _ in range(5000):
+            hog.sendall(request)
+            sent += 1
+    assert sent < 5000
+    began = time.monotonic()
+    assert _client(served).call("count", {"n": 7}).status == 200
+    assert time.monotonic() - began < 5
+    hog.close()
+
+
+def test_pipelined_requests_are_answered_in_order(served: BrokerServer) -> None:
+    token = mint_token(TokenKey(b"t" * 32), task="t1", principal="alice", actions=["count"])
+    sock = _connect(served)
+    body = b'{"arguments": {"n": %d}}'
+    for n in (10, 11, 12):
+        payload = body % n
+        sock.sendall(
+            b"POST /v1/actions/count HTTP/1.1\r\nAuthorization: Bearer %s\r\nContent-Length: %d\r\n\r\n%s"
+            % (token.encode(), len(payload), payload)
+        )
+    sock.sendall(b"GET /v1/health HTTP/1.1\r\nConnection: close\r\n\r\n")
+    data = b""
+    while chunk := sock.recv(65536):
+        data += chunk
+    assert data.count(b"HTTP/1.1 200 OK") == 4
+    assert [data.find(b'"n": %d' % n) for n in (10, 11, 12)] == sorted(data.find(b'"n": %d' % n) for n in (10, 11, 12))
+    assert data.rstrip().endswith(b'{"ok": true}')
+
+
+def test_idle_and_stalled_connections_are_closed_after_the_idle_timeout(broker: Broker, tmp_path: Path) -> None:
+    server = _serve(broker, tmp_path, idle_timeout_s=0.3)
+    try:
+        silent, stalled, busy = _connect(server), _connect(server), _connect(server)
+        stalled.sendall(b"POST /v1/actions/count HTTP/1.1\r\nContent-Length: 50\r\n\r\n{")
+        began = time.monotonic()
+        assert _closed_by_peer(silent) and _closed_by_peer(stalled)
+        assert 0.25 < time.monotonic() - began < 5
+        busy.sendall(b"GET /v1/health HTTP/1.1\r\n\r\n")
+        assert b"200 OK" in busy.recv(65536)  # a connection in use was not the one closed
+    finally:
+        server.shutdown()
+
+
+def test_connections_over_the_cap_are_closed_at_once(broker: Broker, tmp_path: Path) -> None:
+    server = _serve(broker, tmp_path, max_connections=2)
+    try:
+        held = [_connect(server), _connect(server)]
+        for sock in held:
+            sock.sendall(b"GET /v1/health HTTP/1.1\r\n\r\n")
+            assert b"200 OK" in sock.recv(65536)
+        assert _closed_by_peer(_connect(server))
+        held[0].close()
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:  # a freed slot is usable again
+            sock = _connect(server)
+            sock.sendall(b"GET /v1/health HTTP/1.1\r\n\r\n")
+            if b"200 OK" in sock.recv(65536):
+                break
+            time.sleep(0.05)
+        else:
+            pytest.fail("a freed connection slot was not reused")
+    finally:
+        server.shutdown()
+
+
+def test_an_executor_that_exits_answers_503_leaves_its_intent_in_flight_and_the_loop_serves_on(
+    served: BrokerServer,
+) -> None:
+    client = _client(served)
+    reply = client.call("crash", {"n": 1}, idempotency_key="c1", retries=0)
+    assert reply.status == 503 and reply.body["error"]["code"] == "unavailable"
+    assert [r.key for r in served.broker.store.run(lambda t: t.in_flight())] == ["c1"]  # reconciled on start
+    assert client.call("count", {"n": 2}).status == 200
+
+
+def test_a_store_that_fails_answers_503_and_the_loop_serves_on(served: BrokerServer) -> None:
+    client = _client(served)
+    served.broker.store.close()  # every write now fails: nothing may be answered as done
+    reply = client.call("count", {"n": 1}, retries=0)
+    assert reply.status == 503 and reply.body["error"]["code"] == "unavailable"
+    assert client.request("GET", "/v1/health").status == 200
+
+
+def test_shutdown_finishes_a_write_in_progress_and_refuses_new_connections(
+    broker: Broker, tmp_path: Path, actions: Actions
+) -> None:
+    server = _serve(broker, tmp_path)
+    held: dict[str, Any] = {}
+    slow = threading.Thread(target=lambda: held.update(reply=_client(server).call("hold", {"n": 5}, retries=0)))
+    slow.start()
+    assert actions.holding.wait(10)
+    stopper = threading.Thread(target=server.shutdown)
+    stopper.start()
+    time.sleep(0.2)
+    assert stopper.is_alive()  # waiting for the write in progress
+    actions.release.set()
+    stopper.join(10)
+    slow.join(10)
+    assert held["reply"].status == 200 and held["reply"].body["result"] == {"n": 5}
+    assert [r["kind"] for r in broker.store.raw_rows()][-1] == "outcome"
+    with pytest.raises(OSError):
+        _connect(server)
