@@ -119,6 +119,7 @@ class ServerLoop:
         self._writes: list[tuple[_Path, StoreWrite]] = []  # asked for since the last commit
         self._paths = 0  # paths started and not yet answered
         self._stopping = False
+        self._refusing = False  # at max_connections
 
     # -- control (any thread) ----------------------------------------------------------------------
 
@@ -202,9 +203,12 @@ class ServerLoop:
                 log.warning("broker cannot accept a connection: %s", exc)
                 return
             if len(self._conns) >= self._max_connections:
-                log.warning("broker holds %d connections; refused one more", len(self._conns))
+                if not self._refusing:  # once per episode, not once per connection
+                    log.warning("broker holds %d connections; refusing more until some close", len(self._conns))
+                self._refusing = True
                 sock.close()
                 continue
+            self._refusing = False
             sock.setblocking(False)
             conn = _Conn(sock, time.monotonic())
             self._conns.add(conn)
