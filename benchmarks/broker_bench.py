@@ -13,8 +13,11 @@ Not a test: it prints numbers and asserts nothing. In one run, on the same disk:
   in the broker's process instead, where every statement it runs competes for the broker's GIL
   (about 10% fewer writes/s at 16 clients, and more clients do not raise it). Each write is
   acknowledged only after request+decision+intent are durable, the row is durable, and the
-  outcome is durable. Clients are threads, each with a ``BrokerClient`` (one kept-alive
-  connection) calling over the Unix socket, one authorized write per call.
+  outcome is durable. The clients are one thread holding one kept-alive connection per client
+  over the Unix socket (as a load generator such as wrk does), one authorized write per call;
+  ``--clients threads`` runs a thread per client with ``BrokerClient`` instead, which costs the
+  two CPUs that everything here shares a thread wake-up and a GIL hand-off per reply (about 5%
+  fewer writes/s at 32 clients).
 
 Both sides are measured warm. A SQLite file whose write-ahead log is still growing pays for the
 file's growth in every fsync (metadata goes through the file system journal); once the log has
@@ -32,12 +35,8 @@ measured at the highest concurrency: the same calls to ``noop_row``, whose execu
 nothing (same authorization, business rule, idempotency and ledger): the broker's own ceiling,
 what it would reach if the external write cost nothing.
 
-``--server staged-prototype`` measures ``staged_broker_prototype.py`` instead of ``contain broker
-serve``: the same broker pieces in one thread and whole batches (happy path only), the shape
-docs/broker.md names as the next step.
-
 Run: ``.venv/bin/python benchmarks/broker_bench.py [--rows 2000] [--concurrency 1 8 16 32] [--target thread]
-[--server staged-prototype]``
+[--clients threads]``
 """
 
 from __future__ import annotations
@@ -241,6 +240,7 @@ def _insert_action(name: str, path: str, write: Writer) -> Any:
         validate=lambda p, a: Decision.allow("amount") if a.amount_cents >= 0 else Decision.deny("amount", "negative"),
         execute=execute,
         check=check,
+        quick_rules=True,  # the rules compare fields of the arguments and the principal, no I/O
     )
 
 
@@ -266,7 +266,7 @@ def bench_raw(path: Path, rows: int, offset: int) -> tuple[float, list[float]]:
     return rows / elapsed, lat
 
 
-def start_broker(work: Path, target: str = "process", server: str = "contain") -> tuple[subprocess.Popen[bytes], str]:
+def start_broker(work: Path, target: str = "process") -> tuple[subprocess.Popen[bytes], str]:
     config = {
         "storage": {"sqlite": str(work / "broker.db")},
         "socket_path": str(work / "broker.sock"),
@@ -284,8 +284,7 @@ def start_broker(work: Path, target: str = "process", server: str = "contain") -
     mint = [*cli, "mint-token", "--config", str(work / "broker.yaml"), "--task", "bench", "--principal", "alice",
             "--action", "insert_row", "--action", "noop_row"]
     token = subprocess.run(mint, env=env, check=True, capture_output=True, text=True).stdout.strip()
-    serve = ([*cli, "serve", "--config", str(work / "broker.yaml")] if server == "contain"
-             else [sys.executable, str(HERE / "staged_broker_prototype.py"), str(work / "broker.yaml")])
+    serve = [*cli, "serve", "--config", str(work / "broker.yaml")]
     proc = subprocess.Popen(serve, env=env, stderr=subprocess.PIPE)
     assert proc.stderr is not None
     line = proc.stderr.readline().decode()
@@ -447,9 +446,6 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 16, 32])
     parser.add_argument("--target", choices=["process", "thread"], default="process",
                         help="where the target database's one writer runs (default: a process of its own)")
-    parser.add_argument("--server", choices=["contain", "staged-prototype"], default="contain",
-                        help="contain broker serve, or the measurement prototype of the staged shape "
-                             "(staged_broker_prototype.py: happy path only)")
     parser.add_argument("--clients", choices=["one-thread", "threads"], default="one-thread",
                         help="how the clients run: one thread holding every connection (default), or a thread "
                              "each with BrokerClient")
@@ -459,7 +455,7 @@ def main() -> None:
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="broker-bench-", dir="/var/tmp"))
     sys.path.insert(0, str(ROOT / "src"))
-    proc, token = start_broker(work, args.target, args.server)
+    proc, token = start_broker(work, args.target)
     raw: list[tuple[float, list[float]]] = []
     fresh: list[float] = []
     brokered: dict[int, list[Measured]] = {c: [] for c in args.concurrency}
@@ -487,7 +483,7 @@ def main() -> None:
         proc.wait(30)
     raw_rate = statistics.median(r for r, _ in raw)
     raw_lat = [x for _, lat in raw for x in lat]
-    print(f"server: {args.server}; rows per run {args.rows}, rounds {args.rounds} (interleaved), warm-up "
+    print(f"rows per run {args.rows}, rounds {args.rounds} (interleaved), warm-up "
           f"{args.warmup}, target writer: {args.target}, clients: {args.clients}; medians of rates; "
           "latency over all runs")
     print(f"raw SQLite, fresh file (reference only):        {statistics.median(fresh):8.0f} rows/s")

@@ -11,7 +11,11 @@ broker.yaml; the function receives the action's ``options`` and returns an ``Act
     example "the amount may change by at most 10% unless reviewed");
   * ``execute(args, context)``: performs the write with credentials from ``context.secret(name)``,
     restricted to the names the action declares in ``secrets``;
-  * ``check(intent, context)`` (optional): after a crash, tells whether an intent's write happened.
+  * ``check(intent, context)`` (optional): after a crash, tells whether an intent's write happened;
+  * ``quick_rules`` (default False): ``authorize`` and ``validate`` only look at the principal and
+    the arguments (no I/O), so the broker may run them on its server loop. Otherwise they run on an
+    executor thread like ``execute``, so that a rule which reads a database or calls a service
+    delays only its own request.
 
 What is enforced here: secrets are only handed to the action that declared them, and a ``Secret``
 never prints its value (repr/str are masked). What is not: an executor can still leak what it was
@@ -209,6 +213,7 @@ class Action:
     verdict: Literal["allow", "review"] = "allow"
     check: Check | None = None
     secrets: tuple[str, ...] = ()
+    quick_rules: bool = False
 
     def input_schema(self) -> dict[str, Any]:
         return self.arguments.model_json_schema()

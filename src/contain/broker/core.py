@@ -21,11 +21,12 @@ retry executes; otherwise the outcome is declared unknown and never retried blin
 
 Any exception inside a decision (authorize, validate) is a deny (fail closed).
 
-The path from step 1 to step 9 is a generator of steps (``StoreWrite``: a function to run in a store
-transaction; ``ExecutorCall``: the executor call), and ``handle`` drives it one step at a time: every
-write durable before the path goes on, exactly as straight-line code would. The HTTP server
-(``service``) drives the paths of every request it holds together instead: their writes go into
-one transaction and their executors run on a pool, each path still taking its steps in order.
+The path from step 1 to step 9 is a generator of steps (``StoreWrite``: a function to run in a
+store transaction; ``ExecutorCall``: a call that may block, such as the executor), and ``handle``
+drives it one step at a time: every write durable before the path goes on, exactly as
+straight-line code would. The HTTP server (``server_loop``) drives the paths of every request it
+holds together instead: their writes go into one transaction and their blocking calls run on
+executor threads, each path still taking its steps in order.
 
 What is stored under the key always wins over the decision (``plan_claim``: replay a stored
 result, 409 while in flight, 422 on a reused key with different arguments): every way out of
@@ -138,7 +139,8 @@ class StoreWrite:
 
 @dataclass(frozen=True)
 class ExecutorCall:
-    """A step of the decision path: call the executor; the step gets its result or its exception."""
+    """A step of the decision path: a call that may block (the executor, and rules not marked
+    ``quick_rules``), which a server runs off its loop; the step gets its result or its exception."""
 
     call: Callable[[], Any]
 
@@ -407,7 +409,10 @@ class Broker:
         self, ctx: _Ctx, action: Action, args: Any, arguments: dict[str, Any], grant: str | None, scope: TokenScope
     ) -> Steps:
         principal = Principal(scope.principal, scope.task)
-        decision, deny_status = self._decide(action, principal, args)
+        if action.quick_rules:
+            decision, deny_status = self._decide(action, principal, args)
+        else:  # rules may do I/O: a server runs them off its loop (``_decide`` never raises an Exception)
+            decision, deny_status = yield ExecutorCall(functools.partial(self._decide, action, principal, args))
         ctx.extra = {**ctx.extra, "rule_id": decision.rule_id}
         if decision.verdict == "deny":
             code = "unauthorized" if deny_status == 403 else "business_rule"
