@@ -100,12 +100,13 @@ def insert_row(options: Mapping[str, Any]) -> Any:
     """``insert_row``: the executor hands the row to the target's one writer (a process or a thread)."""
     path = str(options["database"])
     writer = _process_writer(path) if options.get("target", "process") == "process" else _thread_writer(path)
-    return _insert_action("insert_row", path, writer)
+    return _insert_action("insert_row", path, writer, options.get("rules", "loop") == "loop")
 
 
 def noop_row(options: Mapping[str, Any]) -> Any:
     """``noop_row``: the same action with an executor that writes nothing (the broker's ceiling)."""
-    return _insert_action("noop_row", str(options["database"]), lambda row: None)
+    quick = options.get("rules", "loop") == "loop"
+    return _insert_action("noop_row", str(options["database"]), lambda row: None, quick)
 
 
 Writer = Any  # Callable[[tuple[Any, ...]], None]: returns once the row's transaction committed
@@ -217,7 +218,7 @@ def _process_writer(path: str) -> Writer:
     return write
 
 
-def _insert_action(name: str, path: str, write: Writer) -> Any:
+def _insert_action(name: str, path: str, write: Writer, quick_rules: bool) -> Any:
     from contain.broker import Action, CheckResult, Decision
 
     def execute(args: Row, ctx: Any) -> Mapping[str, Any]:
@@ -240,7 +241,7 @@ def _insert_action(name: str, path: str, write: Writer) -> Any:
         validate=lambda p, a: Decision.allow("amount") if a.amount_cents >= 0 else Decision.deny("amount", "negative"),
         execute=execute,
         check=check,
-        quick_rules=True,  # the rules compare fields of the arguments and the principal, no I/O
+        quick_rules=quick_rules,  # True by default: the rules compare fields of the arguments, no I/O
     )
 
 
@@ -266,7 +267,7 @@ def bench_raw(path: Path, rows: int, offset: int) -> tuple[float, list[float]]:
     return rows / elapsed, lat
 
 
-def start_broker(work: Path, target: str = "process") -> tuple[subprocess.Popen[bytes], str]:
+def start_broker(work: Path, target: str = "process", rules: str = "loop") -> tuple[subprocess.Popen[bytes], str]:
     config = {
         "storage": {"sqlite": str(work / "broker.db")},
         "socket_path": str(work / "broker.sock"),
@@ -275,7 +276,8 @@ def start_broker(work: Path, target: str = "process") -> tuple[subprocess.Popen[
         "checkpoint_key_file": str(work / "checkpoint.key"),
         "ledger_checkpoints": str(work / "ledger.checkpoints"),
         "import_paths": [str(HERE)],
-        "actions": [{"ref": f"broker_bench:{name}", "options": {"database": str(work / "target.db"), "target": target}}
+        "actions": [{"ref": f"broker_bench:{name}",
+                     "options": {"database": str(work / "target.db"), "target": target, "rules": rules}}
                     for name in ("insert_row", "noop_row")],
     }
     (work / "broker.yaml").write_text(json.dumps(config))
@@ -446,6 +448,9 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 16, 32])
     parser.add_argument("--target", choices=["process", "thread"], default="process",
                         help="where the target database's one writer runs (default: a process of its own)")
+    parser.add_argument("--rules", choices=["loop", "executor"], default="loop",
+                        help="where authorize/validate run: on the server loop (quick_rules, the default: "
+                             "these rules do no I/O) or on executor threads (as rules that do I/O)")
     parser.add_argument("--clients", choices=["one-thread", "threads"], default="one-thread",
                         help="how the clients run: one thread holding every connection (default), or a thread "
                              "each with BrokerClient")
@@ -455,7 +460,7 @@ def main() -> None:
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="broker-bench-", dir="/var/tmp"))
     sys.path.insert(0, str(ROOT / "src"))
-    proc, token = start_broker(work, args.target)
+    proc, token = start_broker(work, args.target, args.rules)
     raw: list[tuple[float, list[float]]] = []
     fresh: list[float] = []
     brokered: dict[int, list[Measured]] = {c: [] for c in args.concurrency}
@@ -484,7 +489,8 @@ def main() -> None:
     raw_rate = statistics.median(r for r, _ in raw)
     raw_lat = [x for _, lat in raw for x in lat]
     print(f"rows per run {args.rows}, rounds {args.rounds} (interleaved), warm-up "
-          f"{args.warmup}, target writer: {args.target}, clients: {args.clients}; medians of rates; "
+          f"{args.warmup}, target writer: {args.target}, clients: {args.clients}, rules on: {args.rules}; "
+          "medians of rates; "
           "latency over all runs")
     print(f"raw SQLite, fresh file (reference only):        {statistics.median(fresh):8.0f} rows/s")
     print(f"raw SQLite (WAL, synchronous=FULL, 1 txn/row): {raw_rate:8.0f} rows/s    "
