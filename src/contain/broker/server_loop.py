@@ -2,16 +2,19 @@
 path together, so that the writes of all of them share one transaction (one fsync).
 
 Each request becomes a path (``Broker.steps``, a generator of steps). The loop advances every path
-it holds until the path asks for a store write or an executor call. The writes asked for by all
-paths, in one round, run in one ``Store.run_all`` transaction: claims of new requests and outcomes
-of finished executors together. Executors run on a thread pool, and a finished executor wakes the
-loop. A path still takes its own steps strictly in order: its claim is durable before its
-executor is called, and its outcome is durable before its reply is sent.
+it holds until the path asks for a store write or a call that may block (``ExecutorCall``: the
+executor, and rules not marked ``quick_rules``). The writes asked for by all paths in one round
+run in one ``Store.run_all`` transaction: claims of new requests and outcomes of finished
+executors together. Blocking calls run on executor threads, and a finished call wakes the loop.
+A path still takes its own steps strictly in order: its claim is durable before its executor is
+called, and its outcome is durable before its reply is sent.
 
-Why one thread rather than a thread per connection: a write through a thread per connection
-hands off between threads five or six times (socket, GIL, group commit of the intent, executor,
-group commit of the outcome, reply); on a small machine each hand-off waits for a CPU, and that
-waiting, not CPU or fsync, is what bounded throughput (docs/broker.md, "Benchmark").
+Why one thread rather than a thread per connection (the design before this one): a write through
+a thread per connection handed off between threads five or six times (socket, GIL, group commit
+of the intent, executor, group commit of the outcome, reply), about 19 times scheduled in per
+write at 32 clients; on a small machine each hand-off waits for a CPU, and that waiting, not CPU
+or fsync, bounded throughput. Here it is about 9, and the broker alone (an executor that writes
+nothing) went from about 0.5x to about 1x raw SQLite (docs/broker.md, "Benchmark").
 
 Limits: the HTTP framing of ``http_wire``; a connection idle for ``idle_timeout_s`` (no request
 in progress and no bytes moving) is closed; at most ``max_connections`` are held, and one more is
@@ -378,11 +381,6 @@ class ServerLoop:
             results = self._broker.store.run_all([(step.fn, step.records) for _, step in writes])
         except Exception as exc:  # the store is closed or broken: nothing was written
             results = [(None, exc)] * len(writes)
-        self._advance_committed(writes, results)
-
-    def _advance_committed(
-        self, writes: list[tuple[_Path, StoreWrite]], results: list[tuple[Any, BaseException | None]]
-    ) -> None:
         for (path, _), (value, error) in zip(writes, results, strict=True):
             if error is None:
                 self._advance(path, value, None)
