@@ -265,6 +265,35 @@ def test_authorize_that_raises_denies_fail_closed(tmp_path: Path, clock: Clock) 
     b.close()
 
 
+@pytest.mark.parametrize("quick", [False, True])
+def test_rules_are_a_blocking_step_unless_the_action_declares_them_quick(tmp_path: Path, clock: Clock,
+                                                                         quick: bool) -> None:
+    """A server runs an ExecutorCall off its loop: rules that may do I/O must be one; quick ones run inline."""
+    from contain.broker.core import ExecutorCall, StoreWrite
+
+    seen: list[str] = []
+
+    def authorize(p: Principal, a: Args) -> Decision:
+        seen.append("authorize")
+        return Decision.allow("a")
+
+    action = Action(name="x", description="x", arguments=Args, authorize=authorize,
+                    validate=lambda p, a: Decision.allow("v"), execute=lambda a, c: {"n": a.n}, quick_rules=quick)
+    b = _broker_with(tmp_path, clock, action)
+    token = mint_token(TOKEN_KEY, task="t", principal="p", actions=["x"], ttl_s=60, now=clock.now)
+    steps = b.steps(BrokerRequest(token, "x", {"n": 1}, "k1"))
+    first = next(steps)
+    if quick:
+        assert isinstance(first, StoreWrite) and seen == ["authorize"]  # decided inline, now the claim
+    else:
+        assert isinstance(first, ExecutorCall) and seen == []  # nothing decided yet on the caller's thread
+        first = steps.send(first.call())
+        assert isinstance(first, StoreWrite) and seen == ["authorize"]
+    steps.close()
+    assert call(b, token, {"n": 2}, action="x", key="k2")[0] == 200  # and handle() drives either
+    b.close()
+
+
 # -- review and grants ----------------------------------------------------------------------------
 
 BIG = {"invoice_id": "INV-3", "amount_cents": 90000}

@@ -69,10 +69,23 @@ class Actions:
         def crash(args: Args, ctx: Any) -> dict[str, int]:
             raise SystemExit("an executor that exits")
 
+        def slow_rule(principal: Any, args: Args) -> Decision:  # a rule that reads a slow record
+            self.holding.set()
+            assert self.release.wait(10)
+            return Decision.allow("slow")
+
         actions = [
             self._action("count", lambda args, ctx: record("count", args.n)),
             self._action("hold", hold),
             self._action("crash", crash),
+            Action(
+                name="slow_rule",
+                description="an action whose authorization rule blocks",
+                arguments=Args,
+                authorize=slow_rule,
+                validate=lambda p, a: Decision.allow("any"),
+                execute=lambda args, ctx: record("slow_rule", args.n),
+            ),
         ]
         return {a.name: a for a in actions}
 
@@ -116,7 +129,9 @@ def served(broker: Broker, tmp_path: Path) -> Iterator[BrokerServer]:
 
 
 def _client(server: BrokerServer) -> BrokerClient:
-    token = mint_token(TokenKey(b"t" * 32), task="t1", principal="alice", actions=["count", "hold", "crash"], ttl_s=3600)
+    token = mint_token(
+        TokenKey(b"t" * 32), task="t1", principal="alice", actions=["count", "hold", "crash", "slow_rule"], ttl_s=3600
+    )
     return BrokerClient(server.socket_path, token)
 
 
@@ -171,6 +186,17 @@ def test_a_slow_executor_holds_up_no_other_request(served: BrokerServer, actions
     actions.release.set()
     slow.join(10)
     assert held["reply"].status == 200 and held["reply"].body["result"] == {"n": 1}
+
+
+def test_a_rule_that_blocks_holds_up_no_other_request(served: BrokerServer, actions: Actions) -> None:
+    held: dict[str, Any] = {}
+    slow = threading.Thread(target=lambda: held.update(reply=_client(served).call("slow_rule", {"n": 1})))
+    slow.start()
+    assert actions.holding.wait(10)
+    assert _client(served).call("count", {"n": 2}).status == 200 and "reply" not in held
+    actions.release.set()
+    slow.join(10)
+    assert held["reply"].status == 200 and ("slow_rule", 1) in actions.calls
 
 
 def test_a_client_that_never_reads_its_replies_does_not_stall_the_others(served: BrokerServer) -> None:
