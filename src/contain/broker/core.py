@@ -298,7 +298,7 @@ class Broker:
 
     def drive(self, steps: Steps) -> BrokerReply:
         """Run one path one step at a time: each write in its own ``Store.run`` (durable before the
-        path goes on), the executor on this thread. ``service`` drives many paths at once instead.
+        path goes on), the executor on this thread. ``server_loop`` drives many paths at once instead.
 
         A storage failure propagates (the request did not complete); an executor's exception is
         handed back to the path, which records it as the write's outcome.
@@ -321,9 +321,6 @@ class Broker:
 
     def steps(self, request: BrokerRequest) -> Steps:
         """The decision path for ``request`` as a generator of steps (see the module docstring)."""
-        return self._steps(request)
-
-    def _steps(self, request: BrokerRequest) -> Steps:
         ctx = _Ctx(action=request.action if isinstance(request.action, str) else "-")
         # 1. token
         if not request.token:

@@ -10,7 +10,7 @@ Endpoints::
 
 One thread serves every connection (``server_loop``) and drives the decision paths of all the
 requests it holds together: their ledger writes share one transaction and their executors run on
-a pool. ``http_wire`` frames requests (Content-Length bodies only, keep-alive, hard limits).
+executor threads. ``http_wire`` frames requests (Content-Length bodies only, keep-alive, hard limits).
 
 What is enforced: the TCP listener binds 127.0.0.1 only; request bodies are capped at 1 MiB; the
 token is read from the Authorization header only. What is not: TLS (the Unix socket is the
