@@ -131,8 +131,11 @@ class ServerLoop:
         self._stopping = True
         self._wake()
 
-    def _wake(self) -> None:
+    def _wake(self, *, executor_idle: bool = False) -> None:
+        """Wake the loop unless a wake-up is already pending (one eventfd write per loop pass)."""
         with self._wake_lock:
+            if executor_idle:
+                self._idle_executors += 1
             if self._wake_armed:
                 return
             self._wake_armed = True
@@ -365,12 +368,7 @@ class ServerLoop:
             except BaseException as exc:  # the path decides what it means (it records the failure)
                 value, error = None, exc
             self._finished.append((path, value, error))
-            with self._wake_lock:
-                self._idle_executors += 1
-                if self._wake_armed:
-                    continue
-                self._wake_armed = True
-            os.eventfd_write(self._wake_fd, 1)
+            self._wake(executor_idle=True)
 
     def _commit(self) -> None:
         """Run every write the paths asked for in one transaction, then advance each path."""
