@@ -12,7 +12,7 @@ import pytest
 
 from contain.probe.case import Verdict
 from contain.probe.context import RunContext
-from contain.probe.registry import CATALOGUE_IDS, load_cases
+from contain.probe.registry import ALL_IDS, load_cases
 from contain.probe.report import render_summary
 from contain.probe.runner import run_battery
 from contain.probe.targets import ContainTarget
@@ -35,7 +35,7 @@ def battery():
 
 def test_every_catalogue_case_ran(battery):
     report, _ = battery
-    assert [r.case_id for r in report.results] == list(CATALOGUE_IDS)
+    assert [r.case_id for r in report.results] == list(ALL_IDS)
 
 
 def test_no_case_is_inconclusive_or_an_error(battery):

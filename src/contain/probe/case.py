@@ -52,6 +52,8 @@ class Category(StrEnum):
     LF = "LF"  # cancellation and persistence
     XT = "XT"  # cross-task residue
     CR = "CR"  # credentials
+    OC = "OC"  # OCI containers (container backends only)
+    VM = "VM"  # microVMs (microVM backends only)
 
 
 @dataclass(frozen=True)

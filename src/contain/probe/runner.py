@@ -27,7 +27,7 @@ from typing import Any
 
 from contain.probe.case import CaseResult, ProbeCase, Verdict
 from contain.probe.context import RunContext
-from contain.probe.registry import CATALOGUE_IDS, select_ids
+from contain.probe.registry import ALL_IDS, select_ids
 from contain.probe.report import Report, case_infos
 from contain.probe.targets import target_kind
 
@@ -83,7 +83,7 @@ def run_battery(
     ctx: RunContext,
     *,
     patterns: str | None = None,
-    catalogue: Sequence[str] = CATALOGUE_IDS,
+    catalogue: Sequence[str] = ALL_IDS,
     case_timeout_s: float = DEFAULT_CASE_TIMEOUT_S,
     progress: Progress | None = None,
     host: dict[str, Any] | None = None,
