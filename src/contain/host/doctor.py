@@ -361,7 +361,8 @@ def _check_root(facts: HostFacts, obs: Observations) -> Check:
         return Check(
             "root",
             Status.OK,
-            f"running as root: sandboxes run as uid {NOBODY_UID} (nobody), never as root",
+            "running as root: each sandbox runs as a host uid leased for it alone (never root), owning its "
+            f"binds through idmapped mounts; uid {NOBODY_UID} (nobody) only where a write bind cannot be idmapped",
         )
     return Check("root", Status.OK, f"running as uid {facts.uid}: sandboxes run as this uid")
 

@@ -195,6 +195,7 @@ def _fill_case(rc: RunContext, case_id: str, dirs: list[str], what: str) -> Case
     )
 
 
+
 def re_03(ctx: ProbeContext) -> CaseResult:
     rc = as_run_context(ctx)
     dirs = ["/tmp", "/work"] if rc.target.has_contain_hooks else ["/tmp", "/var/tmp"]
@@ -470,21 +471,31 @@ def _sibling_failures(report: dict[str, Any], hog: dict[str, Any]) -> list[str]:
     return out
 
 
-def re_09(ctx: ProbeContext) -> CaseResult:
+def _shared_limits(case_id: str, ctx: ProbeContext, *, with_write_binds: bool) -> CaseResult:
+    """Hog and sibling tasks run side by side; the sibling must keep its per-uid counts.
+
+    With ``with_write_binds`` each task also binds a workspace writable, which used to put every
+    such sandbox on the shared uid nobody (issue 18, item 6).
+    """
     rc = as_run_context(ctx)
     marker = rc.canary("ucount")
     box: dict[str, Any] = {}
 
+    def boundary_for(name: str) -> dict[str, Any] | None:
+        return rc.workspace(name).boundary() if with_write_binds else None
+
     def hog() -> None:
         # The hold is short: under a weak --wrap the hog exhausts the *host* user's counts.
         box["run"], box["report"] = run_attack(
-            rc.target, _SHARED_LIMITS, role="hog", marker=marker, hold_s=2, timeout_s=30
+            rc.target, _SHARED_LIMITS, role="hog", marker=marker, hold_s=2, timeout_s=30, boundary=boundary_for("hog")
         )
 
     worker = threading.Thread(target=hog)
     worker.start()
     worker.join(1.0)
-    _sibling, sibling_report = run_attack(rc.target, _SHARED_LIMITS, role="sibling", marker=marker + "-s", hold_s=0)
+    _sibling, sibling_report = run_attack(
+        rc.target, _SHARED_LIMITS, role="sibling", marker=marker + "-s", hold_s=0, boundary=boundary_for("sibling")
+    )
     harness_ok = _harness_inotify_works()
     worker.join()
     hog_report = box.get("report") or {}
@@ -493,11 +504,11 @@ def re_09(ctx: ProbeContext) -> CaseResult:
         breaches.append("the harness itself could not create an inotify instance during the attack")
     # Control: hog and sibling in the same (relaxed) sandbox share every per-user count.
     _control, control_report = run_attack(
-        rc.sandboxed_control, _SHARED_LIMITS, role="both", marker=marker + "-c", hold_s=0
+        rc.sandboxed_control, _SHARED_LIMITS, role="both", marker=marker + "-c", hold_s=0, boundary=boundary_for("ctl")
     )
     shown = bool(_sibling_failures(control_report, control_report))
     return verdict(
-        "RE-09",
+        case_id,
         breaches=breaches,
         control_shows_breach=shown,
         contained="a sibling task kept its inotify, mqueue and key quota while another task exhausted its own",
@@ -537,6 +548,14 @@ if r["ok"] and d:
 done()
 """
 )
+
+
+def re_09(ctx: ProbeContext) -> CaseResult:
+    return _shared_limits("RE-09", ctx, with_write_binds=False)
+
+
+def re_54(ctx: ProbeContext) -> CaseResult:
+    return _shared_limits("RE-54", ctx, with_write_binds=True)
 
 
 def re_10(ctx: ProbeContext) -> CaseResult:
@@ -659,6 +678,12 @@ CASES: tuple[ProbeCase, ...] = (
         wrap=f"{_HOOKS}: with --wrap the output is captured by the probe's own runner, not by the sandbox",
     ),
     _case("RE-09", "exhaust per-uid limits (inotify, mqueue, keys)", "other tasks unaffected", re_09),
+    _case(
+        "RE-54",
+        "exhaust per-uid limits from sandboxes that hold write binds",
+        "other tasks with write binds unaffected (a host uid per sandbox through idmapped binds)",
+        re_54,
+    ),
     _case("RE-10", "mount a self-served FUSE file system", "cannot mount FUSE; teardown in time", re_10),
     _case("RE-11", "flood /dev/log and journald", "not exposed", re_11),
 )

@@ -209,8 +209,9 @@ def verdict(
 
 
 def sandbox_host_uid() -> int:
-    """The host uid a contain sandbox with write binds runs as (nobody when contain is root);
-    workspaces are write binds, so planted trees the attack may write are given to it."""
+    """The owner given to planted trees the attack may write (workspaces are write binds): nobody
+    when contain is root, which a leased sandbox uid acts as through its idmapped binds, and which
+    is the sandbox's own uid where idmapping is unavailable."""
     from contain.host.facts import probe_host
     from contain.runtime.plan import sandbox_host_ids
 

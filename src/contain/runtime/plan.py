@@ -24,6 +24,7 @@ from contain.runtime.landlock import LandlockPlan, plan_landlock
 __all__ = [
     "NOBODY_UID",
     "LayerPlan",
+    "has_write_binds",
     "plan_base_env",
     "plan_layers",
     "plan_rlimits",
@@ -56,9 +57,15 @@ def sandbox_host_ids(facts: HostFacts) -> tuple[int, int]:
     return facts.uid, facts.gid
 
 
-def should_lease_host_ids(boundary: PlainBoundary, facts: HostFacts) -> bool:
-    """Root can give each sandbox its own host uid, except when write binds need a known owner."""
-    return facts.is_root and not any(r.access is FileAccess.WRITE for r in boundary.files)
+def should_lease_host_ids(facts: HostFacts) -> bool:
+    """Root gives each sandbox a host uid of its own; an unprivileged caller runs it as itself."""
+    return facts.is_root
+
+
+def has_write_binds(boundary: PlainBoundary) -> bool:
+    """Write binds need their files owned by the bind's owner: through idmapped mounts when the
+    sandbox has a leased uid, else (idmapping unavailable) as the shared uid nobody."""
+    return any(r.access is FileAccess.WRITE for r in boundary.files)
 
 
 def writable_paths(boundary: PlainBoundary) -> tuple[str, ...]:

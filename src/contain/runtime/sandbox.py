@@ -60,9 +60,11 @@ from contain.runtime.cgroups import CgroupUsage, SandboxCgroup
 from contain.runtime.etc_tree import ensure_etc_tree
 from contain.runtime.filter_cache import filter_for
 from contain.runtime.host_ids import HostIdLease, lease_host_ids
+from contain.runtime.idmap import IdmapUnsupported, StagedBinds, sweep_stale_staging
 from contain.runtime.paths import PathFacts, gather_path_facts, revert_nested_creations
 from contain.runtime.plan import (
     LayerPlan,
+    has_write_binds,
     plan_base_env,
     plan_layers,
     plan_rlimits,
@@ -163,6 +165,7 @@ class Sandbox:
         self._agent_pid: int | None = None
         self._paths: PathFacts | None = None
         self._lease: HostIdLease | None = None
+        self._staged: StagedBinds | None = None
         self._ids: tuple[int, int] | None = None
         self._ids_report = ""
         self._layers: LayerPlan | None = None
@@ -217,9 +220,9 @@ class Sandbox:
         agent = str(ensure_agent_binary())
         bpf = filter_for(arch=facts.arch, libseccomp_path=facts.libseccomp_path, cache_dir=Path(agent).parent)
         try:
-            uid, gid = self._choose_host_ids(facts)
+            uid, gid, bound = self._choose_host_ids(facts)
             self._layers = layers = replace(layers, report={**layers.report, "host uid": self._ids_report})
-            self._paths = gather_path_facts(self.boundary, sandbox_host_uid=uid, sandbox_host_gid=gid)
+            self._paths = gather_path_facts(bound, sandbox_host_uid=uid, sandbox_host_gid=gid)
             if layers.cgroups:
                 self._cgroup = SandboxCgroup.create(
                     f"{os.getpid()}-{os.urandom(5).hex()}",
@@ -250,20 +253,60 @@ class Sandbox:
         self._base_env.update(self._extra_env)
         self._setup_s = time.perf_counter() - began
 
-    def _choose_host_ids(self, facts: HostFacts) -> tuple[int, int]:
-        """A leased uid of its own when possible (RE-09: per-user kernel limits are not shared)."""
-        if should_lease_host_ids(self.boundary, facts):
-            self._lease = lease_host_ids()
-            self._ids = (self._lease.uid, self._lease.gid)
-            self._ids_report = f"{self._lease.uid} (leased for this sandbox alone)"
-        else:
+    def _choose_host_ids(self, facts: HostFacts) -> tuple[int, int, PlainBoundary]:
+        """The host ids the sandbox runs as, and the boundary whose bind sources it uses.
+
+        As root: a uid leased for this sandbox alone (RE-09: per-user kernel limits are not
+        shared), with every bind staged as an idmapped mount that shows the bind's owner as that
+        uid (``runtime.idmap``). Where idmapping is refused, read binds stay as they are (the
+        leased uid reads what "other" may read) and a boundary with write binds falls back to the
+        shared uid nobody; the layers report says which and why.
+        """
+        if not should_lease_host_ids(facts):
             self._ids = sandbox_host_ids(facts)
-            self._ids_report = (
-                f"{self._ids[0]} (nobody, shared with other sandboxes: the boundary has write binds)"
-                if facts.is_root
-                else f"{self._ids[0]} (the caller's)"
-            )
-        return self._ids
+            self._ids_report = f"{self._ids[0]} (the caller's)"
+            return (*self._ids, self.boundary)
+        sweep_stale_staging()
+        self._lease = lease_host_ids()
+        self._ids = (self._lease.uid, self._lease.gid)
+        try:
+            bound = self._stage_idmapped_binds()
+        except IdmapUnsupported as exc:
+            if self._staged is not None:
+                self._staged.close()
+                self._staged = None
+            if has_write_binds(self.boundary):
+                self._lease.release()
+                self._lease = None
+                self._ids = sandbox_host_ids(facts)
+                self._ids_report = (
+                    f"{self._ids[0]} (nobody, shared with other sandboxes: write binds need idmapped mounts; {exc})"
+                )
+            else:
+                self._ids_report = f"{self._ids[0]} (leased for this sandbox alone; binds not idmapped: {exc})"
+            return (*self._ids, self.boundary)
+        idmapped = " and owns its binds through idmapped mounts" if self._staged is not None else ""
+        self._ids_report = f"{self._ids[0]} (leased for this sandbox alone{idmapped})"
+        return (*self._ids, bound)
+
+    def _stage_idmapped_binds(self) -> PlainBoundary:
+        """The boundary with each present read/write bind's source replaced by its idmapped view."""
+        rules = []
+        for rule in self.boundary.files:
+            if rule.access not in (FileAccess.READ, FileAccess.WRITE) or rule.host is None:
+                rules.append(rule)
+                continue
+            try:
+                real = os.path.realpath(rule.host, strict=True)
+            except OSError:  # missing: gather_path_facts skips it or names it in the error
+                rules.append(rule)
+                continue
+            if self._staged is None:
+                assert self._lease is not None
+                self._staged = StagedBinds.create(leased_uid=self._lease.uid, leased_gid=self._lease.gid)
+            staged = self._staged.stage(real, read_only=rule.access is FileAccess.READ)
+            rules.append(replace(rule, host=staged))
+        return replace(self.boundary, files=tuple(rules))
 
     def _spawn(
         self, facts: HostFacts, agent: str, bpf: bytes, uid: int, gid: int, layers: LayerPlan, resolv: str
@@ -778,6 +821,9 @@ class Sandbox:
             _remove_placeholders(self._paths)
             if proc is not None:  # the task ran: undo protected names it created below the top
                 self.teardown_findings += revert_nested_creations(self._paths)
+        if self._staged is not None:  # after the clean-up above, which walks the staged binds
+            self._staged.close()
+            self._staged = None
         if self._lease is not None:
             self._lease.release()  # only once nothing of the sandbox runs as this uid any more
             self._lease = None

@@ -27,7 +27,7 @@ from contain.boundary.plain import (
 )
 from contain.egress.policy import EgressPolicy
 from contain.runtime.bwrap import default_scratch_paths
-from contain.runtime.plan import plan_base_env, plan_rlimits, should_lease_host_ids, writable_paths
+from contain.runtime.plan import has_write_binds, plan_base_env, plan_rlimits, writable_paths
 
 EXAMPLES = sorted(Path(__file__).resolve().parents[3].joinpath("examples").rglob("contain.yaml")) + sorted(
     Path(__file__).resolve().parents[3].joinpath("examples", "boundaries").glob("*.yaml")
@@ -129,12 +129,9 @@ def test_the_runtime_plans_the_same_from_the_model_and_from_the_plain_copy(tmp_p
     assert (from_plain.entries, from_plain.hosts) == (from_model.entries, from_model.hosts)
 
 
-def test_should_lease_host_ids_reads_write_binds_from_the_plain_copy(tmp_path):
-    from contain.host.facts import probe_host
-
-    facts = dataclasses.replace(probe_host(), is_root=True)
-    assert should_lease_host_ids(plain_boundary(everything(tmp_path)), facts) is False  # has a write bind
-    assert should_lease_host_ids(plain_boundary(model.Boundary()), facts) is True
+def test_has_write_binds_reads_write_binds_from_the_plain_copy(tmp_path):
+    assert has_write_binds(plain_boundary(everything(tmp_path))) is True
+    assert has_write_binds(plain_boundary(model.Boundary())) is False
 
 
 def damaged(tmp_path: Path, change) -> dict:

@@ -310,9 +310,12 @@ def test_memory_swap_accounting_matters_only_when_there_is_swap(memsw, swap, sta
         assert "swapaccount=1" in check.fix
 
 
-def test_root_check_says_the_sandbox_runs_as_nobody():
+def test_root_check_says_each_sandbox_runs_as_a_leased_uid_never_root():
     check = _by_name(build_report(FACTS, OBS).checks)["root"]
-    assert check.detail == "running as root: sandboxes run as uid 65534 (nobody), never as root"
+    assert check.detail == (
+        "running as root: each sandbox runs as a host uid leased for it alone (never root), owning its binds "
+        "through idmapped mounts; uid 65534 (nobody) only where a write bind cannot be idmapped"
+    )
 
 
 def test_kvm_guest_that_hangs_fails_and_points_at_tcg():

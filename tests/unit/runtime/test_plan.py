@@ -81,12 +81,13 @@ def test_a_network_allow_list_without_egress_refuses():
     assert plan.egress and plan.report["network"] == "egress proxy (allow list)"
 
 
-def test_root_leases_a_uid_per_sandbox_unless_write_binds_need_a_known_owner():
-    from contain.runtime.plan import should_lease_host_ids
+def test_root_leases_a_uid_per_sandbox_even_with_write_binds():
+    from contain.runtime.plan import has_write_binds, should_lease_host_ids
 
-    assert should_lease_host_ids(Boundary(), facts())
-    assert not should_lease_host_ids(boundary(files=[{"host": "/r", "path": "/work/r", "access": "write"}]), facts())
-    assert not should_lease_host_ids(Boundary(), facts(is_root=False, uid=1000, gid=1000))
+    assert should_lease_host_ids(facts())
+    assert not should_lease_host_ids(facts(is_root=False, uid=1000, gid=1000))
+    assert has_write_binds(boundary(files=[{"host": "/r", "path": "/work/r", "access": "write"}]))
+    assert not has_write_binds(boundary(files=[{"host": "/r", "path": "/work/r", "access": "read"}]))
 
 
 def test_the_sandbox_never_runs_as_host_root():
