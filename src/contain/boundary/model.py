@@ -82,7 +82,7 @@ def _sandbox_path(value: str, *, what: str) -> str:
 def _relative_subpath(value: str) -> str:
     normal = posixpath.normpath(value)
     if value.startswith("/") or normal.startswith("..") or normal != value.rstrip("/") or "\x00" in value:
-        raise ValueError(f"protect entry {value!r} must be a normalised path relative to the bind, e.g. .git/hooks")
+        raise ValueError(f"entry {value!r} must be a normalised path relative to the bind, e.g. .git/hooks")
     return normal
 
 
@@ -107,13 +107,20 @@ class FileRule(BaseModel):
     required: bool = Field(
         default=True, description="If false, a missing host path is skipped and reported instead of refusing."
     )
+    allow_sockets: tuple[str, ...] = Field(
+        default=(),
+        description=(
+            "Read or write binds: Unix sockets in the bound tree that stay connectable (every other socket "
+            "found at start is hidden), relative to the bind, e.g. [run/dev-server.sock]."
+        ),
+    )
 
     @field_validator("path")
     @classmethod
     def _check_path(cls, value: str) -> str:
         return _sandbox_path(value, what="path")
 
-    @field_validator("protect")
+    @field_validator("protect", "allow_sockets")
     @classmethod
     def _check_protect(cls, value: tuple[str, ...]) -> tuple[str, ...]:
         return tuple(_relative_subpath(item) for item in value)
@@ -129,6 +136,8 @@ class FileRule(BaseModel):
             raise ValueError("protect applies only to access: write")
         if self.export and self.access is not FileAccess.SCRATCH:
             raise ValueError("export applies only to access: scratch")
+        if self.allow_sockets and not needs_host:
+            raise ValueError("allow_sockets applies only to read and write binds")
         return self
 
 

@@ -51,6 +51,7 @@ class PlainFileRule:
     protect: tuple[str, ...] = ()
     export: str | None = None
     required: bool = True
+    allow_sockets: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -236,6 +237,7 @@ _FILE: dict[str, Callable[[Any], Any]] = {
     "protect": _tuple_of(_str),
     "export": _optional(_str),
     "required": _bool,
+    "allow_sockets": _tuple_of(_str),
 }
 _CREDENTIAL: dict[str, Callable[[Any], Any]] = {"name": _str, "via": CredentialVia, "source": _optional(_str)}
 _RESOURCES: dict[str, Callable[[Any], Any]] = {

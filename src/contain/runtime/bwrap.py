@@ -196,6 +196,8 @@ def plan_bwrap_argv(boundary: PlainBoundary, inputs: BwrapInputs, *, bwrap: str 
                     str(inputs.empty_file_fd_for[mask.sandbox_path]),
                     mask.sandbox_path,
                 ]
+    for path in inputs.paths.hidden_sockets:  # connect() on an empty regular file fails
+        argv += ["--perms", "0000", "--ro-bind-data", str(inputs.empty_file_fd_for[path]), path]
     for path, kind in sorted(inputs.paths.blocks.items()):
         if kind == "file":
             argv += ["--perms", "0000", "--ro-bind-data", str(inputs.empty_file_fd_for[path]), path]

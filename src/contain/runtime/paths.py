@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from contain.boundary.kinds import PROTECTED_PATHS, FileAccess
 from contain.boundary.plain import PlainBoundary, PlainFileRule
 from contain.errors import SandboxStartError
+from contain.runtime.bound_sockets import find_unix_sockets
 
 __all__ = [
     "NESTED_PROTECTED_NAMES",
@@ -65,6 +66,9 @@ class PathFacts:
     # `block` entries: sandbox path -> "dir" | "file" | "missing" (missing ones need no mask
     # under a read bind; under a write bind they are masked as a directory so none is created)
     blocks: dict[str, str] = field(default_factory=dict)
+    # sandbox paths of Unix sockets found in bound trees and not allowed: covered by an empty
+    # mode-0000 file so connect() fails (see runtime/bound_sockets.py)
+    hidden_sockets: tuple[str, ...] = ()
 
     def created_placeholders(self) -> list[Mask]:
         """Paths that did not exist but get a mask; bwrap creates their mount points on the host.
@@ -210,7 +214,32 @@ def gather_path_facts(boundary: PlainBoundary, *, sandbox_host_uid: int, sandbox
             nested = scan_nested_protected(real)
             masks = masks + _nested_masks(rule, real, nested or frozenset())
         binds.append(BindFacts(rule, real, stat.S_ISDIR(info.st_mode), masks, nested))
-    return PathFacts(tuple(binds), tuple(skipped), _block_kinds(boundary, binds))
+    return PathFacts(tuple(binds), tuple(skipped), _block_kinds(boundary, binds), _hidden_sockets(binds))
+
+
+def _hidden_sockets(binds: list[BindFacts]) -> tuple[str, ...]:
+    """Sandbox paths of the sockets in directory binds that their rule does not allow.
+
+    A socket under a deeper bind's sandbox path is left to that bind's own scan: that bind hides
+    what the socket's path shows inside.
+    """
+    hidden: list[str] = []
+    for bind in binds:
+        if not bind.is_dir:
+            continue
+        top = bind.rule.path.rstrip("/")
+        for relative in find_unix_sockets(bind.host_realpath):
+            if relative in bind.rule.allow_sockets:
+                continue
+            inside = f"{top}/{relative}"
+            if not any(_is_deeper_bind(other.rule.path, top, inside) for other in binds):
+                hidden.append(inside)
+    return tuple(sorted(hidden))
+
+
+def _is_deeper_bind(other: str, top: str, inside: str) -> bool:
+    other = other.rstrip("/")
+    return other != top and other.startswith(top + "/") and (inside == other or inside.startswith(other + "/"))
 
 
 # Names that are protected at the top of a write bind and, for existing ones, below it too; a new

@@ -223,6 +223,10 @@ class Sandbox:
             uid, gid, bound = self._choose_host_ids(facts)
             self._layers = layers = replace(layers, report={**layers.report, "host uid": self._ids_report})
             self._paths = gather_path_facts(bound, sandbox_host_uid=uid, sandbox_host_gid=gid)
+            if self._paths.hidden_sockets:
+                self._layers = layers = replace(
+                    layers, report={**layers.report, "unix sockets": _hidden_sockets_line(self._paths.hidden_sockets)}
+                )
             if layers.cgroups:
                 self._cgroup = SandboxCgroup.create(
                     f"{os.getpid()}-{os.urandom(5).hex()}",
@@ -338,6 +342,7 @@ class Sandbox:
             if not m.exists and m.kind == "file"
         }
         empties.update({p: data_fd(b"") for p, kind in self._paths.blocks.items() if kind == "file"})
+        empties.update({p: data_fd(b"") for p in self._paths.hidden_sockets})
         seccomp_fd = data_fd(bpf)
         agent_args = ["--control-fd", str(agent_sock)]
         if layers.landlock is not None:
@@ -837,6 +842,11 @@ class Sandbox:
                     os.kill(pid, signal.SIGKILL)
         if self._cgroup is not None:
             self._cgroup.kill_all(timeout_s=5.0)
+
+
+def _hidden_sockets_line(paths: tuple[str, ...]) -> str:
+    shown = ", ".join(paths[:8]) + (f" and {len(paths) - 8} more" if len(paths) > 8 else "")
+    return f"{len(paths)} found in binds and hidden (name them in allow_sockets to keep them): {shown}"
 
 
 def _socketpair() -> tuple[socket.socket, int]:

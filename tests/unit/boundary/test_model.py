@@ -33,6 +33,9 @@ def test_models_are_frozen():
         ([{"path": "/w", "access": "scratch"}, {"path": "/w", "access": "scratch"}], "listed twice"),
         ([{"path": "/w/secret", "access": "block"}], "not inside any read or write bind"),
         ([{"path": "/w", "access": "scratch", "bogus": 1}], "Extra inputs"),
+        ([{"path": "/w", "access": "scratch", "allow_sockets": ["s.sock"]}], "only to read and write binds"),
+        ([{"path": "/w", "access": "read", "host": "/x", "allow_sockets": ["/run/s.sock"]}], "relative"),
+        ([{"path": "/w", "access": "read", "host": "/x", "allow_sockets": ["../s.sock"]}], "relative"),
     ],
 )
 def test_file_rules_refuse_contradictions(files, fragment):

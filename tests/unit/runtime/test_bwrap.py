@@ -106,3 +106,20 @@ def test_every_namespace_is_unshared_without_try_variants():
 
 def test_file_rule_type_is_used_as_planned():
     assert FileRule.model_validate({"path": "/w", "access": "scratch"}).host is None
+
+
+def test_hidden_sockets_are_covered_by_empty_unreadable_files_after_the_binds():
+    b = Boundary.model_validate({"files": [{"host": "/h/home", "path": "/inputs/home", "access": "read"}]})
+    facts = PathFacts(
+        binds=(BindFacts(b.files[0], "/h/home", True),),
+        skipped=(),
+        hidden_sockets=("/inputs/home/.gnupg/S.gpg-agent",),
+    )
+    argv = plan_bwrap_argv(b, inputs(facts, empty_file_fd_for={"/inputs/home/.gnupg/S.gpg-agent": 8}))
+    tail = argv[argv.index("/.contain/agent") + 1 :]
+    assert tail == [
+        "--ro-bind", "/h/home", "/inputs/home",
+        "--perms", "0000", "--ro-bind-data", "8", "/inputs/home/.gnupg/S.gpg-agent",
+        "--remount-ro", "/",
+        "--", "/.contain/agent", "--control-fd", "5",
+    ]
