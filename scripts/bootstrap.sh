@@ -21,6 +21,7 @@ PACKAGES=(
   "postgresql:/usr/lib/postgresql"
   "nodejs:/usr/bin/node"
   "npm:/usr/bin/npm"
+  "python3-requests:/usr/lib/python3/dist-packages/requests"  # a client the egress tests use inside sandboxes
 )
 missing=()
 for entry in "${PACKAGES[@]}"; do

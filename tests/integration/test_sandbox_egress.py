@@ -111,3 +111,64 @@ def test_other_hosts_ports_literals_and_noproxy_are_refused_and_reported(server)
     with Sandbox(allowing(port)) as sb:
         assert sb.run(["curl", "-s", "-m", "3", f"http://api.test:{port}/ok"]).stdout.data == b"hello from host\n"
     assert seen == ["/ok"]
+
+
+def _loopback(port: int) -> Boundary:
+    return Boundary.model_validate({"network": {"allow": [{"host": "127.0.0.1", "ports": [port]}]}})
+
+
+@pytest.mark.parametrize(
+    ("client", "argv"),
+    [
+        ("curl", ["curl", "-sS", "--max-time", "5", "http://127.0.0.1:{port}/curl"]),
+        (
+            "urllib",
+            [
+                "python3",
+                "-c",
+                "import urllib.request; "
+                "print(urllib.request.urlopen('http://127.0.0.1:{port}/urllib', timeout=5).read().decode(), end='')",
+            ],
+        ),
+        (
+            "requests",
+            [
+                "python3",
+                "-c",
+                "import requests; print(requests.get('http://127.0.0.1:{port}/requests', timeout=5).text, end='')",
+            ],
+        ),
+        (
+            "node",
+            ["node", "-e", "fetch('http://127.0.0.1:{port}/node').then(r => r.text()).then(t => process.stdout.write(t))"],
+        ),
+    ],
+)
+def test_a_named_host_loopback_service_is_reachable_by_common_clients(server, client, argv) -> None:
+    port, seen = server
+    if shutil.which(argv[0]) is None:
+        pytest.fail(f"{argv[0]} is not installed; scripts/bootstrap.sh installs it")
+    with Sandbox(_loopback(port)) as sb:
+        result = sb.run([part.format(port=port) for part in argv])
+    assert result.stdout.data == b"hello from host\n", result.stderr.data
+    assert seen == [f"/{client}"]
+    assert [(e["host"], e["port"], e["verdict"]) for e in result.egress] == [("127.0.0.1", port, "allow")]
+
+
+def test_a_loopback_port_the_manifest_does_not_name_stays_unreachable(server) -> None:
+    port, seen = server
+    with socket.socket() as other:
+        other.bind(("127.0.0.1", 0))
+        other_port = other.getsockname()[1]
+    code = (
+        "import socket\n"
+        f"for port in ({port}, {other_port}):\n"
+        "    try:\n"
+        "        socket.create_connection(('127.0.0.1', port), timeout=3).close(); print(port, 'open')\n"
+        "    except OSError as e:\n"
+        "        print(port, 'refused')\n"
+    )
+    with Sandbox(_loopback(other_port)) as sb:  # names another port, not the server's
+        result = sb.run(["python3", "-c", code])
+    assert result.stdout.data.decode().splitlines()[0] == f"{port} refused"
+    assert seen == []

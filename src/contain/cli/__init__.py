@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import signal
 import sys
 from collections.abc import Sequence
 
@@ -44,6 +45,13 @@ def _build_parser(command: str | None) -> argparse.ArgumentParser:
     return parser
 
 
+def _discard_stdout() -> None:
+    """Point fd 1 at /dev/null so that nothing flushed later meets the closed pipe again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script; returns the process exit status."""
     args_list = list(sys.argv[1:] if argv is None else argv)
@@ -63,7 +71,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     module = importlib.import_module(COMMANDS[args.command][0])
     try:
-        return int(module.execute(args))
+        status = int(module.execute(args))
+        sys.stdout.flush()  # here, so a closed pipe is seen below and not at interpreter exit
+        return status
+    except BrokenPipeError:
+        # The reader went away (`contain check m.yaml --format sarif | head`): stop quietly, as
+        # Unix tools do; the exit status is the shell's for a process that SIGPIPE ended.
+        _discard_stdout()
+        return 128 + signal.SIGPIPE
     except ContainError as exc:
         if args.verbose:
             raise

@@ -33,7 +33,7 @@ import time
 from contain.boundary.hostnames import HostnameError, canonical_hostname
 from contain.boundary.plain import PlainBoundary
 from contain.egress.addresses import local_interface_addresses
-from contain.egress.capture import CaptureServer, PlaceholderTable
+from contain.egress.capture import PLACEHOLDER_NETWORK, CaptureServer, PlaceholderTable
 from contain.egress.dnsstub import DnsStub
 from contain.egress.log import EgressEvent, EventLog
 from contain.egress.netns import SocketSpec, bind_in_netns, close_quietly, open_netns
@@ -47,6 +47,7 @@ __all__ = [
     "PROXY_ADDRESS",
     "RESOLV_CONF_TEXT",
     "EgressSession",
+    "plan_loopback_captures",
     "plan_sandbox_env",
     "start_egress",
 ]
@@ -79,6 +80,39 @@ def plan_sandbox_env(proxy_url: str) -> dict[str, str]:
     env["PIP_PROXY"] = proxy_url  # pip --proxy
     env["NODE_USE_ENV_PROXY"] = "1"  # Node >= 24 honours HTTP(S)_PROXY for fetch with this set
     return env
+
+
+def plan_loopback_captures(policy: EgressPolicy) -> tuple[tuple[str, int], ...]:
+    """Capture listeners for the host loopback destinations the manifest names.
+
+    Inside the sandbox, 127.0.0.1 is the sandbox's own loopback, and clients skip the proxy for
+    it (``NO_PROXY`` lists it, and programs that ignore proxy variables never use one). So a named
+    host loopback service (``127.0.0.1:8080``, ``[::1]:5432``) gets a capture listener at the same
+    address and port inside the sandbox; a connection there is decided exactly like ``CONNECT
+    127.0.0.1:8080`` and dialled from the host. Only single addresses are listened on (a range such
+    as 127.0.0.0/8 is reachable through the proxy only), and only addresses the manifest names, so
+    nothing opens that the manifest did not name.
+
+    Raises:
+        SandboxStartError: a named destination is one of the sandbox's own egress listeners.
+    """
+    reserved = {PROXY_ADDRESS, DNS_ADDRESS}
+    planned: list[tuple[str, int]] = []
+    for entry in policy.entries:
+        network = entry.network
+        if network is None or not network.is_loopback or network.num_addresses != 1:
+            continue
+        address = str(network.network_address)
+        for port in sorted(entry.ports):
+            if (address, port) in reserved or network.network_address in PLACEHOLDER_NETWORK:
+                raise SandboxStartError(
+                    f"network.allow names {address}:{port}, which is the sandbox's own egress listener "
+                    f"(proxy {PROXY_ADDRESS[0]}:{PROXY_ADDRESS[1]}, DNS port 53, placeholders {PLACEHOLDER_NETWORK})",
+                    "reach that host service on another loopback address or port",
+                )
+            if (address, port) not in planned:
+                planned.append((address, port))
+    return tuple(planned)
 
 
 class EgressSession:
@@ -170,6 +204,9 @@ class EgressSession:
             for port in sorted(self.policy.ports_for_name(name)):
                 specs.append(SocketSpec("tcp", str(placeholder), port))
                 captures.append((name, port))
+        for address, port in plan_loopback_captures(self.policy):
+            specs.append(SocketSpec("tcp", address, port))
+            captures.append((address, port))
         self._sockets = bind_in_netns(self._netns_fd, specs)
         self._thread = threading.Thread(target=self._run, args=(captures,), name="contain-egress", daemon=True)
         self._thread.start()
@@ -314,6 +351,9 @@ def start_egress(boundary: PlainBoundary, *, netns_path: str, lookup: Lookup | N
     session = EgressSession(boundary, netns_fd, lookup=lookup or system_lookup)
     try:
         session._start()
+    except SandboxStartError:  # already names its cause and fix
+        session.close()
+        raise
     except Exception as exc:  # any start-up failure refuses the sandbox (fail closed)
         session.close()
         raise SandboxStartError(f"egress could not start in {netns_path}: {exc}", BIND_FIX) from exc

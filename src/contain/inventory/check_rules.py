@@ -330,7 +330,8 @@ def _wildcard_domain(boundary: Boundary, facts: CheckFacts) -> Iterable[Hit]:
 def _public_suffix_wildcard(boundary: Boundary, facts: CheckFacts) -> Iterable[Hit]:
     for i, net in enumerate(boundary.network.allow):
         if net.host.startswith("*.") and net.host[2:] in PUBLIC_SUFFIXES:
-            yield Hit(("network", "allow", i, "host"), f"{net.host}: anyone can register a name under {net.host[2:]}")
+            suffix = net.host[2:]
+            yield Hit(("network", "allow", i, "host"), f"{net.host} is a wildcard over the public suffix {suffix}")
 
 
 def _as_network(host: str) -> ipaddress.IPv4Network | ipaddress.IPv6Network | None:

@@ -1,5 +1,11 @@
+import pytest
+
 import contain.egress
-from contain.egress.session import RESOLV_CONF_TEXT, plan_sandbox_env
+from contain.boundary import Boundary
+from contain.boundary.plain import plain_boundary
+from contain.egress.policy import EgressPolicy
+from contain.egress.session import RESOLV_CONF_TEXT, plan_loopback_captures, plan_sandbox_env
+from contain.errors import SandboxStartError
 
 
 def test_sandbox_env_points_every_proxy_variable_at_the_in_sandbox_listener() -> None:
@@ -40,3 +46,29 @@ def test_package_exports_exactly_its_public_names() -> None:
         "tunnel",
     }
     assert set(contain.egress.__all__) == public - modules
+
+
+def _policy(*allow: dict) -> EgressPolicy:
+    return EgressPolicy.from_boundary(plain_boundary(Boundary.model_validate({"network": {"allow": list(allow)}})))
+
+
+def test_named_loopback_addresses_get_a_capture_listener_per_port() -> None:
+    policy = _policy(
+        {"host": "127.0.0.1", "ports": [8080, 5432]},
+        {"host": "::1", "ports": [9000]},
+        {"host": "pypi.org"},
+        {"host": "127.0.0.0/8", "ports": [7000]},  # a range: through the proxy only
+        {"host": "10.1.2.3", "ports": [80]},  # not loopback: reachable directly through the proxy
+    )
+    assert plan_loopback_captures(policy) == (("127.0.0.1", 5432), ("127.0.0.1", 8080), ("::1", 9000))
+
+
+@pytest.mark.parametrize("port", [3128, 53])
+def test_a_named_loopback_destination_on_an_egress_listener_is_refused(port: int) -> None:
+    with pytest.raises(SandboxStartError, match="sandbox's own egress listener"):
+        plan_loopback_captures(_policy({"host": "127.0.0.1", "ports": [port]}))
+
+
+def test_a_named_loopback_destination_among_the_placeholders_is_refused() -> None:
+    with pytest.raises(SandboxStartError, match="sandbox's own egress listener"):
+        plan_loopback_captures(_policy({"host": "127.77.0.9", "ports": [80]}))

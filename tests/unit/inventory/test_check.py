@@ -78,3 +78,15 @@ def test_invalid_manifest_raises_boundary_invalid(tmp_path: Path) -> None:
         check_manifest(_write(tmp_path, "version: 1\nfiles: [{path: /x, acces: read}]\n"), home=tmp_path)
     with pytest.raises(BoundaryInvalid):
         check_manifest(tmp_path / "missing.yaml", home=tmp_path)
+
+
+def test_a_finding_states_the_fact_once_and_the_reason_once(tmp_path: Path) -> None:
+    report = check_manifest(_write(tmp_path, MANIFEST), home=tmp_path)
+    message = next(f.message for f in report.findings if f.rule_id == "CHK-007")
+    assert message == (
+        "*.github.io is a wildcard over the public suffix github.io: "
+        "anyone can register a name under it, so data can be sent to an attacker's host"
+    )
+    for finding in report.findings:  # no finding repeats a clause of its own message
+        clauses = [c.strip() for c in finding.message.split(":")]
+        assert len(clauses) == len(set(clauses)), finding.message
