@@ -247,6 +247,45 @@ _TIOCLINUX = 0x541C
 _SECCOMP_FILTER_FLAG_NEW_LISTENER = 1 << 3
 
 
+# <uapi/linux/stat.h> and <uapi/asm-generic/fcntl.h>; O_CREAT and __O_TMPFILE are the same on
+# x86_64 and aarch64.
+_SET_ID_BITS = {"S_ISUID": 0o4000, "S_ISGID": 0o2000}
+_CREATING_FLAGS = {"O_CREAT": 0o100, "O_TMPFILE": 0o2000_0000}
+# syscall -> index of its mode argument (calls that set a mode without an open flag)
+_MODE_ARGUMENT = {"chmod": 1, "fchmod": 1, "fchmodat": 2, "fchmodat2": 2, "creat": 1, "mknod": 1, "mknodat": 2}
+# syscall -> (index of its flags argument, index of its mode argument)
+_OPEN_ARGUMENTS = {"open": (1, 2), "openat": (2, 3)}
+
+
+def _set_id_rows() -> tuple[SyscallRule, ...]:
+    """Refuse every way to give a file a set-user-ID or set-group-ID bit.
+
+    Through an idmapped write bind a file the sandbox creates is owned on the host by the bind's
+    owner, often root: a set-uid bit there would leave a set-uid-root program on the host. The
+    bind's nosuid flag covers only execution through that mount, not the host's own path to it.
+    """
+    why = "a set-id bit on a file in a write bind runs as its host owner for any host user"
+    rows: list[SyscallRule] = []
+    for bit_name, bit in _SET_ID_BITS.items():
+        for syscall, mode_index in _MODE_ARGUMENT.items():
+            mode = ArgCondition(index=mode_index, op=ArgOp.MASKED_EQ, value=bit, mask=bit)
+            rows.append(_deny(syscall, f"{bit_name}: {why}", "FS-53", when=(mode,)))
+        for syscall, (flags_index, mode_index) in _OPEN_ARGUMENTS.items():
+            mode = ArgCondition(index=mode_index, op=ArgOp.MASKED_EQ, value=bit, mask=bit)
+            for flag in _CREATING_FLAGS.values():
+                creating = ArgCondition(index=flags_index, op=ArgOp.MASKED_EQ, value=flag, mask=flag)
+                rows.append(_deny(syscall, f"{bit_name} on a new file: {why}", "FS-53", when=(creating, mode)))
+    rows.append(
+        _deny(
+            "openat2",
+            "its mode sits in a struct BPF cannot read (set-id bits); ENOSYS makes callers use openat",
+            "FS-53",
+            errno_value=errno.ENOSYS,
+        )
+    )
+    return tuple(rows)
+
+
 def _clone_namespace_rows() -> tuple[SyscallRule, ...]:
     # libseccomp's MASKED_EQ can test one flag per rule ("any of" is not one comparison).
     return tuple(
@@ -366,6 +405,8 @@ SECCOMP_RULES: tuple[SyscallRule, ...] = (
     ),
     *_deny_all(("uselib",), "obsolete a.out loader, old exploit surface", "SY-06"),
     *_deny_all(("iopl", "ioperm"), "raw hardware port I/O", "SY-06"),
+    # Set-id files: through an idmapped write bind they would be owned by the bind's host owner.
+    *_set_id_rows(),
     # Files outside the mount namespace.
     *_deny_all(
         ("open_by_handle_at", "name_to_handle_at"),
