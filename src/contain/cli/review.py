@@ -176,8 +176,8 @@ def _serve(store: ReviewStore, args: argparse.Namespace) -> int:
         raise GateError(
             f"cannot listen on {args.host}:{args.port}: {exc.strerror}", "choose another --port (0 picks a free one)"
         ) from exc
-    host, port = str(server.server_address[0]), int(server.server_address[1])
-    print(f"review page: http://{host}:{port}/", flush=True)
+    # The one announcement of the capability URL and the token: nothing else prints or logs them.
+    print(f"review page: {app.url}", flush=True)
     print(f"token: {app.token}", flush=True)
     try:
         server.serve_forever()
