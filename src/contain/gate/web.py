@@ -70,7 +70,16 @@ from contain.gate.grants import (
 from contain.gate.store import RequestStatus, ReviewRequest, ReviewStore
 from contain.visible_text import count_escaped, for_terminal
 
-__all__ = ["REQUEST_RULES", "RequestRule", "Response", "ReviewApp", "make_review_server"]
+__all__ = [
+    "REQUEST_RULES",
+    "RequestFacts",
+    "RequestRule",
+    "Response",
+    "ReviewApp",
+    "first_refusal",
+    "make_review_server",
+    "render_arguments",
+]
 
 logger = logging.getLogger(__name__)
 
