@@ -38,7 +38,7 @@ def test_non_strings_are_converted_first():
 
 def test_every_blank_looking_row_is_escaped():
     for code in BLANK_LOOKING:
-        assert for_terminal(chr(code)).startswith("\\u")
+        assert for_terminal(chr(code)) in (f"\\u{code:04x}", f"\\U{code:08x}")
 
 
 def test_no_control_or_format_character_survives():
@@ -47,3 +47,27 @@ def test_no_control_or_format_character_survives():
     everything = "".join(chr(c) for c in range(0x110000) if not 0xD800 <= c <= 0xDFFF)
     shown = for_terminal(everything)
     assert not [ch for ch in shown if unicodedata.category(ch) in ("Cc", "Cf", "Co", "Zl", "Zp")]
+
+
+@pytest.mark.parametrize(
+    ("raw", "shown"),
+    [
+        ("read_file\ufe0f", "read_file\\ufe0f"),  # variation selector 16: no glyph
+        ("read\U000e0100file", "read\\U000e0100file"),  # variation selector 17: smuggles bytes
+        ("a\u034fb", "a\\u034fb"),  # combining grapheme joiner
+        ("a\u17b4b", "a\\u17b4b"),  # Khmer inherent vowel
+        ("a\u180bb", "a\\u180bb"),  # Mongolian free variation selector
+    ],
+)
+def test_no_glyph_marks_that_hide_text_are_shown_as_escapes(raw, shown):
+    assert for_terminal(raw) == shown
+
+
+def test_count_escaped_counts_what_for_terminal_escapes():
+    from contain.visible_text import count_escaped
+
+    text = "a\x1b[2J\u202eb\nc\ufe0f"
+    assert count_escaped(text) == 4
+    assert count_escaped(text, keep_newlines=True) == 3
+    assert count_escaped("plain ascii") == 0
+    assert for_terminal(text).count("\\") == count_escaped(text)

@@ -3,6 +3,12 @@
 Each subcommand lives in its own module with ``add_arguments(parser)`` and ``execute(args) -> int``,
 and only the module of the command being run is imported, so ``contain run`` does not pay for the
 imports of ``contain review`` or ``contain inventory``.
+
+Terminal output rule, for every module here: a value contain did not write itself (tool names,
+arguments, reasons, paths and hosts a workload chose, manifest values, error causes that quote
+them) is printed only through ``contain.visible_text.for_terminal``; ``--json`` output stays exact.
+A command's own stdout/stderr under ``contain run`` is the exception: it passes through raw, as a
+program run directly would (see ``contain.cli.run``).
 """
 
 from __future__ import annotations
@@ -14,7 +20,7 @@ import signal
 import sys
 from collections.abc import Sequence
 
-__all__ = ["main"]
+__all__ = ["error_lines", "main"]
 
 # name -> (module, one-line summary). The summary is here so `contain --help` imports nothing.
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -52,6 +58,23 @@ def _discard_stdout() -> None:
     os.close(devnull)
 
 
+def error_lines(cause: str, fix: str) -> list[str]:
+    """The lines ``main`` prints for a ContainError: ``contain: <cause>``, then ``  fix: <fix>``.
+
+    Causes quote what was refused (a request id, a path, a manifest key, a YAML snippet), so every
+    line goes through ``for_terminal``. A multi-line cause or fix keeps its lines, each continuation
+    prefixed with ``  | ``: a line break inside a quoted value can add a ``  | `` line but never a
+    line that reads as contain's own ``contain:`` or ``  fix:``.
+    """
+    from contain.visible_text import for_terminal
+
+    def block(first_prefix: str, text: str) -> list[str]:
+        head, *rest = text.split("\n")
+        return [first_prefix + for_terminal(head)] + ["  | " + for_terminal(line) for line in rest]
+
+    return block("contain: ", cause) + (block("  fix: ", fix) if fix else [])
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script; returns the process exit status."""
     args_list = list(sys.argv[1:] if argv is None else argv)
@@ -82,9 +105,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ContainError as exc:
         if args.verbose:
             raise
-        print(f"contain: {exc.cause}", file=sys.stderr)
-        if exc.fix:
-            print(f"  fix: {exc.fix}", file=sys.stderr)
+        print("\n".join(error_lines(exc.cause, exc.fix)), file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         return 130

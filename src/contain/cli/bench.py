@@ -1,4 +1,9 @@
-"""`contain bench startup`: sandbox start-up and throughput beside bare processes and raw bwrap."""
+"""`contain bench startup`: sandbox start-up and throughput beside bare processes and raw bwrap.
+
+Terminal output: only contain's own variant names and measured numbers, no untrusted text, so
+nothing here needs ``contain.visible_text.for_terminal`` (the rule for every CLI module: values
+contain did not write go through it; see ``contain.cli``).
+"""
 
 from __future__ import annotations
 

@@ -4,6 +4,10 @@
 flight by a previous crash first (printed to stderr), then listens. ``mint-token`` prints a
 capability token for a task, principal and actions (or for a manifest's records), for trusted
 callers and tests; ``contain run`` mints its own through ``contain.broker.sandbox_link``.
+
+Terminal output: reconciled intents are printed as JSON with ``ensure_ascii`` (every control and
+non-ASCII character escaped, values exact); the listening address is rendered with
+``contain.visible_text.for_terminal``. The minted token is contain's own base64url text.
 """
 
 from __future__ import annotations
@@ -13,8 +17,11 @@ import json
 import signal
 import sys
 import threading
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from contain.errors import BoundaryInvalid
+from contain.visible_text import for_terminal
 
 
 def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
@@ -53,9 +60,8 @@ def _serve(config: object) -> int:
 
     assert isinstance(config, BrokerConfig)
     broker = build_broker(config)
-    report = broker.start()
-    for line in report:
-        print(f"contain broker: reconciled {json.dumps(line, sort_keys=True)}", file=sys.stderr)
+    for line in reconciled_lines(broker.start()):
+        print(line, file=sys.stderr)
     server = BrokerServer(broker, socket_path=config.socket_path, tcp_port=config.tcp_port,
                           socket_mode=config.socket_mode)
     stop = threading.Event()
@@ -64,11 +70,21 @@ def _serve(config: object) -> int:
     server.start()
     where = config.socket_path + (f" and http://{server.tcp_address[0]}:{server.tcp_address[1]}"
                                   if server.tcp_address else "")
-    print(f"contain broker: listening on {where}", file=sys.stderr, flush=True)
+    print(f"contain broker: listening on {for_terminal(where)}", file=sys.stderr, flush=True)
     stop.wait()
     server.shutdown()
     broker.close()
     return 0
+
+
+def reconciled_lines(report: Sequence[Mapping[str, Any]]) -> list[str]:
+    """One stderr line per intent reconciled at start, as JSON with every non-ASCII character escaped.
+
+    The intents hold values a workload chose (record paths, action arguments); ``ensure_ascii``
+    (kept explicit) turns every control, bidi and line-break character into a ``\\uXXXX`` escape, so
+    the line is exact and still cannot act on the terminal.
+    """
+    return [f"contain broker: reconciled {json.dumps(line, sort_keys=True, ensure_ascii=True)}" for line in report]
 
 
 def _mint(config: object, args: argparse.Namespace) -> int:

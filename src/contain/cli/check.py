@@ -2,6 +2,9 @@
 
 Exit status: 0 when no finding is an error, 1 when one is, 125 when the manifest cannot be read
 or validated (rendered by contain.cli.main from BoundaryInvalid).
+
+Terminal output: findings quote manifest values (paths, names), so ``render_check_text`` passes
+every field through ``contain.visible_text.for_terminal``; json and sarif stay exact.
 """
 
 from __future__ import annotations

@@ -3,6 +3,10 @@
 Exit status: 0 when the process backend works on this host, 1 when it does not. With --json,
 stdout is exactly one JSON object. ``--build-agent`` only builds (or finds) the sandbox agent,
 prints what it did and exits 0 on success, 1 on failure; ``scripts/bootstrap.sh`` uses it.
+
+Terminal output: details quote what host tools answered (error text of bwrap, a compiler, the
+kernel), so ``render_text`` and the agent lines here pass them through
+``contain.visible_text.for_terminal`` (one line each). --json stays exact.
 """
 
 from __future__ import annotations
@@ -10,6 +14,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+
+from contain.visible_text import for_terminal
 
 
 def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
@@ -29,7 +35,7 @@ def execute(args: argparse.Namespace) -> int:
         return _build_agent(as_json=args.json)
     facts = probe_host()
     report = build_report(facts, observe_host(facts))
-    sys.stdout.write(render_json(report) if args.json else render_text(report))
+    sys.stdout.write(render_json(report) if args.json else render_text(report))  # render_text renders each field
     return report.exit_code
 
 
@@ -38,11 +44,11 @@ def _build_agent(*, as_json: bool) -> int:
 
     agent = observe_agent(build=True)
     if agent.path is None:
-        action, message = "failed", f"agent: not built: {agent.error}"
+        action, message = "failed", f"agent: not built: {for_terminal(agent.error)}"
     elif agent.built_now:
-        action, message = "built", f"agent: built {agent.path} in {agent.seconds:.1f} s"
+        action, message = "built", f"agent: built {for_terminal(agent.path)} in {agent.seconds:.1f} s"
     else:
-        action, message = "found", f"agent: already built at {agent.path}"
+        action, message = "found", f"agent: already built at {for_terminal(agent.path)}"
     if as_json:
         document = {
             "action": action,
@@ -55,5 +61,5 @@ def _build_agent(*, as_json: bool) -> int:
     else:
         print(message)
         if agent.path is None and agent.fix:
-            print(f"  fix: {agent.fix}")
+            print(f"  fix: {for_terminal(agent.fix)}")
     return 0 if agent.path is not None else 1

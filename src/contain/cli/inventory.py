@@ -2,6 +2,10 @@
 
 Probes this host as seen from the current directory, user and environment, and prints what a
 task started here could reach. Values of secrets are never printed (see contain.inventory).
+
+Terminal output: locations and reasons name paths, sockets and processes anyone on the host may
+have named, so ``render_inventory_text`` passes them through ``contain.visible_text.for_terminal``
+(as this module does for the draft path); --json stays exact.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from contain.inventory import (
     take_inventory,
     write_draft_manifest,
 )
+from contain.visible_text import for_terminal
 
 
 def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
@@ -42,7 +47,8 @@ def execute(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(render_inventory_text(inventory))
         if args.draft_manifest is not None:
+            shown = for_terminal(args.draft_manifest)
             sys.stdout.write(
-                f"\nDraft manifest written to {args.draft_manifest}; run `contain check {args.draft_manifest}` next.\n"
+                f"\nDraft manifest written to {shown}; run `contain check {shown}` next.\n"
             )
     return 0

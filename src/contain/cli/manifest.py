@@ -1,4 +1,8 @@
-"""`contain schema` and `contain check-manifest FILE`."""
+"""`contain schema` and `contain check-manifest FILE`.
+
+Terminal output: the manifest path and task name are rendered with
+``contain.visible_text.for_terminal``; ``--json`` and the schema stay exact.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +11,7 @@ import json
 import sys
 
 from contain.boundary import boundary_json_schema, load_boundary
+from contain.visible_text import for_terminal
 
 
 def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
@@ -25,7 +30,7 @@ def execute(args: argparse.Namespace) -> int:
         print(boundary.model_dump_json(indent=2))
     else:
         print(
-            f"{args.manifest}: valid (task {boundary.task}, {len(boundary.files)} file rule(s), "
-            f"{len(boundary.network.allow)} network rule(s))"
+            f"{for_terminal(args.manifest)}: valid (task {for_terminal(boundary.task)}, "
+            f"{len(boundary.files)} file rule(s), {len(boundary.network.allow)} network rule(s))"
         )
     return 0

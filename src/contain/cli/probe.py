@@ -5,6 +5,11 @@ line per case goes to stderr; at the end a summary table goes to stderr (stdout 
 With --json, stdout is exactly the JSON document. Exit status: 0 only when every selected case is
 CONTAINED or NOT_APPLICABLE, 1 otherwise, 2 for a usage error (e.g. a --cases glob that matches
 nothing).
+
+Terminal output: a case's summary can quote what the workload printed or created, so every
+progress line, the summary table, leftovers and errors go through
+``contain.visible_text.for_terminal`` (one line each; the table keeps its line breaks). --json
+and the HTML report (escaped there) stay exact.
 """
 
 from __future__ import annotations
@@ -13,6 +18,8 @@ import argparse
 import shlex
 import sys
 from pathlib import Path
+
+from contain.visible_text import for_terminal
 
 
 def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
@@ -56,23 +63,24 @@ def execute(args: argparse.Namespace) -> int:
         from contain.probe.report import CaseInfo
 
         info = CaseInfo(case.id, case.category.value, case.title, case.expected) if case else None
-        print(f"[{index:>3}/{count}] {render_table_line(result, info)}", file=sys.stderr, flush=True)
+        print(f"[{index:>3}/{count}] {for_terminal(render_table_line(result, info))}", file=sys.stderr, flush=True)
 
-    print(f"contain probe: target {target.name}, run {ctx.run_id}", file=sys.stderr, flush=True)
+    print(f"contain probe: target {for_terminal(target.name)}, run {ctx.run_id}", file=sys.stderr, flush=True)
     try:
         report = run_battery(cases, ctx, patterns=args.cases, case_timeout_s=args.case_timeout, progress=progress)
     except ValueError as exc:
-        print(f"contain: {exc}", file=sys.stderr)
+        print(f"contain: {for_terminal(exc)}", file=sys.stderr)
         return 2
     finally:
         for leftover in ctx.close():
-            print(f"contain: probe could not remove {leftover}", file=sys.stderr)
+            print(f"contain: probe could not remove {for_terminal(leftover)}", file=sys.stderr)
     if args.report:
         Path(args.report).write_text(render_html(report), encoding="utf-8")
-        print(f"HTML report: {args.report}", file=sys.stderr)
+        print(f"HTML report: {for_terminal(args.report)}", file=sys.stderr)
+    summary = for_terminal(render_summary(report), keep_newlines=True)
     if args.json:
         sys.stdout.write(render_json(report))
-        print(render_summary(report), file=sys.stderr, end="")
+        print(summary, file=sys.stderr, end="")
     else:
-        sys.stdout.write(render_summary(report))
+        sys.stdout.write(summary)
     return report.exit_code

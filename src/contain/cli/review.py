@@ -7,6 +7,11 @@ created 0600 when absent); the state dir is ``$CONTAIN_STATE_DIR``, ``/var/lib/c
 
 Exit status: 0 on success, 125 when the store, key or request cannot be used (a GateError rendered
 by contain.cli.main), 2 for bad options.
+
+Terminal output: every value that came from a request (tool, principal, server, arguments,
+reasons, reviewer names) goes through ``contain.visible_text.for_terminal`` before it is printed,
+so an ESC sequence, OSC 52, a bidi override or a newline in a tool name shows as an escape and
+cannot clear the screen or fake a row. ``--json`` output is exact (JSON escapes controls itself).
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import time
 from typing import TYPE_CHECKING
 
 from contain.errors import GateError
+from contain.visible_text import for_terminal as shown
 
 if TYPE_CHECKING:
     from contain.gate import ReviewStore
@@ -71,7 +77,7 @@ def execute(args: argparse.Namespace) -> int:
         return _approve(store, args)
     if action == "deny":
         request = store.deny(args.request_id, reviewer=args.reviewer or _user(), reason=args.reason)
-        print(f"{request.request_id} denied: {request.review_reason}")
+        print(f"{shown(request.request_id)} denied: {shown(request.review_reason)}")
         return 0
     return _serve(store, args)
 
@@ -100,10 +106,13 @@ def _list(store: ReviewStore, *, show_all: bool, as_json: bool) -> int:
         print("no pending requests" if not show_all else "no requests")
         return 0
     for r in requests:
-        args_text = json.dumps(r.arguments, sort_keys=True, ensure_ascii=True)
+        args_text = shown(json.dumps(r.arguments, sort_keys=True, ensure_ascii=True))
         if len(args_text) > 60:
             args_text = args_text[:57] + "..."
-        print(f"{r.request_id}  {r.status.value:<8}  {_utc(r.created_at)}  {r.principal}  {r.tool}  {args_text}")
+        print(
+            f"{shown(r.request_id)}  {r.status.value:<8}  {_utc(r.created_at)}  {shown(r.principal)}  "
+            f"{shown(r.tool)}  {args_text}"
+        )
     return 0
 
 
@@ -116,25 +125,25 @@ def _show(store: ReviewStore, request_id: str, *, as_json: bool) -> int:
         json.dump(r.as_dict(), sys.stdout, indent=2, ensure_ascii=False)
         sys.stdout.write("\n")
         return 0
-    args_text, invisible = render_arguments(r.arguments)
+    args_text, invisible = render_arguments(r.arguments)  # for_terminal of the JSON, layout kept
     lines = [
-        f"request     {r.request_id} ({r.status.value})",
-        f"principal   {r.principal}",
-        f"server      {r.server or '-'}",
-        f"tool        {r.tool}",
-        f"tool digest {r.tool_digest}",
-        f"arg digest  {r.argument_digest}",
+        f"request     {shown(r.request_id)} ({r.status.value})",
+        f"principal   {shown(r.principal)}",
+        f"server      {shown(r.server or '-')}",
+        f"tool        {shown(r.tool)}",
+        f"tool digest {shown(r.tool_digest)}",
+        f"arg digest  {shown(r.argument_digest)}",
         f"asked       {_utc(r.created_at)}; expires unanswered {_utc(r.expires_at)}",
-        f"why review  {r.rule_id}: {r.decision_reason}",
+        f"why review  {shown(r.rule_id)}: {shown(r.decision_reason)}",
         "arguments (exact):",
         args_text,
     ]
     if invisible:
-        lines.append(f"warning: {invisible} invisible character(s) in the arguments, shown as \\u escapes")
+        lines.append(f"warning: {invisible} invisible or control character(s) in the arguments, shown as escapes")
     if r.scope is not None:
-        lines.append(f"approved    by {r.reviewer}: {describe_scope(r.scope)}; grant {r.grant_id}")
+        lines.append(f"approved    by {shown(r.reviewer)}: {describe_scope(r.scope)}; grant {shown(r.grant_id)}")
     elif r.review_reason:
-        lines.append(f"denied      by {r.reviewer}: {r.review_reason}")
+        lines.append(f"denied      by {shown(r.reviewer)}: {shown(r.review_reason)}")
     print("\n".join(lines))
     return 0
 
@@ -157,8 +166,8 @@ def _approve(store: ReviewStore, args: argparse.Namespace) -> int:
         args.request_id, key=key, scope=scope, reviewer=args.reviewer or _user(), reason=args.reason
     )
     print(
-        f"{request.request_id} approved: {request.principal} may call {request.tool} with exactly these "
-        f"arguments {describe_scope(scope)}; grant {request.grant_id}"
+        f"{shown(request.request_id)} approved: {shown(request.principal)} may call {shown(request.tool)} with "
+        f"exactly these arguments {describe_scope(scope)}; grant {shown(request.grant_id)}"
     )
     return 0
 
@@ -176,8 +185,8 @@ def _serve(store: ReviewStore, args: argparse.Namespace) -> int:
         raise GateError(
             f"cannot listen on {args.host}:{args.port}: {exc.strerror}", "choose another --port (0 picks a free one)"
         ) from exc
-    host, port = str(server.server_address[0]), int(server.server_address[1])
-    print(f"review page: http://{host}:{port}/", flush=True)
+    # The one announcement of the capability URL and the token: nothing else prints or logs them.
+    print(f"review page: {app.url}", flush=True)
     print(f"token: {app.token}", flush=True)
     try:
         server.serve_forever()

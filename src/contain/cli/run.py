@@ -2,6 +2,13 @@
 
 Exit status: the command's own; 128+N when signal N ended it; 124 on timeout; 125 when contain
 refused or failed (the reason on stderr). With --json, stdout is exactly one JSON object.
+
+Terminal output, decided: the command's own stdout and stderr pass through byte for byte, as they
+would if the user ran the program directly (rendering them would break binary output, colours
+and pipes; the user chose to run that program and reads its output as such). contain's own lines
+after it (``contain: <kind>: <message>`` for each violation, ``contain: teardown: ...``) quote
+what the workload chose (hosts it tried, paths it created) and go through
+``contain.visible_text.for_terminal``, one line each, so a workload cannot forge or hide them.
 """
 
 from __future__ import annotations
@@ -10,8 +17,14 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from contain.errors import BoundaryInvalid
+from contain.visible_text import for_terminal
+
+if TYPE_CHECKING:
+    from contain.runtime.result import Violation
 
 
 def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
@@ -81,11 +94,26 @@ def execute(args: argparse.Namespace) -> int:
         json.dump(document, sys.stdout)
         sys.stdout.write("\n")
     else:
-        sys.stdout.buffer.write(result.stdout.data)
+        sys.stdout.buffer.write(result.stdout.data)  # the command's own output: raw, as run directly
         sys.stdout.flush()
         sys.stderr.buffer.write(result.stderr.data)
-        for violation in result.violations:
-            print(f"contain: {violation.kind}: {violation.message}", file=sys.stderr)
-    for finding in sandbox.teardown_findings:
-        print(f"contain: teardown: {finding}", file=sys.stderr)
+        sys.stderr.flush()
+    for line in contain_lines(() if args.json else result.violations, sandbox.teardown_findings):
+        print(line, file=sys.stderr)
     return result.status
+
+
+def contain_lines(violations: Sequence[Violation], teardown_findings: Sequence[str]) -> list[str]:
+    """contain's own stderr lines after a run, every quoted value rendered for the terminal.
+
+    Args:
+        violations: what the boundary stopped (messages quote hosts and paths the workload chose).
+        teardown_findings: what closing the sandbox had to undo (paths the workload created).
+
+    Returns:
+        One line per violation (``contain: <kind>: <message>``) and per finding
+        (``contain: teardown: <finding>``), with no control, bidi or line-break character left.
+    """
+    lines = [f"contain: {for_terminal(v.kind)}: {for_terminal(v.message)}" for v in violations]
+    lines += [f"contain: teardown: {for_terminal(finding)}" for finding in teardown_findings]
+    return lines

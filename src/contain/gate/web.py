@@ -1,25 +1,44 @@
 """The review page (``contain review serve``): approve or deny pending tool calls in a browser.
 
-What is enforced:
+Why a capability path. Browsers send a host's cookies to *every port* of that host, and
+``SameSite`` compares sites, not ports: 127.0.0.1:8765 and 127.0.0.1:6666 are the same site. So a
+page another local user serves on another loopback port can redirect to itself, receive a
+``Path=/`` session cookie, read the CSRF token with it and approve from its own server (issue 19,
+item 1; ``tests/integration/test_review_web.py`` runs that attack in Chromium). The one part of a
+URL such a page cannot know is a secret path, and a cookie's ``Path=`` attribute is honoured across
+ports. So every route lives under ``/<capability>/`` (256 random bits, new at every start, printed
+once in the URL the reviewer opens), the session cookie is scoped to that path, and everything
+else is a 404. We chose not to rely on ``__Host-`` cookies (they need TLS), on port-bound cookies
+(not shipped by default in browsers) or on a per-port cookie name (the other page still receives it).
 
-* It listens on loopback only (127.0.0.1 by default; other addresses are refused) and answers only
-  requests whose ``Host`` header names that loopback address or ``localhost`` with its port, so a
-  web page elsewhere cannot reach it by DNS rebinding.
-* Nothing is shown or decided without the token printed at start. A browser enters it once in a
-  login form (compared with ``hmac.compare_digest``) and gets a random session id in an
-  ``HttpOnly; SameSite=Strict`` cookie; a script may instead send ``Authorization: Bearer <token>``.
+What is enforced (the ``REQUEST_RULES`` table, checked in order before anything else, then login):
+
+* It listens on IPv4 loopback only and answers only ``Host: <the bound literal>:<port>`` (no
+  ``localhost``, no other name), so a page elsewhere cannot reach it by DNS rebinding.
+* Every path outside ``/<capability>/`` is a 404 that echoes nothing. The session cookie is
+  ``HttpOnly; SameSite=Strict; Path=/<capability>/``, so no other port's page ever receives it.
+* A request with ``Sec-Fetch-Site`` other than ``same-origin`` (or ``none``, a typed URL, for GET)
+  is refused. A POST must carry ``Origin`` equal to this server (``http://127.0.0.1:PORT``): a POST
+  without one, with ``null`` or with another origin is refused, whatever else it carries.
+* Nothing is shown or decided without the token printed at start: a login form (compared with
+  ``hmac.compare_digest``) gives a random session id in the cookie above; a script may instead send
+  ``Authorization: Bearer <token>`` (and, for a POST, the ``Origin`` header, like a browser).
 * Every POST that changes something carries a CSRF token bound to the session (an HMAC of the
-  session id under a per-process secret), and a POST whose ``Origin`` is present and not this
-  server is refused. Bodies are capped at 64 KiB.
-* Every value from the request (arguments, tool names, reasons) is HTML-escaped; invisible and
-  bidirectional-control characters in arguments are shown as ``\\uXXXX`` escapes with a warning,
-  so what the reviewer reads is what the digest covers. ``Content-Security-Policy`` forbids
-  scripts, frames and off-site form targets.
+  session id under a per-process secret). Bodies are capped at 64 KiB.
+* Every value from the request (arguments, tool names, principals, reasons) goes through
+  ``contain.visible_text.for_terminal`` and is then HTML-escaped: control, invisible and bidi
+  characters are shown as ``\\xNN``/``\\uXXXX`` escapes (with a warning for arguments), so what
+  the reviewer reads is what the digest covers. ``Content-Security-Policy`` forbids scripts, frames
+  and off-site form targets; ``Referrer-Policy: same-origin`` keeps the path out of other sites.
+* The capability and the token appear in no log line (request lines are logged with the
+  capability replaced by ``<capability>``) and in no repr; the CLI prints them once at start.
 * The page says in plain words what each scope will allow (who, which tool, which exact
   arguments, how often, until when) before the reviewer chooses it.
 
-What is not: the reviewer's identity (the token holder is trusted; the name recorded is the one
-given to ``serve``), TLS (loopback only), and rate limiting (the token is 256 bits).
+What is not: the reviewer's identity (whoever holds the URL and the token is trusted; the name
+recorded is the one given to ``serve``), TLS (loopback only), rate limiting (capability and token
+are 256 bits each), other local users reading the reviewer's terminal or browser profile (a user
+who can read those owns the session anyway), and a browser extension with access to the page.
 """
 
 from __future__ import annotations
@@ -33,11 +52,9 @@ import logging
 import secrets
 import threading
 import time
-import unicodedata
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from http import HTTPStatus
-from http.cookies import SimpleCookie
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -51,13 +68,25 @@ from contain.gate.grants import (
     parse_duration,
 )
 from contain.gate.store import RequestStatus, ReviewRequest, ReviewStore
+from contain.visible_text import count_escaped, for_terminal
 
-__all__ = ["Response", "ReviewApp", "make_review_server"]
+__all__ = [
+    "REQUEST_RULES",
+    "RequestFacts",
+    "RequestRule",
+    "Response",
+    "ReviewApp",
+    "first_refusal",
+    "make_review_server",
+    "render_arguments",
+]
 
 logger = logging.getLogger(__name__)
 
 COOKIE_NAME = "contain_review"
 MAX_BODY_BYTES = 64 * 1024
+CAPABILITY_BYTES = 32  # 256 bits, as the token: not guessable over loopback at any request rate
+LOGGED_CAPABILITY = "<capability>"  # what log lines show in place of the capability
 _CSP = (
     "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; "
     "frame-ancestors 'none'; base-uri 'none'"
@@ -96,29 +125,147 @@ def _e(value: object) -> str:
     return html.escape(str(value), quote=True)
 
 
-def _is_invisible(ch: str) -> bool:
-    # Cf covers zero-width and bidi controls and tag characters; Cc control codes; Z* odd spaces.
-    return unicodedata.category(ch) in ("Cf", "Cc", "Co", "Cs", "Zl", "Zp") or (
-        unicodedata.category(ch) == "Zs" and ch != " "
-    )
+def _v(value: object) -> str:
+    """Untrusted text for the page: control, invisible and bidi characters spelled out, then escaped."""
+    return _e(for_terminal(value))
 
 
 def render_arguments(arguments: Mapping[str, Any]) -> tuple[str, int]:
-    """Pretty JSON of the arguments with invisible characters spelled out; returns (text, count)."""
+    """Pretty JSON of the arguments with invisible characters spelled out; returns (text, count).
+
+    The text is ``contain.visible_text.for_terminal`` of the JSON (line breaks of the layout kept),
+    so the page and ``contain review show`` show the same thing; the count is how many characters
+    were spelled out, for the warning.
+    """
     text = json.dumps(arguments, indent=2, sort_keys=True, ensure_ascii=False)
-    count = 0
-    out = []
-    for ch in text:
-        if ch != "\n" and _is_invisible(ch):
-            count += 1
-            out.append(f"\\u{ord(ch):04x}" if ord(ch) <= 0xFFFF else f"\\U{ord(ch):08x}")
-        else:
-            out.append(ch)
-    return "".join(out), count
+    return for_terminal(text, keep_newlines=True), count_escaped(text, keep_newlines=True)
 
 
 def _utc(ts: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(ts))
+
+
+@dataclass(frozen=True)
+class RequestFacts:
+    """What the protecting rules look at in one request (header names lower case)."""
+
+    method: str
+    path: str
+    headers: Mapping[str, str]
+    bound_host: str  # "127.0.0.1:PORT", the literal the server is bound to
+    capability: str
+
+
+def _is_outside_capability(facts: RequestFacts) -> bool:
+    first, _, _ = facts.path.removeprefix("/").partition("/")
+    # Constant-time on the secret; a path with no "/<capability>" segment compares to "" and fails.
+    return not (facts.path.startswith("/") and hmac.compare_digest(first.encode(), facts.capability.encode()))
+
+
+def _is_foreign_fetch(facts: RequestFacts, *, allowed: frozenset[str]) -> bool:
+    site = facts.headers.get("sec-fetch-site")
+    return site is not None and site.strip().lower() not in allowed
+
+
+def _origin(facts: RequestFacts) -> str:
+    return f"http://{facts.bound_host}"
+
+
+@dataclass(frozen=True)
+class RequestRule:
+    """One protecting rule: which requests it refuses, with which status, and why.
+
+    ``is_refused`` is a pure predicate of the request's facts. The rules run in table order before
+    any routing, login or session lookup; the first that refuses answers, with ``message`` only
+    (nothing from the request is echoed).
+    """
+
+    rule_id: str
+    methods: frozenset[str]
+    is_refused: Callable[[RequestFacts], bool]
+    status: HTTPStatus
+    message: str
+    why: str
+
+
+_ANY = frozenset({"GET", "POST"})
+_POST = frozenset({"POST"})
+
+REQUEST_RULES: tuple[RequestRule, ...] = (
+    RequestRule(
+        "host-is-bound-literal",
+        _ANY,
+        lambda f: f.headers.get("host", "") != f.bound_host,
+        HTTPStatus.MISDIRECTED_REQUEST,
+        "Wrong Host header.",
+        "DNS rebinding: a page on attacker.example that resolves to 127.0.0.1 sends Host: attacker.example; "
+        "only the literal the server bound (no name, not even localhost) is this server",
+    ),
+    RequestRule(
+        "path-under-capability",
+        _ANY,
+        _is_outside_capability,
+        HTTPStatus.NOT_FOUND,
+        "Not found.",
+        "a browser sends 127.0.0.1's cookies to every port and SameSite ignores ports; a page on another "
+        "loopback port cannot know the random path, so the session cookie (Path=/<capability>/) never reaches it",
+    ),
+    RequestRule(
+        "get-fetch-site",
+        frozenset({"GET"}),
+        lambda f: _is_foreign_fetch(f, allowed=frozenset({"same-origin", "none"})),
+        HTTPStatus.FORBIDDEN,
+        "Cross-origin request refused.",
+        "a navigation started by another origin (another port of 127.0.0.1 is same-site, not same-origin) "
+        "never shows the page; 'none' is a URL the reviewer typed or pasted",
+    ),
+    RequestRule(
+        "post-fetch-site",
+        _POST,
+        lambda f: _is_foreign_fetch(f, allowed=frozenset({"same-origin"})),
+        HTTPStatus.FORBIDDEN,
+        "Cross-origin request refused.",
+        "a state change comes only from this page's own forms",
+    ),
+    RequestRule(
+        "post-origin-present",
+        _POST,
+        lambda f: "origin" not in f.headers,
+        HTTPStatus.FORBIDDEN,
+        "A POST without an Origin header is refused.",
+        "browsers send Origin on every POST; one without it is a client that is not this page's form "
+        "(or a stripped header), and the CSRF defence does not rest on an optional header",
+    ),
+    RequestRule(
+        "post-origin-is-this-server",
+        _POST,
+        lambda f: f.headers.get("origin", "").strip() != _origin(f),
+        HTTPStatus.FORBIDDEN,
+        "Cross-origin request refused.",
+        "a form on another origin (including another loopback port, or 'null' from a sandboxed frame) "
+        "must not approve anything",
+    ),
+)
+
+
+def first_refusal(facts: RequestFacts) -> RequestRule | None:
+    """The first row of ``REQUEST_RULES`` that refuses this request, or None when all pass."""
+    for rule in REQUEST_RULES:
+        if facts.method in rule.methods and rule.is_refused(facts):
+            return rule
+    return None
+
+
+def _cookie_values(header: str, name: str) -> list[str]:
+    # Parsed by hand: another port's page can set cookies for 127.0.0.1 (same name with Path=/, or a
+    # malformed one) and must not be able to hide ours; SimpleCookie keeps only the last value of a
+    # name and drops the whole header on some malformed pairs.
+    values = []
+    for pair in header.split(";"):
+        key, sep, value = pair.strip().partition("=")
+        if sep and key == name:
+            values.append(value.strip())
+    return values
 
 
 @dataclass
@@ -129,19 +276,43 @@ class ReviewApp:
         store: the review queue.
         key: the grant key used when approving.
         token: the access token (printed at start by the CLI).
+        bound_host: the only ``Host`` accepted, ``127.0.0.1:PORT`` (the literal the server bound).
         reviewer: the name recorded as reviewer for decisions made here.
-        allowed_hosts: Host header values accepted (``127.0.0.1:port``, ``localhost:port``).
+        capability: the secret first path segment; a fresh random one by default.
     """
 
     store: ReviewStore
     key: GrantKey
-    token: str
+    token: str = field(repr=False)
+    bound_host: str
     reviewer: str = "web"
-    allowed_hosts: frozenset[str] = frozenset()
-    _sessions: set[str] = field(default_factory=set)
-    _flash: dict[str, str] = field(default_factory=dict)
-    _csrf_secret: bytes = field(default_factory=lambda: secrets.token_bytes(32))
-    _lock: threading.Lock = field(default_factory=threading.Lock)
+    capability: str = field(default_factory=lambda: secrets.token_urlsafe(CAPABILITY_BYTES), repr=False)
+    _sessions: set[str] = field(default_factory=set, repr=False)
+    _flash: dict[str, str] = field(default_factory=dict, repr=False)
+    _csrf_secret: bytes = field(default_factory=lambda: secrets.token_bytes(32), repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def __post_init__(self) -> None:
+        # Fail closed: an empty capability would make every path "under" it, an empty token any login.
+        if len(self.capability) < 32 or not self.token or not self.bound_host:
+            raise GateError(
+                "the review page needs a capability of at least 32 characters, a token and the bound host",
+                "build it with make_review_server, which generates both and binds first",
+            )
+
+    @property
+    def prefix(self) -> str:
+        """``/<capability>/``: every route lives under it and the session cookie is scoped to it."""
+        return f"/{self.capability}/"
+
+    @property
+    def url(self) -> str:
+        """The one URL to give the reviewer (it holds the capability: print it once, log it never)."""
+        return f"http://{self.bound_host}{self.prefix}"
+
+    def redact(self, text: str) -> str:
+        """``text`` with the capability and the token replaced, for log lines."""
+        return text.replace(self.capability, LOGGED_CAPABILITY).replace(self.token, "<token>")
 
     def csrf_for(self, session: str) -> str:
         """The CSRF token bound to ``session``."""
@@ -152,33 +323,24 @@ class ReviewApp:
         if auth.lower().startswith("bearer "):
             presented = auth[7:].strip().encode()
             return "bearer" if hmac.compare_digest(presented, self.token.encode()) else None
-        cookie = SimpleCookie()
-        try:
-            cookie.load(headers.get("cookie", ""))
-        except Exception:  # a malformed cookie header is no session
-            return None
-        morsel = cookie.get(COOKIE_NAME)
-        if morsel is None:
-            return None
+        presented_sessions = _cookie_values(headers.get("cookie", ""), COOKIE_NAME)
         with self._lock:
-            return morsel.value if morsel.value in self._sessions else None
+            return next((value for value in presented_sessions if value in self._sessions), None)
 
     def handle(self, method: str, target: str, headers: Mapping[str, str], body: bytes) -> Response:
         """Answer one request. Header names in ``headers`` are lower case."""
-        if self.allowed_hosts and headers.get("host", "") not in self.allowed_hosts:
-            return _page("Refused", "<p>Wrong Host header.</p>", status=HTTPStatus.MISDIRECTED_REQUEST)
         url = urlsplit(target)
-        path = url.path
-        if method == "POST":
-            origin = headers.get("origin")
-            if origin is not None and urlsplit(origin).netloc not in self.allowed_hosts:
-                return _page("Refused", "<p>Cross-origin request refused.</p>", status=HTTPStatus.FORBIDDEN)
+        refusal = first_refusal(RequestFacts(method, url.path, headers, self.bound_host, self.capability))
+        if refusal is not None:
+            return _page("Refused", f"<p>{_e(refusal.message)}</p>", status=refusal.status)
+        path = "/" + url.path.removeprefix("/").partition("/")[2]  # the route below the capability
+        p = self.prefix
         if path == "/login":
             return self._login(method, body)
         session = self._session(headers)
         if session is None:
             if method == "GET":
-                return _redirect("/login")
+                return _redirect(f"{p}login")
             return _page("Login needed", "<p>Log in first.</p>", status=HTTPStatus.UNAUTHORIZED)
         if method == "GET" and path == "/":
             with self._lock:
@@ -193,7 +355,7 @@ class ReviewApp:
             if path == "/logout":
                 with self._lock:
                     self._sessions.discard(session)
-                return _redirect("/login", headers=(("Set-Cookie", f"{COOKIE_NAME}=; Max-Age=0; Path=/"),))
+                return _redirect(f"{p}login", headers=(("Set-Cookie", f"{COOKIE_NAME}=; Max-Age=0; Path={p}"),))
             parts = path.strip("/").split("/")
             if len(parts) == 3 and parts[0] == "requests" and parts[2] in ("approve", "deny"):
                 return self._decide(session, parts[1], parts[2], form)
@@ -201,7 +363,7 @@ class ReviewApp:
 
     def _login(self, method: str, body: bytes) -> Response:
         form_html = (
-            "<h1>contain review</h1><form method='post' action='/login'>"
+            f"<h1>contain review</h1><form method='post' action='{_e(self.prefix)}login'>"
             "<label>Access token (printed by <code>contain review serve</code>) "
             "<input type='password' name='token' autocomplete='off' autofocus></label>"
             "<button type='submit'>Log in</button></form>"
@@ -214,8 +376,9 @@ class ReviewApp:
         session = secrets.token_urlsafe(32)
         with self._lock:
             self._sessions.add(session)
-        cookie = f"{COOKIE_NAME}={session}; HttpOnly; SameSite=Strict; Path=/"
-        return _redirect("/", headers=(("Set-Cookie", cookie),))
+        # Path= the capability: a browser never sends it to another port's page (see the module docstring).
+        cookie = f"{COOKIE_NAME}={session}; HttpOnly; SameSite=Strict; Path={self.prefix}"
+        return _redirect(self.prefix, headers=(("Set-Cookie", cookie),))
 
     def _index(self, session: str, message: str) -> Response:
         self.store.expire_stale()
@@ -224,20 +387,21 @@ class ReviewApp:
         csrf = self.csrf_for(session)
         parts = [f"<h1>contain review</h1><p>{len(pending)} pending request(s).</p>"]
         if message:
-            parts.append(f"<p class='msg' id='message'>{_e(message)}</p>")
+            parts.append(f"<p class='msg' id='message'>{_v(message)}</p>")
         parts.extend(self._card(r, csrf) for r in reversed(pending))
         if decided:
             parts.append("<h2>Recently decided</h2><ul id='decided'>")
             for r in decided:
                 parts.append(
-                    f"<li><a href='/requests/{_e(r.request_id)}'>{_e(r.request_id)}</a> {_e(r.tool)}: "
-                    f"<b class='status'>{_e(r.status.value)}</b>"
-                    + (f" by {_e(r.reviewer)}: {_e(r.review_reason or '')}" if r.reviewer else "")
+                    f"<li><a href='{_e(self.prefix)}requests/{_e(r.request_id)}'>{_v(r.request_id)}</a> "
+                    f"{_v(r.tool)}: <b class='status'>{_e(r.status.value)}</b>"
+                    + (f" by {_v(r.reviewer)}: {_v(r.review_reason or '')}" if r.reviewer else "")
                     + "</li>"
                 )
             parts.append("</ul>")
         parts.append(
-            f"<form method='post' action='/logout'><input type='hidden' name='csrf' value='{_e(csrf)}'>"
+            f"<form method='post' action='{_e(self.prefix)}logout'>"
+            f"<input type='hidden' name='csrf' value='{_e(csrf)}'>"
             "<button type='submit'>Log out</button></form>"
         )
         return _page("contain review", "".join(parts))
@@ -246,23 +410,27 @@ class ReviewApp:
         try:
             request = self.store.get(request_id)
         except GateError as exc:
-            return _page("Not found", f"<p>{_e(exc.cause)}</p>", status=HTTPStatus.NOT_FOUND)
+            return _page("Not found", f"<p>{_v(exc.cause)}</p>", status=HTTPStatus.NOT_FOUND)
         card = self._card(request, self.csrf_for(session))
-        return _page(f"Request {request_id}", "<p><a href='/'>All requests</a></p>" + card)
+        return _page(
+            f"Request {for_terminal(request_id)}", f"<p><a href='{_e(self.prefix)}'>All requests</a></p>" + card
+        )
 
     def _card(self, r: ReviewRequest, csrf: str) -> str:
         args_text, invisible = render_arguments(r.arguments)
         now = self.store.now()
-        who = f"principal <b>{_e(r.principal)}</b>"
-        what = f"call <b>{_e(r.tool)}</b>" + (f" on server <b>{_e(r.server)}</b>" if r.server else "")
+        who = f"principal <b>{_v(r.principal)}</b>"
+        what = f"call <b>{_v(r.tool)}</b>" + (f" on server <b>{_v(r.server)}</b>" if r.server else "")
         base = f"{who} to {what} with exactly the arguments above"
         ttl = _utc(now + DEFAULT_GRANT_TTL_S)
         rid = _e(r.request_id)
+        action = f"{_e(self.prefix)}requests/{rid}"
         out = [
-            f"<div class='req' id='req-{rid}'><h3>{rid}: {_e(r.tool)} <small>({_e(r.status.value)})</small></h3>",
-            f"<p>Asked by {who}{' via server ' + _e(r.server) if r.server else ''} at {_e(_utc(r.created_at))}; "
+            f"<div class='req' id='req-{rid}'><h3>{_v(r.request_id)}: {_v(r.tool)} "
+            f"<small>({_e(r.status.value)})</small></h3>",
+            f"<p>Asked by {who}{' via server ' + _v(r.server) if r.server else ''} at {_e(_utc(r.created_at))}; "
             f"expires unanswered at {_e(_utc(r.expires_at))}.</p>",
-            f"<p>Why it needs review: {_e(r.rule_id)}: {_e(r.decision_reason)}</p>",
+            f"<p>Why it needs review: {_v(r.rule_id)}: {_v(r.decision_reason)}</p>",
             "<p>Arguments (exact):</p>",
         ]
         if invisible:
@@ -273,18 +441,18 @@ class ReviewApp:
         out.append(f"<pre class='args'>{_e(args_text)}</pre>")
         out.append(
             f"<p>Argument digest <code>{_e(r.argument_digest)}</code><br>Tool definition digest "
-            f"<code>{_e(r.tool_digest)}</code></p>"
+            f"<code>{_v(r.tool_digest)}</code></p>"
         )
         if r.status is not RequestStatus.PENDING:
             if r.scope is not None:
-                out.append(f"<p>Approved by {_e(r.reviewer)}: allows {base}, {_e(describe_scope(r.scope))}.</p>")
+                out.append(f"<p>Approved by {_v(r.reviewer)}: allows {base}, {_e(describe_scope(r.scope))}.</p>")
             elif r.review_reason:
-                out.append(f"<p>Denied by {_e(r.reviewer)}: {_e(r.review_reason)}</p>")
+                out.append(f"<p>Denied by {_v(r.reviewer)}: {_v(r.review_reason)}</p>")
             out.append("</div>")
             return "".join(out)
         hidden = f"<input type='hidden' name='csrf' value='{_e(csrf)}'>"
         out.append(
-            f"<form method='post' action='/requests/{rid}/approve' class='approve'>{hidden}"
+            f"<form method='post' action='{action}/approve' class='approve'>{hidden}"
             "<fieldset><legend>Approve: what the grant will allow</legend>"
             f"<label><input type='radio' name='scope' value='once' checked> Once: allows {base} "
             f"one time, within an hour (until {_e(ttl)}).</label>"
@@ -298,7 +466,7 @@ class ReviewApp:
             "definition.</p>"
             "<label>Reason (optional) <input type='text' name='reason' size='40'></label>"
             "<button type='submit'>Approve</button></fieldset></form>"
-            f"<form method='post' action='/requests/{rid}/deny' class='deny'>{hidden}"
+            f"<form method='post' action='{action}/deny' class='deny'>{hidden}"
             "<fieldset><legend>Deny</legend><label>Reason (required; the agent is told) "
             "<input type='text' name='reason' size='40' required></label>"
             "<button type='submit'>Deny</button></fieldset></form></div>"
@@ -318,10 +486,11 @@ class ReviewApp:
                 message = f"{request_id} approved: {describe_scope(scope)}"
         except (GateError, ValueError) as exc:
             text = exc.cause if isinstance(exc, GateError) else str(exc)
-            return _page("Not done", f"<p class='warn'>{_e(text)}</p><p><a href='/'>Back</a></p>", status=400)
+            back = f"<p><a href='{_e(self.prefix)}'>Back</a></p>"
+            return _page("Not done", f"<p class='warn'>{_v(text)}</p>{back}", status=400)
         with self._lock:
             self._flash[session] = message
-        return _redirect("/")
+        return _redirect(self.prefix)
 
 
 def scope_from_form(form: Mapping[str, str], *, now: float) -> GrantScope:
@@ -387,7 +556,9 @@ def _handler_class(app: ReviewApp) -> type[BaseHTTPRequestHandler]:
             self._respond("POST")
 
         def log_message(self, format: str, *args: Any) -> None:
-            logger.info("%s " + format, self.address_string(), *args)
+            # The request line holds the capability (redacted: it appears only in the CLI's one
+            # announcement) and anything a client sent (rendered: logs go to a terminal).
+            logger.info("%s %s", self.address_string(), for_terminal(app.redact(format % args)))
 
     return Handler
 
@@ -412,7 +583,8 @@ def make_review_server(
         reviewer: the name recorded for decisions made on the page.
 
     Returns:
-        The bound server and the app (whose ``token`` is what the user must enter).
+        The bound server and the app: ``app.url`` (holding the capability) is what the reviewer
+        opens and ``app.token`` what they enter; print both once, log neither.
 
     Raises:
         GateError: when ``host`` is not a loopback address.
@@ -427,11 +599,16 @@ def make_review_server(
             f"the review page listens on IPv4 loopback only, not {host!r}",
             "use 127.0.0.1 (reach it remotely through an SSH tunnel)",
         )
-    app = ReviewApp(store=store, key=key, token=token or secrets.token_urlsafe(32), reviewer=reviewer)
-    server = ThreadingHTTPServer((host, port), _handler_class(app))
+    server = ThreadingHTTPServer((str(address), port), BaseHTTPRequestHandler)  # handler set below
     server.daemon_threads = True
-    bound_port = int(server.server_address[1])
-    app.allowed_hosts = frozenset({f"{host}:{bound_port}", f"localhost:{bound_port}"})
+    app = ReviewApp(
+        store=store,
+        key=key,
+        token=token or secrets.token_urlsafe(32),
+        bound_host=f"{address}:{int(server.server_address[1])}",  # the port is known only once bound
+        reviewer=reviewer,
+    )
+    server.RequestHandlerClass = _handler_class(app)
     if on_app is not None:
         on_app(app)
     return server, app

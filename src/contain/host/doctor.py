@@ -38,6 +38,7 @@ from enum import StrEnum
 
 from contain.host.facts import CgroupMount, HostFacts, bwrap_version
 from contain.host.kvm import KVM_API_VERSION, KVM_DEVICE, KvmGuestResult, KvmStatus
+from contain.visible_text import for_terminal
 
 __all__ = [
     "CGROUP_CONTROLLERS",
@@ -637,15 +638,18 @@ def build_report(facts: HostFacts, obs: Observations) -> Report:
 
 
 def render_text(report: Report) -> str:
-    """The human report: one line per check (a ``fix:`` line under each gap), then verdicts."""
+    """The human report: one line per check (a ``fix:`` line under each gap), then verdicts.
+
+    Details quote what host tools answered, so each field goes through ``for_terminal``.
+    """
     lines: list[str] = []
     for title, rows in (("host", report.checks), ("backends and layers", report.verdicts)):
         lines.append(title)
         width = max(len(r.name) for r in rows) + 2
         for row in rows:
-            lines.append(f"  {row.status.value:<5} {row.name:<{width}}{row.detail}")
+            lines.append(f"  {row.status.value:<5} {for_terminal(row.name):<{width}}{for_terminal(row.detail)}")
             if row.fix and row.status is not Status.OK:
-                lines.append(f"  {'':<5} {'':<{width}}fix: {row.fix}")
+                lines.append(f"  {'':<5} {'':<{width}}fix: {for_terminal(row.fix)}")
     works = "works" if report.exit_code == 0 else "does NOT work"
     lines.append(f"result: the process backend {works} on this host (exit {report.exit_code})")
     return "\n".join(lines) + "\n"

@@ -37,6 +37,7 @@ from contain.inventory.check_rules import (
     Severity,
 )
 from contain.inventory.credentials import CREDENTIAL_FILES
+from contain.visible_text import for_terminal
 
 __all__ = [
     "CheckReport",
@@ -172,16 +173,22 @@ def check_manifest(path: str | os.PathLike[str], *, home: Path, broker_config: s
 
 
 def render_check_text(report: CheckReport) -> str:
-    """Human-readable findings, one block per finding, and a summary line."""
+    """Human-readable findings, one block per finding, and a summary line.
+
+    Every field passes through ``contain.visible_text.for_terminal``: a manifest path or name with
+    ESC, bidi or newline characters shows as escapes and cannot fake or hide a finding.
+    """
     lines: list[str] = []
+    shown = for_terminal  # messages quote manifest values (paths, names): one line each, controls escaped
+    manifest = shown(report.manifest)
     for f in report.findings:
-        where = f"{report.manifest}:{f.line}" if f.line else report.manifest
-        lines.append(f"{where}: {f.severity.value} {f.rule_id} {f.title} [{f.key_path}]")
-        lines.append(f"    {f.message}")
-        lines.append(f"    fix: {f.fix}")
+        where = f"{manifest}:{f.line}" if f.line else manifest
+        lines.append(f"{where}: {f.severity.value} {f.rule_id} {shown(f.title)} [{shown(f.key_path)}]")
+        lines.append(f"    {shown(f.message)}")
+        lines.append(f"    fix: {shown(f.fix)}")
     counts = {s: sum(1 for f in report.findings if f.severity is s) for s in Severity}
     lines.append(
-        f"{report.manifest}: {counts[Severity.ERROR]} error(s), "
+        f"{manifest}: {counts[Severity.ERROR]} error(s), "
         f"{counts[Severity.WARNING]} warning(s), {counts[Severity.INFO]} info"
     )
     return "\n".join(lines) + "\n"

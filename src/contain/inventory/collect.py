@@ -27,6 +27,7 @@ from contain.inventory.items import Group, InventoryItem, Verdict
 from contain.inventory.network import classify_network, gather_network_facts
 from contain.inventory.processes import classify_processes, gather_process_facts
 from contain.inventory.records import classify_records, gather_record_facts
+from contain.visible_text import for_terminal
 
 __all__ = ["Inventory", "inventory_to_json", "render_inventory_text", "take_inventory"]
 
@@ -90,7 +91,7 @@ def inventory_to_json(inventory: Inventory) -> dict[str, Any]:
 
 def render_inventory_text(inventory: Inventory) -> str:
     """One section per group, one line per item plus its reason."""
-    lines = [f"What a process started in {inventory.cwd} could reach:"]
+    lines = [f"What a process started in {for_terminal(inventory.cwd)} could reach:"]
     for group in Group:
         items = inventory.in_group(group)
         lines.append("")
@@ -98,9 +99,10 @@ def render_inventory_text(inventory: Inventory) -> str:
         if not items:
             lines.append("  (none found)")
         for item in items:
-            tag = f"  [{item.fingerprint}]" if item.fingerprint else ""
-            lines.append(f"  {item.verdict.value:<6} {item.kind:<20} {_printable(item.location)}{tag}")
-            lines.append(f"         {_printable(item.reason)}")
+            tag = f"  [{for_terminal(item.fingerprint)}]" if item.fingerprint else ""
+            # Paths and socket names are attacker-chosen; never let them move the cursor or add lines.
+            lines.append(f"  {item.verdict.value:<6} {item.kind:<20} {for_terminal(item.location)}{tag}")
+            lines.append(f"         {for_terminal(item.reason)}")
     blocked = sum(1 for i in inventory.items if i.verdict is Verdict.BLOCK)
     review = sum(1 for i in inventory.items if i.verdict is Verdict.REVIEW)
     lines.append("")
@@ -110,7 +112,3 @@ def render_inventory_text(inventory: Inventory) -> str:
     )
     return "\n".join(lines) + "\n"
 
-
-def _printable(text: str) -> str:
-    # Paths and socket names are attacker-chosen; never let them move the cursor or add lines.
-    return "".join(ch if ch.isprintable() else f"\\x{ord(ch):02x}" for ch in text)

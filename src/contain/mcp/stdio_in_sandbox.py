@@ -12,9 +12,16 @@ transport closes, the process is killed and the sandbox torn down (no process, m
 left). The wall-clock budget (``resources.wall``) bounds the upstream's lifetime: the runtime
 kills it at the deadline, and the gateway then reports the upstream as failed.
 
+The upstream's stderr reaches the gateway's stderr (a human's terminal) line by line through
+``StderrLines``: each line goes through ``contain.visible_text.for_terminal`` (no ESC sequence,
+OSC 52, bidi override or carriage return acts on the terminal), is prefixed with ``[label]`` so
+it cannot pass for the gateway's own output, and is cut at ``MAX_STDERR_LINE_BYTES`` with a marker;
+a partial line never holds more than that in memory.
+
 Not enforced: anything about the MCP messages themselves (that is the gateway's job), and output
 size: the runtime does not cap a spawned process's stdout; lines longer than ``MAX_LINE_BYTES``
-end the session (a flood cannot fill the gateway's memory).
+end the session (a flood cannot fill the gateway's memory). The number of stderr lines relayed is
+not capped (memory is bounded, terminal scroll-back is not).
 
 ``ProcessLauncher`` is the seam: ``SandboxLauncher`` is the real one; tests can pass a launcher of
 plain host processes to exercise the framing without a sandbox.
@@ -26,7 +33,7 @@ import logging
 import os
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import BinaryIO, Protocol
 
@@ -37,13 +44,16 @@ from mcp.client._transport import TransportStreams
 from mcp.shared.message import SessionMessage
 
 from contain.boundary.model import Boundary
+from contain.visible_text import for_terminal
 
 __all__ = [
     "MAX_LINE_BYTES",
+    "MAX_STDERR_LINE_BYTES",
     "HostProcessLauncher",
     "ProcessLauncher",
     "SandboxLauncher",
     "SpawnedProcess",
+    "StderrLines",
     "process_stdio_transport",
 ]
 
@@ -51,6 +61,57 @@ log = logging.getLogger(__name__)
 
 MAX_LINE_BYTES = 16 * 1024 * 1024  # one JSON-RPC message; server-everything's largest is ~2 MiB
 _READ_CHUNK = 65536
+MAX_STDERR_LINE_BYTES = 4096  # one relayed stderr line: a log or traceback line, not a data dump
+
+
+class StderrLines:
+    """Turns an upstream's stderr bytes into rendered, bounded lines for the gateway's terminal.
+
+    ``feed(chunk)`` returns the complete lines the chunk finished, each ``[label] <text>\\n`` with
+    the text through ``for_terminal`` (tabs kept, everything else that could act on a terminal
+    escaped). A line longer than ``max_line_bytes`` is relayed cut, with a marker, and the rest of it
+    up to the next newline is dropped, so the buffer never exceeds ``max_line_bytes``.
+    ``finish()`` returns the last unterminated line, if any.
+    """
+
+    def __init__(self, label: str, *, max_line_bytes: int = MAX_STDERR_LINE_BYTES) -> None:
+        self._prefix = f"[{for_terminal(label)}] "
+        self._max = max_line_bytes
+        self._buffer = b""
+        self._dropping = False  # inside a line already relayed cut: discard until its newline
+
+    def _render(self, line: bytes, *, cut: bool = False) -> str:
+        text = for_terminal(line.decode("utf-8", errors="replace"), keep_newlines=True)
+        return f"{self._prefix}{text}{f' [line cut at {self._max} bytes]' if cut else ''}\n"
+
+    def feed(self, chunk: bytes) -> list[str]:
+        """The rendered lines completed by ``chunk`` (possibly none)."""
+        out = []
+        self._buffer += chunk
+        while True:
+            line, newline, rest = self._buffer.partition(b"\n")
+            if not newline:
+                break
+            self._buffer = rest
+            if self._dropping:
+                self._dropping = False
+            else:
+                out.append(self._render(line[: self._max], cut=len(line) > self._max))
+        if len(self._buffer) > self._max:
+            if not self._dropping:
+                out.append(self._render(self._buffer[: self._max], cut=True))
+            self._dropping, self._buffer = True, b""
+        return out
+
+    def finish(self) -> list[str]:
+        """The last line if the stream ended without a newline."""
+        line, self._buffer = self._buffer, b""
+        return [self._render(line)] if line and not self._dropping else []
+
+
+def _write_stderr(text: str) -> None:
+    sys.stderr.write(text)
+    sys.stderr.flush()
 
 
 class SpawnedProcess(Protocol):
@@ -169,10 +230,13 @@ async def process_stdio_transport(
     env: Mapping[str, str] | None = None,
     cwd: str | None = None,
     label: str = "upstream",
+    stderr_sink: Callable[[str], None] = _write_stderr,
 ) -> AsyncIterator[TransportStreams]:
     """Launch ``argv`` with ``launcher`` and speak newline-delimited JSON-RPC over its pipes.
 
     Usable wherever the ``mcp`` SDK takes a transport: ``mcp.Client(process_stdio_transport(...))``.
+    The process's stderr goes to ``stderr_sink`` (the gateway's stderr by default) one rendered,
+    bounded line at a time (see ``StderrLines``).
 
     Raises:
         SandboxStartError, UnsupportedHost: from the launcher (the sandbox could not start).
@@ -211,8 +275,12 @@ async def process_stdio_transport(
 
     async def stderr_relay() -> None:
         assert stderr_fd is not None
+        lines = StderrLines(label)
         async for chunk in _read_chunks(stderr_fd):
-            sys.stderr.write(f"[{label}] " + chunk.decode(errors="replace"))
+            for line in lines.feed(chunk):
+                stderr_sink(line)
+        for line in lines.finish():
+            stderr_sink(line)
 
     try:
         async with anyio.create_task_group() as tasks:

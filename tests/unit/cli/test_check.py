@@ -1,0 +1,38 @@
+"""`contain check`: findings that quote a hostile manifest value print as escapes, one line each."""
+
+from __future__ import annotations
+
+import json
+
+from cli.terminal_kit import HOSTILE, assert_terminal_safe
+from contain.cli import main
+
+
+def _yaml_string(text: str) -> str:
+    return json.dumps(text)  # a JSON string is a YAML double-quoted scalar, escapes included
+
+
+def test_a_finding_quoting_a_hostile_bind_path_is_rendered(tmp_path, capsysbinary):
+    manifest = tmp_path / "contain.yaml"
+    manifest.write_text(f"version: 1\nfiles:\n  - {{host: /, path: {_yaml_string('/work/' + HOSTILE)}, access: read}}\n")
+    assert main(["check", str(manifest)]) == 1
+    captured = capsysbinary.readouterr()
+    out = captured.out.decode()
+    assert_terminal_safe(out + captured.err.decode())
+    assert "CHK-004" in out and "/work/evil\\x1b[2J" in out
+
+
+def test_json_keeps_the_hostile_value_exact(tmp_path, capsys):
+    manifest = tmp_path / "contain.yaml"
+    manifest.write_text(f"version: 1\nfiles:\n  - {{host: /, path: {_yaml_string('/work/' + HOSTILE)}, access: read}}\n")
+    main(["check", str(manifest), "--format", "json"])
+    assert any(HOSTILE in f["message"] for f in json.loads(capsys.readouterr().out)["findings"])
+
+
+def test_a_manifest_refused_for_a_hostile_name_is_reported_rendered(tmp_path, capsysbinary):
+    manifest = tmp_path / "contain.yaml"
+    manifest.write_text(f"version: 1\ntools:\n  - name: {_yaml_string('w' + HOSTILE)}\n    verdict: allow\n")
+    assert main(["check", str(manifest)]) == 125
+    captured = capsysbinary.readouterr()
+    assert_terminal_safe(captured.out.decode() + captured.err.decode())
+    assert "tool name" in captured.err.decode()
