@@ -22,6 +22,8 @@ PACKAGES=(
   "nodejs:/usr/bin/node"
   "npm:/usr/bin/npm"
   "python3-requests:/usr/lib/python3/dist-packages/requests"  # a client the egress tests use inside sandboxes
+  "runc:/usr/sbin/runc"  # the container backend's OCI runtime
+  "runsc:/usr/bin/runsc"  # gVisor, the container backend's user-space kernel
 )
 missing=()
 for entry in "${PACKAGES[@]}"; do

@@ -147,6 +147,13 @@ class ArgCondition:
             ArgOp.GT: arg > self.value,
         }[self.op]
 
+    def datums(self) -> tuple[int, int]:
+        """The two values libseccomp (and the OCI ``value``/``valueTwo`` pair) take for this test:
+        (mask, value) for MASKED_EQ, (value, 0) for the other comparisons."""
+        if self.op is ArgOp.MASKED_EQ:
+            return self.mask, self.value
+        return self.value, 0
+
     def __str__(self) -> str:
         if self.op is ArgOp.MASKED_EQ:
             return f"arg{self.index} & {self.mask:#x} == {self.value:#x}"
@@ -749,7 +756,7 @@ def _export(plan: FilterPlan, libseccomp_path: str | None, *, export: str) -> by
                 # for each arch in the filter. Passing the target's own number would be wrong.
                 nr = lib.seccomp_syscall_resolve_name(rule.syscall.encode("ascii"))
             conds = (_ScmpArgCmp * max(len(rule.when), 1))(
-                *(_ScmpArgCmp(c.index, int(c.op), *_datums(c)) for c in rule.when)
+                *(_ScmpArgCmp(c.index, int(c.op), *c.datums()) for c in rule.when)
             )
             rc = lib.seccomp_rule_add_exact_array(
                 ctx, _action_token(rule.action, rule.errno_value), nr, len(rule.when), conds
@@ -766,11 +773,6 @@ def _export(plan: FilterPlan, libseccomp_path: str | None, *, export: str) -> by
         lib.seccomp_release(ctx)
 
 
-def _datums(cond: ArgCondition) -> tuple[int, int]:
-    # libseccomp: MASKED_EQ takes (mask, value); the other ops take (value, unused).
-    if cond.op is ArgOp.MASKED_EQ:
-        return cond.mask, cond.value
-    return cond.value, 0
 
 
 @functools.lru_cache(maxsize=16)
