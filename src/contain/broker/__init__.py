@@ -21,7 +21,7 @@ from contain.broker.actions import (
 from contain.broker.client import BrokerClient, Reply, client_script_bytes
 from contain.broker.config import ActionRef, BrokerConfig, load_actions, load_config
 from contain.broker.core import Broker, BrokerReply, BrokerRequest
-from contain.broker.idempotency import IdempotencyRecord, derive_key, plan_claim
+from contain.broker.idempotency import IdempotencyRecord, assign_key, plan_claim, record_key
 from contain.broker.ledger import (
     Checkpoint,
     Checkpointer,
@@ -69,12 +69,12 @@ __all__ = [
     "TokenKey",
     "TokenScope",
     "action_tool_digest",
+    "assign_key",
     "attachments_for",
     "attachments_from_config",
     "attenuate",
     "build_broker",
     "client_script_bytes",
-    "derive_key",
     "entry_hash",
     "load_actions",
     "load_checkpoint_key",
@@ -86,6 +86,7 @@ __all__ = [
     "plan_claim",
     "plan_entry",
     "read_checkpoints",
+    "record_key",
     "token_for",
     "verify_entries",
     "verify_token",
