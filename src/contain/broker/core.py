@@ -209,6 +209,8 @@ class Broker:
 
     def close(self) -> None:
         self.checkpoint()
+        if self._checkpointer is not None:
+            self._checkpointer.close()  # the stop checkpoint reaches the external anchor too
         self.store.close()
 
     def checkpoint(self) -> None:
