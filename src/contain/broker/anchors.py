@@ -8,11 +8,12 @@ storage (``FileAnchorSink``) or a command the operator chooses (``CommandAnchorS
 its stdin. ``contain ledger verify --anchors FILE`` then fails when the ledger no longer contains
 an anchored head.
 
-How lines travel (``AnchorPublisher``): the first checkpoint line is sent synchronously, so a
-broker whose required anchor does not work refuses to start (``LedgerAnchorError``). After that,
-lines go to the sink from a thread of its own and never delay a commit; lines published while the
-sink is busy are coalesced into the newest (a head vouches for everything before it). A failure
-is logged, counted, and the next checkpoint tries again. ``close`` delivers the last line (the
+How lines travel (``AnchorPublisher``): until a required anchor has taken one line, lines are sent
+synchronously and a failure raises, so a broker whose required anchor does not work refuses to
+start (``LedgerAnchorError`` from its start checkpoint). After that (for an optional anchor: after
+the first attempt) lines go to the sink from a thread of its own and never delay a commit; lines
+published while the sink is busy are coalesced into the newest (a head vouches for everything
+before it). A failure is logged, counted, and the next checkpoint tries again. ``close`` delivers the last line (the
 broker's stop checkpoint), waiting at most the sink's timeout.
 
 What is enforced: the anchor file is opened with ``O_NOFOLLOW | O_APPEND`` and every line is
@@ -193,16 +194,18 @@ class AnchorPublisher:
         self._thread: threading.Thread | None = None
 
     def publish(self, line: bytes) -> None:
-        """Send the first line now (raising when the anchor is required), later ones from the thread.
+        """Send now while nothing was delivered yet (raising when the anchor is required), else from the thread.
 
         Raises:
-            LedgerAnchorError: the first line could not be delivered and the anchor is required.
+            LedgerAnchorError: no line has been delivered yet, this one failed too, and the anchor
+                is required (so ``Broker.start``'s checkpoint refuses to start the broker).
         """
         with self._cond:
             first, self._started = not self._started, True
-            closed = self._closed
-        if first or closed:
-            self._send(line, raise_failure=first and self.required)
+            undelivered = self.required and self.sent == 0
+            synchronous = first or undelivered or self._closed
+        if synchronous:
+            self._send(line, raise_failure=undelivered)
             return
         with self._cond:
             self._pending = line  # a newer head replaces one not yet sent
