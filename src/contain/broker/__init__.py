@@ -38,6 +38,7 @@ from contain.broker.sandbox_link import attachments_for, attachments_from_config
 from contain.broker.service import BrokerServer, build_broker, openapi_document
 from contain.broker.storage import PostgresStore, SqliteStore, Store, open_store
 from contain.broker.tokens import TokenCheck, TokenKey, TokenScope, attenuate, mint_token, verify_token
+from contain.broker.verification import LedgerVerdict, verify_ledger
 
 __all__ = [
     "Action",
@@ -58,6 +59,7 @@ __all__ = [
     "Intent",
     "LedgerEntry",
     "LedgerProblem",
+    "LedgerVerdict",
     "PostgresStore",
     "Principal",
     "Reply",
@@ -89,5 +91,6 @@ __all__ = [
     "record_key",
     "token_for",
     "verify_entries",
+    "verify_ledger",
     "verify_token",
 ]

@@ -85,8 +85,8 @@ class _Judged:
     config: BrokerConfig | None
 
 
-def _say(text: str) -> None:
-    print(for_terminal(text))
+def _say(text: str, *, err: bool = False) -> None:
+    print(for_terminal(text), file=sys.stderr if err else sys.stdout)
 
 
 def _load_rows(args: argparse.Namespace, config: BrokerConfig | None) -> list[dict[str, Any]]:
@@ -172,11 +172,11 @@ def _summary_line(verdict: LedgerVerdict) -> str:
             f"{verdict.anchor_count} external anchors, {signed})")
 
 
-def _print_findings(verdict: LedgerVerdict) -> None:
+def _print_findings(verdict: LedgerVerdict, *, err: bool = False) -> None:
     for problem in verdict.problems:
-        _say(f"ledger: {problem}")
+        _say(f"ledger: {problem}", err=err)
     for finding in verdict.unanchored:
-        _say(f"ledger: unanchored: {finding}")
+        _say(f"ledger: unanchored: {finding}", err=err)
 
 
 def execute(args: argparse.Namespace) -> int:
@@ -214,9 +214,9 @@ def _anchor(args: argparse.Namespace) -> int:
     judged = _judge(args, extra_anchor_file=None if to_stdout else args.to)
     verdict, config = judged.verdict, judged.config
     assert config is not None
-    _print_findings(verdict)
+    _print_findings(verdict, err=to_stdout)  # with --to -, stdout carries the anchor line only
     if verdict.state == "tampered" or (verdict.state == "unanchored" and not args.accept_unanchored):
-        _say(_summary_line(verdict) + "; nothing anchored")
+        _say(_summary_line(verdict) + "; nothing anchored", err=to_stdout)
         return VERDICT_EXIT_CODES[verdict.state]
     if verdict.head_seq == 0:
         raise BoundaryInvalid("the ledger is empty: there is no head to anchor", "anchor after the first write")

@@ -205,3 +205,17 @@ def test_show_repeats_its_warning_below_the_listing_when_the_ledger_does_not_ver
     assert main(["ledger", "show", "--config", str(hostile)]) == 3
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("WARNING: ledger is UNANCHORED") and lines[-1] == lines[0]
+
+
+def test_anchor_to_stdout_prints_only_the_signed_line(stopped: Path, tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    from contain.broker.ledger import load_public_key, read_checkpoints, verify_entries
+    from contain.broker.storage import SqliteStore
+
+    assert main(["ledger", "anchor", "--config", str(stopped), "--to", "-"]) == 0
+    captured = capsys.readouterr()
+    (tmp_path / "a").write_text(captured.out)
+    points = read_checkpoints(tmp_path / "a")  # stdout held exactly one checkpoint line
+    assert [p.seq for p in points] == [24] and "anchored head 24:" in captured.err
+    entries = SqliteStore(str(tmp_path / "broker.db")).raw_rows()
+    assert verify_entries(entries, points, load_public_key(tmp_path / "checkpoint.key.pub")) == []
