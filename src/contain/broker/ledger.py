@@ -7,8 +7,7 @@ What is enforced:
   * an attacker who can write the database can recompute the whole chain, so the head (seq + hash)
     is signed with Ed25519 from time to time (``Checkpointer``) into a file *outside* the database;
     a rewritten chain no longer matches a checkpoint, a truncated tail falls short of the latest one;
-  * ``plan_entry(head, ...)`` is pure: given the head, chaining is a function (STYLE.md section 1).
-
+  * ``plan_entry(head, ...)`` is pure: given the head, chaining is a function (STYLE.md section 1);
   * ``Checkpointer`` can also hand every checkpoint line to a ``CheckpointAnchor`` (``anchors``:
     a file or a command outside the broker's state directory), which an attacker who can write the
     state directory cannot reach.
@@ -16,12 +15,12 @@ What is enforced:
 What is not: a checkpoint only protects entries up to its seq, and the checkpoint file, the key
 and the database usually share one state directory. Whoever can write that directory can delete
 the newest checkpoint lines and truncate the chain back to the newest one left, or replace the
-key and re-sign a rewritten chain: ``verify_entries`` cannot see either. ``anchors.verify_ledger``
-reports the ledger "unanchored" when the key or the checkpoints are missing or the unsigned tail is
-longer than the broker leaves it, and only external anchors (``--anchors``, ``--expect-head``)
-detect a consistent rewrite. The checkpoint file is appended without fsync: a SIGKILL keeps it (the
-page cache survives), a power loss may drop the newest lines, which only weakens protection of the
-newest entries.
+key and re-sign a rewritten chain: ``verify_entries`` cannot see either.
+``verification.verify_ledger`` reports the ledger "unanchored" when the key or the checkpoints
+are missing or the unsigned tail is longer than the broker leaves it, and only external anchors
+(``--anchors``, ``--expect-head``) detect a consistent rewrite. The checkpoint file is appended
+without fsync: a SIGKILL keeps it (the page cache survives), a power loss may drop the newest
+lines, which only weakens protection of the newest entries.
 """
 
 from __future__ import annotations
@@ -601,7 +600,7 @@ def verify_entries(
     checkpoint beyond the last entry). Checkpoint signatures are checked when ``public_key`` is given.
 
     Not detected here: a tail truncated back to (or past) the newest checkpoint left in the file,
-    a missing checkpoint file or key. ``contain.broker.anchors.verify_ledger`` judges those
+    a missing checkpoint file or key. ``contain.broker.verification.verify_ledger`` judges those
     ("unanchored") and checks external anchors; use it to decide whether a ledger can be trusted.
     """
     walk = walk_chain(entries)
