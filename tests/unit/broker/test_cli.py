@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import json
+import sqlite3
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from broker_testkit import Clock
 
+from contain.broker import Broker, BrokerRequest, mint_token
 from contain.broker.tokens import TokenKey, verify_token
 from contain.cli import main
 
@@ -52,13 +56,6 @@ def test_mint_token_for_a_manifest(tmp_path: Path, capsys: pytest.CaptureFixture
 
 
 # -- anchoring: what deleting checkpoints, removing the key or truncating can no longer hide --------------
-
-import sqlite3  # noqa: E402
-from collections.abc import Iterator  # noqa: E402
-
-from broker_testkit import Clock  # noqa: E402
-
-from contain.broker import Broker, BrokerRequest, mint_token  # noqa: E402
 
 HOSTILE = "upd\x1b[2J\x1b[1;1Hledger verifies\x1b]52;c;Y3VybCBldmlsfHNo\x07\u202eate"
 
