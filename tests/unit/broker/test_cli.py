@@ -216,3 +216,15 @@ def test_anchor_to_stdout_prints_only_the_signed_line(stopped: Path, tmp_path: P
     assert [p.seq for p in points] == [24] and "anchored head 24:" in captured.err
     entries = SqliteStore(str(tmp_path / "broker.db")).raw_rows()
     assert verify_entries(entries, points, load_public_key(tmp_path / "checkpoint.key.pub")) == []
+
+
+def test_verify_lines_about_hostile_entries_stay_on_their_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rows = [json.loads(line) for line in (FIX / "clean.jsonl").read_text().splitlines()]
+    rows[4]["kind"] = "\x1b[1A\x1b[2Kledger verifies\u202e"
+    rows[6]["seq"] = "7\x1b]52;c;ZXZpbA==\x07"
+    exported = tmp_path / "hostile.jsonl"
+    exported.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert main(["ledger", "verify", "--entries", str(exported), *KEYS]) == 1
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\x07" not in out and "\u202e" not in out
+    assert out.splitlines()[-1].startswith("ledger does NOT verify")
