@@ -9,7 +9,8 @@ The tree::
     ├── SandboxLost               a running sandbox died or stopped answering
     ├── FileTransferError         put_file / get_file / export refused or failed
     ├── GateError                 a grant key, the review store or a review request is unusable
-    └── LedgerInUse               another broker already serves this ledger
+    ├── LedgerInUse               another broker already serves this ledger
+    └── LedgerAnchorError         a ledger anchor or checkpoint file cannot be written or read
 
 The CLI renders these in one place (``contain.cli.main``); library code never prints or exits.
 Foreign exceptions are translated where they enter, with ``raise ... from exc``.
@@ -22,6 +23,7 @@ __all__ = [
     "ContainError",
     "FileTransferError",
     "GateError",
+    "LedgerAnchorError",
     "LedgerInUse",
     "SandboxLost",
     "SandboxStartError",
@@ -88,4 +90,11 @@ class LedgerInUse(ContainError):
 
     Two brokers on one ledger would each reconcile the other's writes in flight as crashed (and
     a write reconciled as not applied is executed again on retry), so the second one refuses.
+    """
+
+
+class LedgerAnchorError(ContainError):
+    """Raised when the ledger's external anchor cannot take a checkpoint (a required anchor at the
+    broker's start), or when a checkpoint, anchor or key file a verifier was told to use cannot be
+    read. Never raised for a ledger that fails verification: that is a result, not an error.
     """

@@ -195,7 +195,7 @@ def test_sigkill_at_random_points_never_duplicates_or_loses_a_write(tmp_path: Pa
             effects = _effects(work)
             duplicated = {k: n for k, n in effects.items() if n > 1}
             assert not duplicated, f"trial {trial}: duplicated effects {duplicated}"
-            missing = [k for k in keys if effects.get(f"p/{k}") != 1]
+            missing = [k for k in keys if effects.get(f"p/crash/{k}") != 1]
             assert not missing, f"trial {trial}: acknowledged writes missing {missing}"
     finally:
         zygote.close()

@@ -96,7 +96,7 @@ def test_sandboxed_script_writes_through_the_broker_exactly_once(live_broker: tu
     assert out["retry"][0] == 200 and out["retry"][1]["replayed"] is True
     assert out["db"] in ("FileNotFoundError", "PermissionError")
     assert _count(db, "SELECT id, amount_cents FROM invoices ORDER BY id") == [("INV-1", 10800), ("INV-2", 20000), ("INV-3", 50000)]
-    assert _count(db, "SELECT count(*) FROM applied WHERE idempotency_key = 'alice/lost-1'") == [(1,)]
+    assert _count(db, "SELECT count(*) FROM applied WHERE idempotency_key = 'alice/invoices-demo/lost-1'") == [(1,)]
     rows = server.broker.store.raw_rows()
     assert {(r["task"], r["principal"]) for r in rows} == {("invoices-demo", "alice")}
     assert any(r["kind"] == "denial" and r["detail"]["code"] == "unauthorized" for r in rows)

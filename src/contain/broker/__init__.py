@@ -21,7 +21,7 @@ from contain.broker.actions import (
 from contain.broker.client import BrokerClient, Reply, client_script_bytes
 from contain.broker.config import ActionRef, BrokerConfig, load_actions, load_config
 from contain.broker.core import Broker, BrokerReply, BrokerRequest
-from contain.broker.idempotency import IdempotencyRecord, derive_key, plan_claim
+from contain.broker.idempotency import IdempotencyRecord, assign_key, plan_claim, record_key
 from contain.broker.ledger import (
     Checkpoint,
     Checkpointer,
@@ -38,6 +38,7 @@ from contain.broker.sandbox_link import attachments_for, attachments_from_config
 from contain.broker.service import BrokerServer, build_broker, openapi_document
 from contain.broker.storage import PostgresStore, SqliteStore, Store, open_store
 from contain.broker.tokens import TokenCheck, TokenKey, TokenScope, attenuate, mint_token, verify_token
+from contain.broker.verification import LedgerVerdict, verify_ledger
 
 __all__ = [
     "Action",
@@ -58,6 +59,7 @@ __all__ = [
     "Intent",
     "LedgerEntry",
     "LedgerProblem",
+    "LedgerVerdict",
     "PostgresStore",
     "Principal",
     "Reply",
@@ -69,12 +71,12 @@ __all__ = [
     "TokenKey",
     "TokenScope",
     "action_tool_digest",
+    "assign_key",
     "attachments_for",
     "attachments_from_config",
     "attenuate",
     "build_broker",
     "client_script_bytes",
-    "derive_key",
     "entry_hash",
     "load_actions",
     "load_checkpoint_key",
@@ -86,7 +88,9 @@ __all__ = [
     "plan_claim",
     "plan_entry",
     "read_checkpoints",
+    "record_key",
     "token_for",
     "verify_entries",
+    "verify_ledger",
     "verify_token",
 ]

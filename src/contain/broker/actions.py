@@ -165,8 +165,8 @@ class Intent:
 
     @property
     def scoped_key(self) -> str:
-        """The idempotency key made unique across principals (keys are scoped per principal):
-        use this as the idempotency key at the external system."""
+        """``<principal>/<task>/<key>`` (``idempotency_key`` is the broker's record key ``<task>/<key>``;
+        a bare key for intents a v1 broker recorded): use this as the idempotency key at the external system."""
         return f"{self.principal}/{self.idempotency_key}"
 
 

@@ -10,6 +10,8 @@ the config file's directory, and every error names the file and key path. Exampl
     grant_key_file: ./grant.key               # the gate's grant key (0600)
     checkpoint_key_file: ./checkpoint.key     # Ed25519 ledger checkpoint key (0600, created)
     ledger_checkpoints: ./ledger.checkpoints  # signed heads, outside the database
+    checkpoint_anchor:                        # optional: each checkpoint also goes outside the state dir
+      file: /mnt/ledger-anchors/broker.anchors  # or command: [logger, -t, contain-ledger]
     secrets_file: ./broker.secrets.json       # {"invoices_api_key": "..."} (0600)
     import_paths: [.]
     actions:
@@ -32,7 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from contain.broker.actions import Action
 from contain.errors import BoundaryInvalid
 
-__all__ = ["ActionRef", "BrokerConfig", "load_actions", "load_config"]
+__all__ = ["ActionRef", "BrokerConfig", "CheckpointAnchorConfig", "load_actions", "load_config"]
 
 _STRICT = ConfigDict(extra="forbid", frozen=True)
 
@@ -53,6 +55,26 @@ class ActionRef(BaseModel):
         return value
 
 
+class CheckpointAnchorConfig(BaseModel):
+    """Where each checkpoint line also goes, outside the broker's state directory (``anchors``)."""
+
+    model_config = _STRICT
+    file: str | None = Field(default=None, description="Append each line here, e.g. /mnt/anchors/broker.anchors.")
+    command: tuple[str, ...] | None = Field(
+        default=None, description="Run this argv (no shell), line on stdin, e.g. [logger, -t, contain-ledger]."
+    )
+    required: bool = Field(default=True, description="Refuse to start when the first line cannot be anchored.")
+    timeout_s: float = Field(default=10.0, gt=0, le=300, description="Longest one delivery may take, e.g. 10.")
+
+    @model_validator(mode="after")
+    def _check_one_target(self) -> CheckpointAnchorConfig:
+        if (self.file is None) == (self.command is None):
+            raise ValueError("checkpoint_anchor needs exactly one of file: PATH or command: [ARGV...]")
+        if self.command is not None and not self.command:
+            raise ValueError("checkpoint_anchor.command cannot be empty; name a program")
+        return self
+
+
 class BrokerConfig(BaseModel):
     """Everything the broker process needs; paths are absolute after ``load_config``."""
 
@@ -68,6 +90,9 @@ class BrokerConfig(BaseModel):
     import_paths: tuple[str, ...] = Field(default=(), description="Added to sys.path to import actions, e.g. [.].")
     actions: tuple[ActionRef, ...] = Field(description="Registered actions, e.g. [{ref: mod:fn}].")
     checkpoint_every_entries: int = Field(default=256, ge=1, description="Sign the head after N entries, e.g. 256.")
+    checkpoint_anchor: CheckpointAnchorConfig | None = Field(
+        default=None, description="Also send each checkpoint outside the state dir, e.g. {file: /mnt/a/anchors}."
+    )
     socket_mode: int = Field(default=0o666, description="Socket file mode; sandboxes connect as nobody, e.g. 0o666.")
 
     @field_validator("storage")
@@ -109,8 +134,12 @@ class BrokerConfig(BaseModel):
             )
             for a in self.actions
         )
+        anchor = self.checkpoint_anchor
+        if anchor is not None and anchor.file is not None:
+            anchor = anchor.model_copy(update={"file": path(anchor.file)})
         return self.model_copy(
             update={
+                "checkpoint_anchor": anchor,
                 "storage": storage,
                 "socket_path": path(self.socket_path),
                 "token_key_file": path(self.token_key_file),
@@ -142,7 +171,25 @@ def load_config(path: str | Path) -> BrokerConfig:
         raise BoundaryInvalid(
             f"broker config {file} is invalid: {problems[0]}", "fix the named key", problems=problems
         ) from exc
-    return config.resolved(file.resolve().parent)
+    resolved = config.resolved(file.resolve().parent)
+    problem = _anchor_in_state_directory(resolved)
+    if problem is not None:
+        raise BoundaryInvalid(f"broker config {file}: checkpoint_anchor.file: {problem}",
+                              "put the anchor file on storage the broker's state directory is not on")
+    return resolved
+
+
+def _anchor_in_state_directory(config: BrokerConfig) -> str | None:
+    """Why the anchor file is useless where it is (beside what it should vouch for), or None."""
+    anchor = config.checkpoint_anchor
+    if anchor is None or anchor.file is None:
+        return None
+    state = [config.ledger_checkpoints, config.checkpoint_key_file, config.storage.get("sqlite")]
+    state_dirs = {Path(p).parent for p in state if p}
+    if any(Path(anchor.file).parent.is_relative_to(d) for d in state_dirs):
+        return (f"{anchor.file} is inside the directory of the checkpoints, key or database; "
+                "whoever can rewrite those could rewrite it too")
+    return None
 
 
 def load_actions(config: BrokerConfig) -> Mapping[str, Action]:

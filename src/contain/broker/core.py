@@ -7,7 +7,9 @@ intent → execute → outcome, each refusal with its ledger entry. Transport-fr
   2. the action must exist (404) and be in the token's scope (403);
   3. arguments must parse with the action's model (400); the argument digest is over the parsed
      arguments, which is what will execute and what a grant must name;
-  4. the idempotency key (400 if malformed);
+  4. the idempotency key: the client's key for this logical call (400 if malformed or of a form the
+     broker reserves), else a fresh broker-assigned one; records live under ``<task>/<key>`` so no
+     task reaches another's (``idempotency``);
   5. authorize (403) and the business validator (422 or review) — stored under the key and replayed;
   6. review: without a grant → 202 pending (not stored: the caller comes back with a grant); a
      grant is verified by the broker itself (``contain.gate.grants.verify_grant``) → 403 if bad;
@@ -52,12 +54,20 @@ from pydantic import ValidationError
 
 from contain.broker.actions import Action, ActionFailed, CheckResult, Decision, Intent, Principal, SecretStore
 from contain.broker.actions import action_tool_digest as _tool_digest
-from contain.broker.idempotency import IdempotencyRecord, derive_key, is_valid_key, plan_claim
+from contain.broker.idempotency import (
+    IdempotencyRecord,
+    assign_key,
+    client_key_problem,
+    plan_claim,
+    record_key,
+    should_look_up_v1_record,
+    split_record_key,
+)
 from contain.broker.ledger import Checkpointer, EntryDraft, EntrySubject, chain, draft_entry, entry_subject
 from contain.broker.storage import Store, Txn
 from contain.broker.tokens import TokenCheck, TokenKey, TokenScope, verify_token
 from contain.gate.digests import DIGEST_PREFIX, canonical_json
-from contain.gate.grants import GrantKey, decode_grant, verify_grant
+from contain.gate.grants import GrantKey, verify_grant
 
 __all__ = ["Broker", "BrokerReply", "BrokerRequest", "ExecutorCall", "Steps", "StoreWrite"]
 
@@ -91,10 +101,21 @@ class _Ctx:
     task: str = "-"
     principal: str = "-"
     action: str = "-"
-    key: str = ""
+    key: str = ""  # the key as the client sent it (or as the broker assigned it): entries and replies
     digest: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
     _subject: EntrySubject | None = None
+
+    @property
+    def record_key(self) -> str:
+        """Where this request's idempotency record lives: ``<task>/<key>`` (see ``idempotency``)."""
+        return record_key(self.task, self.key)
+
+    def slots(self) -> list[tuple[str, str]]:
+        """The (principal, record key) slots this request may read: its own, and the bare key a v1
+        broker may have used for the same call."""
+        own = [(self.principal, self.record_key)]
+        return own + [(self.principal, self.key)] if should_look_up_v1_record(self.key) else own
 
     def subject(self) -> EntrySubject:
         """The encoded shared fields of this request's entries (re-encoded when a field changed)."""
@@ -188,6 +209,8 @@ class Broker:
 
     def close(self) -> None:
         self.checkpoint()
+        if self._checkpointer is not None:
+            self._checkpointer.close()  # the stop checkpoint reaches the external anchor too
         self.store.close()
 
     def checkpoint(self) -> None:
@@ -269,11 +292,11 @@ class Broker:
             seq = self._chain(txn, denial)
             if store:
                 txn.put_record(
-                    IdempotencyRecord(ctx.principal, ctx.key, ctx.action, ctx.digest, "done", status, body, seq)
+                    IdempotencyRecord(ctx.principal, ctx.record_key, ctx.action, ctx.digest, "done", status, body, seq)
                 )
             return BrokerReply(status, {**body, "ledger_seq": seq, "replayed": False})
 
-        reply: BrokerReply = yield StoreWrite(write, [(ctx.principal, ctx.key)] if store or settle else [])
+        reply: BrokerReply = yield StoreWrite(write, ctx.slots() if store or settle else [])
         return reply
 
     def record_refusal(self, status: int, code: str, reason: str, *, token: str | None = None) -> BrokerReply:
@@ -348,18 +371,31 @@ class Broker:
             ctx.digest = DIGEST_PREFIX + hashlib.sha256(canonical).hexdigest()  # == argument_digest(arguments)
         except (ValidationError, ValueError) as exc:
             return (yield from self._refuse(ctx, 400, "bad_arguments", _short(exc)))
-        # 4. idempotency key
+        # 4. idempotency key: the client's key for this logical call, or a fresh one (never derived
+        # from the arguments: two deliberate calls are two writes; see ``idempotency``)
         if request.idempotency_key is not None:
-            if not isinstance(request.idempotency_key, str) or not is_valid_key(request.idempotency_key):
-                reason = "idempotency_key must be 1-128 of [A-Za-z0-9_.:-]"
-                return (yield from self._refuse(ctx, 400, "bad_key", reason))
+            problem = client_key_problem(request.idempotency_key)
+            if problem is not None:
+                return (yield from self._refuse(ctx, 400, "bad_key", problem))
             ctx.key = request.idempotency_key
         else:
-            ctx.key = derive_key(action=action.name, argument_digest=ctx.digest, grant_id=_grant_ref(request.grant))
+            ctx.key = assign_key()
         return (yield from self._decide_and_execute(ctx, action, args, arguments, request.grant, scope))
 
+    def _stored(self, txn: Txn, ctx: _Ctx) -> IdempotencyRecord | None:
+        """The record of this call: under ``<task>/<key>``, else (a call a v1 broker stored under the
+        bare key) the bare record, only when its ledger entry names this request's task."""
+        record = txn.get_record(ctx.principal, ctx.record_key)
+        if record is not None or not should_look_up_v1_record(ctx.key):
+            return record
+        bare = txn.get_record(ctx.principal, ctx.key)
+        if bare is None:
+            return None
+        entry = txn.entry(bare.intent_seq)
+        return bare if entry is not None and entry.task == ctx.task else None
+
     def _settle_existing(self, txn: Txn, ctx: _Ctx) -> BrokerReply | None:
-        plan = plan_claim(txn.get_record(ctx.principal, ctx.key), action=ctx.action, argument_digest=ctx.digest)
+        plan = plan_claim(self._stored(txn, ctx), action=ctx.action, argument_digest=ctx.digest)
         if plan.outcome == "claim":
             return None
         if plan.outcome == "replay" and plan.record is not None:
@@ -432,13 +468,13 @@ class Broker:
             if not verdict.ok or verdict.grant is None:
                 return (yield from self._refuse(ctx, 403, "grant", verdict.reason, settle=True))
             grant_detail = {"grant_id": verdict.grant.grant_id, "reviewer": verdict.grant.reviewer}
-        intent = Intent(action.name, ctx.principal, ctx.task, ctx.key, ctx.digest, arguments)
+        intent = Intent(action.name, ctx.principal, ctx.task, ctx.record_key, ctx.digest, arguments)
         drafts = (
             self._draft(ctx, "request", {"replayed": False}),
             self._draft(ctx, "decision", {"verdict": decision.verdict, "reason": decision.reason, **grant_detail}),
             self._draft(ctx, "intent", {"arguments": arguments}),
         )
-        claimed = yield StoreWrite(lambda t: self._claim(t, ctx, drafts, uses), [(ctx.principal, ctx.key)])
+        claimed = yield StoreWrite(lambda t: self._claim(t, ctx, drafts, uses), ctx.slots())
         if isinstance(claimed, BrokerReply):
             return claimed
         return (yield from self._execute(ctx, action, args, intent, claimed))
@@ -464,7 +500,7 @@ class Broker:
                 return stored
             return BrokerReply(202, {**body, "ledger_seq": self._chain(txn, pending), "replayed": False})
 
-        reply: BrokerReply = yield StoreWrite(write, [(ctx.principal, ctx.key)])
+        reply: BrokerReply = yield StoreWrite(write, ctx.slots())
         return reply
 
     def _claim(
@@ -489,7 +525,9 @@ class Broker:
                 },
             )
         seq = self._chain(txn, *drafts)
-        txn.put_record(IdempotencyRecord(ctx.principal, ctx.key, ctx.action, ctx.digest, "in_flight", 0, {}, seq))
+        txn.put_record(
+            IdempotencyRecord(ctx.principal, ctx.record_key, ctx.action, ctx.digest, "in_flight", 0, {}, seq)
+        )
         return seq
 
     def _execute(self, ctx: _Ctx, action: Action, args: Any, intent: Intent, intent_seq: int) -> Steps:
@@ -533,9 +571,10 @@ class Broker:
 
         def finish(txn: Txn) -> int:
             seq = self._chain(txn, outcome)
-            txn.put_record(
-                IdempotencyRecord(ctx.principal, ctx.key, ctx.action, ctx.digest, "done", status, body, intent_seq)
+            record = IdempotencyRecord(
+                ctx.principal, ctx.record_key, ctx.action, ctx.digest, "done", status, body, intent_seq
             )
+            txn.put_record(record)
             return seq
 
         seq = yield StoreWrite(finish)
@@ -550,11 +589,13 @@ class Broker:
         for record, entry in pending:
             action = self.actions.get(record.action)
             arguments = dict(entry.detail.get("arguments", {})) if entry is not None else {}
-            task = entry.task if entry is not None else "-"
+            stored_task, key = split_record_key(record.key)  # task None: stored bare by a v1 broker
+            task = stored_task if stored_task is not None else entry.task if entry is not None else "-"
+            # the executor saw the record key (a v1 one: the bare key), so the check hook must too
             intent = Intent(record.action, record.principal, task, record.key, record.argument_digest, arguments)
             found = self._check(action, intent)
-            ctx = _Ctx(task, record.principal, record.action, record.key, record.argument_digest)
-            report.append({"idempotency_key": record.key, "principal": record.principal, "result": found.state})
+            ctx = _Ctx(task, record.principal, record.action, key, record.argument_digest)
+            report.append({"idempotency_key": key, "principal": record.principal, "result": found.state})
             self.store.run(functools.partial(self._settle, record=record, ctx=ctx, found=found))
         return report
 
@@ -569,7 +610,7 @@ class Broker:
     def _settle(self, txn: Txn, *, record: IdempotencyRecord, ctx: _Ctx, found: CheckResult) -> None:
         base = {
             "action": record.action,
-            "idempotency_key": record.key,
+            "idempotency_key": ctx.key,  # as the client sent it; the record stays under record.key
             "argument_digest": record.argument_digest,
             "intent_seq": record.intent_seq,
         }
@@ -622,12 +663,3 @@ def _short(exc: Exception) -> str:
     if isinstance(exc, ValidationError):
         return "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'arguments'}: {e['msg']}" for e in exc.errors())[:500]
     return str(exc)[:500]
-
-
-def _grant_ref(grant: str | None) -> str | None:
-    if not grant:
-        return None
-    try:
-        return decode_grant(grant).grant_id
-    except ValueError:
-        return "sha256:" + hashlib.sha256(grant.encode()).hexdigest()

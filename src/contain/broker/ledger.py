@@ -7,13 +7,20 @@ What is enforced:
   * an attacker who can write the database can recompute the whole chain, so the head (seq + hash)
     is signed with Ed25519 from time to time (``Checkpointer``) into a file *outside* the database;
     a rewritten chain no longer matches a checkpoint, a truncated tail falls short of the latest one;
-  * ``plan_entry(head, ...)`` is pure: given the head, chaining is a function (STYLE.md section 1).
+  * ``plan_entry(head, ...)`` is pure: given the head, chaining is a function (STYLE.md section 1);
+  * ``Checkpointer`` can also hand every checkpoint line to a ``CheckpointAnchor`` (``anchors``:
+    a file or a command outside the broker's state directory), which an attacker who can write the
+    state directory cannot reach.
 
-What is not: a checkpoint only protects entries up to its seq; entries after the newest checkpoint
-can be truncated silently by someone who also controls the checkpoint file or the signing key.
-Keep the checkpoint key on the broker host only, and copy checkpoints elsewhere if that matters.
-The checkpoint file is appended without fsync: a SIGKILL keeps it (the page cache survives), a power
-loss may drop the newest lines, which only weakens protection of the newest entries.
+What is not: a checkpoint only protects entries up to its seq, and the checkpoint file, the key
+and the database usually share one state directory. Whoever can write that directory can delete
+the newest checkpoint lines and truncate the chain back to the newest one left, or replace the
+key and re-sign a rewritten chain: ``verify_entries`` cannot see either.
+``verification.verify_ledger`` reports the ledger "unanchored" when the key or the checkpoints
+are missing or the unsigned tail is longer than the broker leaves it, and only external anchors
+(``--anchors``, ``--expect-head``) detect a consistent rewrite. The checkpoint file is appended
+without fsync: a SIGKILL keeps it (the page cache survives), a power loss may drop the newest
+lines, which only weakens protection of the newest entries.
 """
 
 from __future__ import annotations
@@ -27,7 +34,7 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
@@ -39,24 +46,31 @@ _encode_text = json.encoder.encode_basestring  # json.dumps(ensure_ascii=False) 
 
 __all__ = [
     "CHECKPOINT_DOMAIN",
+    "CHECKPOINT_SOURCE",
     "GENESIS_HASH",
     "LEDGER_DOMAIN",
+    "ChainWalk",
     "Checkpoint",
+    "CheckpointAnchor",
     "Checkpointer",
     "EntryDraft",
     "EntryKind",
     "EntrySubject",
     "LedgerEntry",
     "LedgerProblem",
+    "PointSource",
     "chain",
+    "check_points",
     "draft_entry",
     "entry_hash",
     "entry_subject",
+    "key_fingerprint",
     "load_checkpoint_key",
     "load_public_key",
     "plan_entry",
     "read_checkpoints",
     "verify_entries",
+    "walk_chain",
 ]
 
 # Domain separation: a ledger hash can never be confused with a grant MAC, a token MAC or an
@@ -319,14 +333,21 @@ def _write_private(path: Path, data: bytes) -> None:
         os.close(fd)
 
 
-def load_checkpoint_key(path: str | os.PathLike[str]) -> Ed25519PrivateKey:
+def load_checkpoint_key(path: str | os.PathLike[str], *, create: bool = True) -> Ed25519PrivateKey:
     """Load the Ed25519 checkpoint key (raw 32 bytes), creating it (mode 0600) and ``<path>.pub``.
 
+    Args:
+        create: make a new key when the file is missing; False raises instead (a verifier or
+            ``contain ledger anchor`` must never sign with a key it just invented).
+
     Raises:
+        FileNotFoundError: the key is missing and ``create`` is False.
         PermissionError: the key file is readable by group or others.
         ValueError: the file is not a 32-byte key.
     """
     key_path = Path(path)
+    if not key_path.exists() and not create:
+        raise FileNotFoundError(f"checkpoint key {key_path} does not exist")
     if not key_path.exists():
         key = Ed25519PrivateKey.generate()
         raw = key.private_bytes(
@@ -350,6 +371,13 @@ def load_public_key(path: str | os.PathLike[str]) -> Ed25519PublicKey:
     return Ed25519PublicKey.from_public_bytes(raw)
 
 
+def key_fingerprint(public_key: Ed25519PublicKey) -> str:
+    """``sha256:`` + the first 32 hex digits of SHA-256 over the raw public key, for an operator to
+    compare with a value recorded outside the state directory."""
+    raw = public_key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    return "sha256:" + hashlib.sha256(raw).hexdigest()[:32]
+
+
 def read_checkpoints(path: str | os.PathLike[str]) -> list[Checkpoint]:
     """Read the checkpoint file (JSON lines); a missing file means no checkpoints.
 
@@ -371,12 +399,26 @@ def read_checkpoints(path: str | os.PathLike[str]) -> list[Checkpoint]:
     return out
 
 
-class Checkpointer:
-    """Signs the ledger head and appends it to the checkpoint file (one ``write`` per line)."""
+class CheckpointAnchor(Protocol):
+    """Where checkpoint lines also go, outside the state directory (``anchors.AnchorPublisher``)."""
 
-    def __init__(self, key: Ed25519PrivateKey, path: str | os.PathLike[str]) -> None:
+    def publish(self, line: bytes) -> None:
+        """Take one checkpoint line (JSON + newline); may raise ``LedgerAnchorError``."""
+
+    def close(self) -> None:
+        """Deliver what is still pending, then stop."""
+
+
+class Checkpointer:
+    """Signs the ledger head and appends it to the checkpoint file (one ``write`` per line), then
+    hands the same line to ``anchor`` when one is configured."""
+
+    def __init__(
+        self, key: Ed25519PrivateKey, path: str | os.PathLike[str], *, anchor: CheckpointAnchor | None = None
+    ) -> None:
         self._key = key
         self._path = Path(path)
+        self._anchor = anchor
 
     def sign(self, head: tuple[int, str], *, now: float | None = None) -> Checkpoint:
         seq, digest = head
@@ -386,15 +428,27 @@ class Checkpointer:
         return Checkpoint(seq, digest, stamp, signature)
 
     def append(self, head: tuple[int, str], *, now: float | None = None) -> Checkpoint:
-        """Sign ``head`` and append it as one line; returns the checkpoint."""
+        """Sign ``head``, append it as one line, and publish it to the anchor; returns the checkpoint.
+
+        Raises:
+            LedgerAnchorError: the anchor refused the line (only where ``AnchorPublisher`` raises:
+                its first line, when the anchor is required); the checkpoint file has it already.
+        """
         point = self.sign(head, now=now)
-        line = json.dumps(asdict(point), sort_keys=True) + "\n"
-        fd = os.open(self._path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        line = (json.dumps(asdict(point), sort_keys=True) + "\n").encode()
+        fd = os.open(self._path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
         try:
-            os.write(fd, line.encode())
+            os.write(fd, line)
         finally:
             os.close(fd)
+        if self._anchor is not None:
+            self._anchor.publish(line)
         return point
+
+    def close(self) -> None:
+        """Let the anchor deliver the newest checkpoint (the broker calls this after its last one)."""
+        if self._anchor is not None:
+            self._anchor.close()
 
 
 # -- verification --------------------------------------------------------------------------------
@@ -409,6 +463,18 @@ class LedgerProblem:
 
     def __str__(self) -> str:
         return f"seq {self.seq}: {self.what}"
+
+
+@dataclass(frozen=True)
+class ChainWalk:
+    """What walking the chain found: its problems, and each seq's hash as stored (first occurrence)."""
+
+    problems: tuple[LedgerProblem, ...]
+    hashes: Mapping[int, str]
+
+    @property
+    def head_seq(self) -> int:
+        return max(self.hashes, default=0)
 
 
 @dataclass
@@ -427,11 +493,14 @@ def _seq_of(raw: Mapping[str, Any]) -> int | None:
         return None
 
 
-def _walk_chain(entries: Sequence[Mapping[str, Any]], walk: _Walk) -> None:
-    present = {s for s in (_seq_of(r) for r in entries) if s is not None}
+def walk_chain(entries: Iterable[Mapping[str, Any]]) -> ChainWalk:
+    """Check every entry's hash and link in stored order (pure); see ``verify_entries``."""
+    listed = list(entries)
+    walk = _Walk()
+    present = {s for s in (_seq_of(r) for r in listed) if s is not None}
     expected_seq, prev_hash, prev_seq = 1, GENESIS_HASH, 0
     last_seq = 0
-    for position, raw in enumerate(entries, start=1):
+    for position, raw in enumerate(listed, start=1):
         try:
             entry = LedgerEntry.from_dict(raw)
         except (KeyError, TypeError, ValueError) as exc:
@@ -469,6 +538,53 @@ def _walk_chain(entries: Sequence[Mapping[str, Any]], walk: _Walk) -> None:
         prev_hash, prev_seq = entry.hash, seq
         last_seq = max(last_seq, seq)
         expected_seq = last_seq + 1
+    return ChainWalk(tuple(walk.problems), dict(walk.hashes))
+
+
+@dataclass(frozen=True)
+class PointSource:
+    """Words for where signed heads came from, so a problem names the file an operator must look at."""
+
+    name: str  # "checkpoint" (the broker's file) or "external anchor"
+    forged: str  # what a bad signature means for this source
+
+
+CHECKPOINT_SOURCE = PointSource("checkpoint", "checkpoint file forged or edited")
+
+
+def check_points(
+    walk: ChainWalk,
+    points: Sequence[Checkpoint],
+    public_key: Ed25519PublicKey | None,
+    *,
+    source: PointSource = CHECKPOINT_SOURCE,
+) -> tuple[list[LedgerProblem], int]:
+    """Check signed heads against a walked chain (pure).
+
+    Returns:
+        The problems, and the newest seq that a point with a valid signature (when ``public_key``
+        is given; otherwise none counts) and a matching hash vouches for (0 when none does).
+    """
+    problems: list[LedgerProblem] = []
+    vouched = 0
+    last_seq = walk.head_seq
+    for point in points:
+        if public_key is not None:
+            try:
+                public_key.verify(base64.b64decode(point.signature), point.message())
+            except (InvalidSignature, ValueError):
+                problems.append(LedgerProblem(point.seq, f"{source.name} signature is invalid ({source.forged})"))
+                continue
+        if point.seq > last_seq:
+            what = f"a signed {source.name} names this seq but the ledger ends at {last_seq} (truncated)"
+            problems.append(LedgerProblem(point.seq, what))
+        elif walk.hashes.get(point.seq) not in (None, point.hash):
+            problems.append(
+                LedgerProblem(point.seq, f"hash differs from the signed {source.name} (chain rewritten up to here)")
+            )
+        elif public_key is not None and point.seq in walk.hashes:
+            vouched = max(vouched, point.seq)
+    return problems, vouched
 
 
 def verify_entries(
@@ -476,26 +592,17 @@ def verify_entries(
     checkpoints: Sequence[Checkpoint] = (),
     public_key: Ed25519PublicKey | None = None,
 ) -> list[LedgerProblem]:
-    """Check a ledger in stored order; an empty list means it verifies.
+    """Check a ledger in stored order; an empty list means no tampering was found.
 
     Detects an edited entry (hash mismatch, or a re-hashed entry whose successor no longer links),
     a deleted entry (seq gap), an inserted one (duplicate seq or broken link), reordered entries
     (seq going backwards), a rewritten chain (checkpoint hash mismatch) and a truncated tail (a
     checkpoint beyond the last entry). Checkpoint signatures are checked when ``public_key`` is given.
+
+    Not detected here: a tail truncated back to (or past) the newest checkpoint left in the file,
+    a missing checkpoint file or key. ``contain.broker.verification.verify_ledger`` judges those
+    ("unanchored") and checks external anchors; use it to decide whether a ledger can be trusted.
     """
-    walk = _Walk()
-    listed = list(entries)
-    _walk_chain(listed, walk)
-    last_seq = max(walk.hashes, default=0)
-    for point in checkpoints:
-        if public_key is not None:
-            try:
-                public_key.verify(base64.b64decode(point.signature), point.message())
-            except (InvalidSignature, ValueError):
-                walk.add(point.seq, "checkpoint signature is invalid (checkpoint file forged or edited)")
-                continue
-        if point.seq > last_seq:
-            walk.add(point.seq, f"a signed checkpoint names this seq but the ledger ends at {last_seq} (truncated)")
-        elif walk.hashes.get(point.seq) not in (None, point.hash):
-            walk.add(point.seq, "hash differs from the signed checkpoint (chain rewritten up to here)")
-    return walk.problems
+    walk = walk_chain(entries)
+    problems, _ = check_points(walk, checkpoints, public_key)
+    return [*walk.problems, *problems]

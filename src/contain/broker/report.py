@@ -6,7 +6,8 @@ the key was released), unknown (a crash the check hook could not settle), or in_
 outcome yet: the broker is running it now or has not restarted since it stopped). Refusals
 (``denial`` entries) and pending reviews are counted separately.
 
-What is not: this trusts the entries it is given; run ``verify_entries`` first (the CLI does).
+What is not: this trusts the entries it is given; judge them with ``verification.verify_ledger``
+first (the CLI does, and prints its warning above and below the listing).
 """
 
 from __future__ import annotations

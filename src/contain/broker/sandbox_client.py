@@ -16,8 +16,14 @@ From Python (model-written code)::
     reply = client.call("update_invoice", {"invoice_id": "INV-1", "amount_cents": 10500})
 
 Exit status: 0 succeeded, 3 pending review, 1 refused or failed, 2 usage or connection error.
-The client holds no credential but the token; the broker decides everything. Retries reuse the
-same idempotency key, so a retry after a lost response never writes twice.
+The client holds no credential but the token; the broker decides everything.
+
+Idempotency keys: a key names one logical call. ``call`` makes a fresh random key (``new_call_key``)
+when the caller gives none and sends that same key on each of its own retries, so a retry after a
+lost response never writes twice, and two calls are two writes even with equal arguments. To
+retry a call yourself later (another process, another run of the CLI), pass the key its reply
+named (``idempotency_key``) with ``--key`` / ``idempotency_key=``. The broker scopes keys to the
+task of the token, and refuses the forms it reserves for itself (``s:``, ``d:``).
 """
 
 from __future__ import annotations
@@ -32,10 +38,15 @@ import threading
 import time
 from typing import Any
 
-__all__ = ["BrokerClient", "Reply", "main"]
+__all__ = ["BrokerClient", "Reply", "main", "new_call_key"]
 
 DEFAULT_SOCKET = "/.contain/broker.sock"
 DEFAULT_TOKEN_FILE = "/.contain/broker-token"
+
+
+def new_call_key() -> str:
+    """A key for one logical call: ``c-`` + 128 random bits in hex (never one of the broker's reserved forms)."""
+    return "c-" + os.urandom(16).hex()  # the OS CSPRNG; stdlib only, as the rest of this file
 
 
 class Reply:
@@ -187,9 +198,10 @@ class BrokerClient:
 
         The caller learns nothing about the outcome, exactly as when a response is lost in transit;
         waiting for the broker to close the connection makes the demonstration deterministic.
+        Without ``idempotency_key`` the call gets a fresh key that nobody learns (no retry can reach it).
         """
         sock = self._socket()
-        data = json.dumps(_call_body(arguments, idempotency_key, grant)).encode()
+        data = json.dumps(_call_body(arguments, idempotency_key or new_call_key(), grant)).encode()
         sock.sendall(self._head("POST", f"/v1/actions/{action}", len(data), close=True) + data)
         sock.shutdown(socket.SHUT_WR)
         while sock.recv(65536):  # discarded: the response is "lost"
@@ -206,8 +218,16 @@ class BrokerClient:
         retries: int = 20,
         backoff_s: float = 0.05,
     ) -> Reply:
-        """Call an action; on 409 (in flight) or a connection error, retry with the same key."""
-        body = _call_body(arguments, idempotency_key, grant)
+        """Call an action once; on 409 (in flight), 503 or a connection error, retry the same call.
+
+        Args:
+            idempotency_key: the key of this logical call; default a fresh ``new_call_key()``. Pass
+                the key of an earlier call (its reply's ``idempotency_key``) only to retry that call.
+
+        Returns:
+            The broker's reply; its body names the key used, for a later retry.
+        """
+        body = _call_body(arguments, idempotency_key or new_call_key(), grant)
         attempt = 0
         while True:
             try:
@@ -224,10 +244,8 @@ class BrokerClient:
         return self.request("GET", "/v1/actions")
 
 
-def _call_body(arguments: dict[str, Any], key: str | None, grant: str | None) -> dict[str, Any]:
-    body: dict[str, Any] = {"arguments": arguments}
-    if key is not None:
-        body["idempotency_key"] = key
+def _call_body(arguments: dict[str, Any], key: str, grant: str | None) -> dict[str, Any]:
+    body: dict[str, Any] = {"arguments": arguments, "idempotency_key": key}
     if grant is not None:
         body["grant"] = grant
     return body
@@ -239,7 +257,9 @@ def main(argv: list[str] | None = None) -> int:
     call = sub.add_parser("call", help="call an action")
     call.add_argument("action")
     call.add_argument("arguments", help="JSON object")
-    call.add_argument("--key", default=None, help="idempotency key (default: derived by the broker)")
+    call.add_argument(
+        "--key", default=None, help="idempotency key: only to retry an earlier call (default: a new key for this call)"
+    )
     call.add_argument("--grant", default=None, help="a review grant (cg1....)")
     sub.add_parser("actions", help="list the actions this token may call")
     sub.add_parser("openapi", help="print the broker's OpenAPI document")

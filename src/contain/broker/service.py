@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from contain.broker.actions import SecretStore
+from contain.broker.anchors import publisher_for
 from contain.broker.config import BrokerConfig, load_actions
 from contain.broker.core import Broker, BrokerReply, BrokerRequest, Steps
 from contain.broker.http_wire import HttpRequest
@@ -52,7 +53,11 @@ def build_broker(config: BrokerConfig) -> Broker:
         token_key=TokenKey.load_or_create(config.token_key_file),
         grant_key=GrantKey.load_or_create(config.grant_key_file),
         secrets=SecretStore.load(config.secrets_file),
-        checkpointer=Checkpointer(load_checkpoint_key(config.checkpoint_key_file), config.ledger_checkpoints),
+        checkpointer=Checkpointer(
+            load_checkpoint_key(config.checkpoint_key_file),
+            config.ledger_checkpoints,
+            anchor=publisher_for(config.checkpoint_anchor),
+        ),
         checkpoint_every=config.checkpoint_every_entries,
     )
 

@@ -66,3 +66,22 @@ def test_bad_ref_and_empty_actions_are_refused() -> None:
         BrokerConfig.model_validate({"storage": {"sqlite": "x"}, "socket_path": "s", "token_key_file": "t",
                                      "grant_key_file": "g", "checkpoint_key_file": "c", "ledger_checkpoints": "l",
                                      "actions": [{"ref": "nocolon"}]})
+
+
+def test_checkpoint_anchor_file_is_resolved_and_must_live_outside_the_state_directory(tmp_path: Path) -> None:
+    outside = tmp_path / "elsewhere"
+    state = tmp_path / "state"
+    state.mkdir()
+    config = load_config(_write(state, BASE + f"checkpoint_anchor: {{file: {outside}/broker.anchors}}\n"))
+    assert config.checkpoint_anchor is not None and config.checkpoint_anchor.file == f"{outside}/broker.anchors"
+    assert config.checkpoint_anchor.required is True
+    for inside in ("anchors", "sub/anchors"):
+        with pytest.raises(BoundaryInvalid, match=r"checkpoint_anchor\.file") as info:
+            load_config(_write(state, BASE + f"checkpoint_anchor: {{file: {inside}}}\n"))
+        assert "whoever can rewrite those could rewrite it too" in info.value.cause
+
+
+@pytest.mark.parametrize("anchor", ["{}", "{file: /a, command: [logger]}", "{command: []}", "{file: /a, typo: 1}"])
+def test_checkpoint_anchor_needs_exactly_one_target(tmp_path: Path, anchor: str) -> None:
+    with pytest.raises(BoundaryInvalid, match="checkpoint_anchor"):
+        load_config(_write(tmp_path, BASE + f"checkpoint_anchor: {anchor}\n"))

@@ -144,10 +144,10 @@ def test_retry_replays_the_first_success_without_a_second_write(broker: Broker, 
     assert last_entry(broker)["kind"] == "request" and last_entry(broker)["detail"]["replayed"] is True
 
 
-def test_derived_key_makes_identical_calls_one_write(broker: Broker, clock: Clock, invoices_db: str) -> None:
+def test_identical_calls_without_a_key_are_two_writes(broker: Broker, clock: Clock, invoices_db: str) -> None:
     call(broker, tok(clock), OK_ARGS)
     status, body = call(broker, tok(clock), OK_ARGS)
-    assert status == 200 and body["replayed"] and applied_count(invoices_db) == 1
+    assert status == 200 and not body["replayed"] and applied_count(invoices_db) == 2
 
 
 def test_reused_key_with_different_arguments_is_422_with_entry(broker: Broker, clock: Clock, invoices_db: str) -> None:
@@ -223,8 +223,8 @@ def test_executor_failure_is_stored_and_replayed_and_its_message_never_leaks(tmp
 
     b = _broker_with(tmp_path, clock, _custom("boom", boom), _custom("refused", refused))
     token = mint_token(TOKEN_KEY, task="t", principal="p", actions=["boom", "refused"], ttl_s=60, now=clock.now)
-    assert call(b, token, {"n": 1}, action="boom")[0] == 502
-    status, body = call(b, token, {"n": 1}, action="boom")
+    assert call(b, token, {"n": 1}, action="boom", key="f1")[0] == 502
+    status, body = call(b, token, {"n": 1}, action="boom", key="f1")
     assert (status, body["replayed"], len(calls)) == (502, True, 1)
     assert call(b, token, {"n": 1}, action="refused")[1]["error"]["reason"] == "upstream said no"
     dump = str(b.store.raw_rows())
@@ -310,12 +310,12 @@ def test_large_change_is_pending_review_then_executes_with_a_grant(broker: Broke
     assert status == 202 and body["status"] == "pending_review" and amount(invoices_db, "INV-3") == 50000
     assert last_entry(broker)["kind"] == "decision" and last_entry(broker)["detail"]["pending"] is True
     grant = _grant(broker, clock, body)
-    status, _done = call(broker, tok(clock), BIG, grant=grant)
+    status, _done = call(broker, tok(clock), BIG, grant=grant, key="big-1")
     assert status == 200 and amount(invoices_db, "INV-3") == 90000
     decision = [r for r in broker.store.raw_rows() if r["kind"] == "decision"][-1]
     assert decision["detail"]["grant_id"] and decision["detail"]["reviewer"] == "carol"
-    # a retry with the same grant replays (derived key includes the grant), no second use consumed
-    again = call(broker, tok(clock), BIG, grant=grant)
+    # a retry of that call (same key) replays, no second use consumed
+    again = call(broker, tok(clock), BIG, grant=grant, key="big-1")
     assert again[0] == 200 and again[1]["replayed"] is True and applied_count(invoices_db) == 1
 
 

@@ -30,6 +30,7 @@ EXPECTED = {
     "inserted_entry.jsonl": (3, "appears twice (inserted entry)"),
     "reordered_pair.jsonl": (10, "appears before seq 9 (reordered)"),
     "truncated_tail.jsonl": (12, "ledger ends at 10 (truncated)"),
+    "truncated_to_checkpoint.jsonl": (12, "ledger ends at 8 (truncated)"),
     "rewritten_chain.jsonl": (4, "hash differs from the signed checkpoint"),
 }
 
@@ -55,7 +56,9 @@ def test_each_tampering_fixture_is_caught_and_located(name: str) -> None:
 
 
 def test_every_tampering_fixture_on_disk_has_an_expectation() -> None:
-    on_disk = {p.name for p in FIXTURES.glob("*.jsonl")} - {"clean.jsonl", "checkpoints.jsonl", "forged_checkpoints.jsonl"}
+    checkpoint_files = {"checkpoints.jsonl", "forged_checkpoints.jsonl", "checkpoints_newest_dropped.jsonl",
+                        "resigned_checkpoints.jsonl"}
+    on_disk = {p.name for p in FIXTURES.glob("*.jsonl")} - {"clean.jsonl"} - checkpoint_files
     assert on_disk == set(EXPECTED)
 
 

@@ -286,7 +286,7 @@ def test_an_executor_that_exits_answers_503_leaves_its_intent_in_flight_and_the_
     client = _client(served)
     reply = client.call("crash", {"n": 1}, idempotency_key="c1", retries=0)
     assert reply.status == 503 and reply.body["error"]["code"] == "unavailable"
-    assert [r.key for r in served.broker.store.run(lambda t: t.in_flight())] == ["c1"]  # reconciled on start
+    assert [r.key for r in served.broker.store.run(lambda t: t.in_flight())] == ["t1/c1"]  # reconciled on start
     assert client.call("count", {"n": 2}).status == 200
 
 
