@@ -5,30 +5,42 @@ plans from these facts without touching the disk. The checks that refuse a launc
 because they are facts about the host: a missing required path, a protected path that is a symlink
 (a decoy left by a previous task, ESCAPE_CATALOG FS-10), a write root the sandbox user cannot write.
 
-Does not create anything on the host.
+A repository's git directory inside a write bind is planned as one unit (``GIT_DIR_RULES``): the
+directory itself and ``objects`` are pinned (bound onto themselves, so they cannot be renamed,
+removed, or replaced by a copy, a gitfile or a symlink), and every name that runs or redirects
+code is read-only, or a placeholder when missing. That holds for the top-level ``.git``, for
+repositories found below the top at start, and for a write bind that is itself a bare repository.
+A ``.git`` that is not a repository (e.g. an empty directory left behind) is masked read-only whole.
+
+Does not create anything on the host (``write_binds.prepare_write_binds`` creates the placeholders),
+and does not look at the tree after the workload ran (``write_binds`` does, through descriptors).
 """
 
 from __future__ import annotations
 
+import fnmatch
 import os
 import stat
 from dataclasses import dataclass, field
 
-from contain.boundary.kinds import PROTECTED_PATHS, FileAccess
+from contain.boundary.kinds import GIT_DIR_RULES, PROTECTED_PATHS, FileAccess, GitDirRule, GitMetaAccess
 from contain.boundary.plain import PlainBoundary, PlainFileRule
 from contain.errors import SandboxStartError
+from contain.runtime.fdtree import DIR_FLAGS, WalkLimits, WalkOutcome, identity, walk
 
 __all__ = [
     "NESTED_PROTECTED_NAMES",
     "BindFacts",
     "Mask",
     "PathFacts",
+    "ProtectedScan",
     "gather_path_facts",
+    "git_rule_for",
     "host_path_of",
+    "is_git_dir",
     "is_under_write_bind",
     "protected_entries",
-    "revert_nested_creations",
-    "scan_nested_protected",
+    "scan_protected",
 ]
 
 
@@ -41,6 +53,10 @@ class Mask:
     host_path: str
     kind: str  # "dir" or "file"
     exists: bool
+    # bound onto itself writable (a git directory, its objects): it stays where it is, which is
+    # what keeps the read-only masks inside it in force (a mount point cannot be renamed)
+    pinned: bool = False
+    placeholder: bytes = b""  # content of a missing file's placeholder
 
 
 @dataclass(frozen=True)
@@ -51,9 +67,10 @@ class BindFacts:
     host_realpath: str
     is_dir: bool
     masks: tuple[Mask, ...] = ()
-    # write binds: protected names found below the top level at start (relative paths), or None
-    # when the tree was too large to scan (then creations below the top are not reverted)
-    nested: frozenset[str] | None = None
+    # write binds: protected names and repositories found at start, with their identities
+    scan: ProtectedScan | None = None
+    root_identity: tuple[int, int] | None = None
+    git_dirs: tuple[str, ...] = ()  # relative paths of the git directories planned as units ("" = the root)
 
 
 @dataclass(frozen=True)
@@ -88,42 +105,135 @@ def protected_entries(rule: PlainFileRule) -> list[tuple[str, str]]:
     return entries
 
 
-def _masks_for(rule: PlainFileRule, host_root: str) -> tuple[Mask, ...]:
+def _lstat_protected(path: str) -> os.stat_result | None:
+    try:
+        return os.lstat(path)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise SandboxStartError(
+            f"cannot inspect protected path {path}: {exc.strerror}", "check the permissions of the write bind"
+        ) from exc
+
+
+def _refuse_symlink(path: str, kind: str) -> SandboxStartError:
+    return SandboxStartError(
+        f"protected path {path} is a symlink (to {os.readlink(path)!r}); "
+        "a symlink here could redirect the protection to a decoy",
+        f"replace {path} with a real {'directory' if kind == 'dir' else 'file'} or remove it",
+    )
+
+
+def is_git_dir(path: str) -> bool:
+    """Whether git would take ``path`` for a git directory: a regular HEAD, and objects or commondir.
+
+    Mirrors git's ``is_git_directory`` closely enough to plan with: an entry that lacks these is
+    not a repository to git, which then keeps looking in the parent directories.
+    """
+    head = _lstat_protected(os.path.join(path, "HEAD"))
+    if head is None or not stat.S_ISREG(head.st_mode):
+        return False
+    objects = _lstat_protected(os.path.join(path, "objects"))
+    commondir = _lstat_protected(os.path.join(path, "commondir"))
+    return (objects is not None and stat.S_ISDIR(objects.st_mode)) or commondir is not None
+
+
+def git_rule_for(name: str) -> GitDirRule | None:
+    """The first ``GIT_DIR_RULES`` row whose name (a glob, one component) matches ``name``."""
+    for rule in GIT_DIR_RULES:
+        if "/" not in rule.name and rule.name != "." and fnmatch.fnmatchcase(name, rule.name):
+            return rule
+    return None
+
+
+def _git_unit_masks(rule: PlainFileRule, host_root: str, git_dir: str) -> list[Mask]:
+    """Masks for one git directory (relative ``git_dir``; "" for a bare repository at the root)."""
+    masks: list[Mask] = []
+    for row in GIT_DIR_RULES:
+        if row.access not in (GitMetaAccess.PINNED, GitMetaAccess.READ_ONLY) or "*" in row.name:
+            continue
+        relative = git_dir if row.name == "." else os.path.join(git_dir, row.name)
+        if relative == "":
+            continue  # the bind root: already a mount point, so already pinned
+        host = os.path.join(host_root, relative)
+        sandbox = f"{rule.path.rstrip('/')}/{relative}"
+        info = _lstat_protected(host)
+        expect_dir = row.placeholder is None
+        if info is not None and stat.S_ISLNK(info.st_mode):
+            raise _refuse_symlink(host, "dir" if expect_dir else "file")
+        if row.access is GitMetaAccess.PINNED:
+            if info is not None and stat.S_ISDIR(info.st_mode):
+                masks.append(Mask(sandbox, host, "dir", exists=True, pinned=True))
+            continue
+        content = row.placeholder or b""
+        if info is None:
+            if not os.path.isdir(os.path.dirname(host)):
+                continue  # e.g. objects/info without objects: its parent, when created, is not git's
+            kind = "dir" if expect_dir else "file"
+            masks.append(Mask(sandbox, host, kind, exists=False, placeholder=content))
+        else:
+            kind = "dir" if stat.S_ISDIR(info.st_mode) else "file"
+            masks.append(Mask(sandbox, host, kind, exists=True, placeholder=content))
+    return masks
+
+
+def _dotgit_masks(rule: PlainFileRule, host_root: str, relative: str) -> tuple[list[Mask], str | None]:
+    """Masks for a ``.git`` entry at ``relative``, and the git directory planned as a unit (or None).
+
+    Missing: an empty read-only placeholder. A file (a gitfile naming a git directory elsewhere)
+    or a directory git would not take for a repository: read-only whole. A repository: the unit.
+    """
+    host = os.path.join(host_root, relative)
+    sandbox = f"{rule.path.rstrip('/')}/{relative}"
+    info = _lstat_protected(host)
+    if info is None:
+        return [Mask(sandbox, host, "dir", exists=False)], None
+    if stat.S_ISLNK(info.st_mode):
+        raise _refuse_symlink(host, "dir")
+    if stat.S_ISDIR(info.st_mode) and is_git_dir(host):
+        return _git_unit_masks(rule, host_root, relative), relative
+    return [Mask(sandbox, host, "dir" if stat.S_ISDIR(info.st_mode) else "file", exists=True)], None
+
+
+def _masks_for(rule: PlainFileRule, host_root: str) -> tuple[tuple[Mask, ...], tuple[str, ...]]:
     masks: dict[str, Mask] = {}
+    git_dirs: list[str] = []
+    if is_git_dir(host_root):  # the bind is itself a bare repository: its config is at the top
+        for mask in _git_unit_masks(rule, host_root, ""):
+            masks[mask.sandbox_path] = mask
+        git_dirs.append("")
     for relative, kind in protected_entries(rule):
+        if relative == ".git":
+            unit, git_dir = _dotgit_masks(rule, host_root, ".git")
+            masks.update({m.sandbox_path: m for m in unit})
+            git_dirs += [git_dir] if git_dir is not None else []
+            continue
         parts = relative.split("/")
         current = host_root
         for index, part in enumerate(parts):
             current = os.path.join(current, part)
-            try:
-                info = os.lstat(current)
-            except FileNotFoundError:
-                # Mask the first missing component: masking a deeper path would make bwrap
-                # create its parents on the host.
+            info = _lstat_protected(current)
+            if info is None:
+                # Mask the first missing component: masking a deeper path would create its parents.
                 first_missing = "/".join(parts[: index + 1])
                 mask_kind = kind if index == len(parts) - 1 else "dir"
-                masks.setdefault(
-                    first_missing,
-                    Mask(f"{rule.path}/{first_missing}", current, mask_kind, exists=False),
-                )
+                sandbox = f"{rule.path}/{first_missing}"
+                masks.setdefault(sandbox, Mask(sandbox, current, mask_kind, exists=False))
                 break
-            except OSError as exc:
-                raise SandboxStartError(
-                    f"cannot inspect protected path {current}: {exc.strerror}",
-                    "check the permissions of the write bind",
-                ) from exc
             if stat.S_ISLNK(info.st_mode):
-                raise SandboxStartError(
-                    f"protected path {current} is a symlink (to {os.readlink(current)!r}); "
-                    "a symlink here could redirect the protection to a decoy",
-                    f"replace {current} with a real {'directory' if kind == 'dir' else 'file'} or remove it",
-                )
+                raise _refuse_symlink(current, kind)
             if index == len(parts) - 1:
                 is_dir = stat.S_ISDIR(info.st_mode)
-                masks[relative] = Mask(f"{rule.path}/{relative}", current, "dir" if is_dir else "file", exists=True)
+                sandbox = f"{rule.path}/{relative}"
+                masks[sandbox] = Mask(sandbox, current, "dir" if is_dir else "file", exists=True)
             elif not stat.S_ISDIR(info.st_mode):
-                break  # e.g. `.git` is a file (worktree); nothing beneath it can be created
-    return tuple(sorted(masks.values(), key=lambda m: m.sandbox_path))
+                break  # a file where a directory would be: nothing beneath it can be created
+    return tuple(masks.values()), tuple(git_dirs)
+
+
+def _mask_order(mask: Mask) -> tuple[int, str]:
+    """Parents before children: a pinned ``.git`` bind must come before the read-only masks in it."""
+    return (mask.sandbox_path.count("/"), mask.sandbox_path)
 
 
 def _check_writable_by(path: str, info: os.stat_result, uid: int) -> None:
@@ -196,109 +306,126 @@ def gather_path_facts(boundary: PlainBoundary, *, sandbox_host_uid: int, sandbox
                 f"host path {rule.host} for {rule.path} does not exist or cannot be read ({exc.strerror})",
                 "create it, fix the path, or set `required: false` on that files entry",
             ) from exc
-        masks: tuple[Mask, ...] = ()
-        if rule.access is FileAccess.WRITE:
-            if not stat.S_ISDIR(info.st_mode):
-                raise SandboxStartError(
-                    f"write bind {rule.host} is not a directory",
-                    "bind a directory for write access; bind single files with access: read",
-                )
-            masks = _masks_for(rule, real)
-        _check_reachable_by(real, sandbox_host_uid, sandbox_host_gid, want_write=rule.access is FileAccess.WRITE)
-        nested = None
-        if rule.access is FileAccess.WRITE:
-            nested = scan_nested_protected(real)
-            masks = masks + _nested_masks(rule, real, nested or frozenset())
-        binds.append(BindFacts(rule, real, stat.S_ISDIR(info.st_mode), masks, nested))
+        if rule.access is not FileAccess.WRITE:
+            _check_reachable_by(real, sandbox_host_uid, sandbox_host_gid, want_write=False)
+            binds.append(BindFacts(rule, real, stat.S_ISDIR(info.st_mode)))
+            continue
+        if not stat.S_ISDIR(info.st_mode):
+            raise SandboxStartError(
+                f"write bind {rule.host} is not a directory",
+                "bind a directory for write access; bind single files with access: read",
+            )
+        masks, git_dirs = _masks_for(rule, real)
+        _check_reachable_by(real, sandbox_host_uid, sandbox_host_gid, want_write=True)
+        scan = _scan_at_start(real)
+        nested_masks, nested_git = _nested_masks(rule, real, scan)
+        all_masks = tuple(sorted({m.sandbox_path: m for m in masks + nested_masks}.values(), key=_mask_order))
+        binds.append(BindFacts(rule, real, True, all_masks, scan, identity(info), git_dirs + nested_git))
     return PathFacts(tuple(binds), tuple(skipped), _block_kinds(boundary, binds))
 
 
 # Names that are protected at the top of a write bind and, for existing ones, below it too; a new
-# one created below the top during a session is removed at close (see scan_nested_protected).
+# one created below the top during a session is removed at close (see scan_protected).
 NESTED_PROTECTED_NAMES = frozenset(p.path.split("/")[0] for p in PROTECTED_PATHS)
+# Bounds of the scans at start and at close. Entries: time and memory of one scan; depth: one
+# open descriptor (two with the listing) per level, well under the usual 1024-descriptor limit.
 MAX_SCAN_ENTRIES = 200_000
+MAX_SCAN_DEPTH = 256
 
 
-def scan_nested_protected(root: str, *, limit: int | None = None) -> frozenset[str] | None:
-    """Relative paths of entries named like a protected path below the top level of ``root``.
+@dataclass(frozen=True)
+class ProtectedScan:
+    """Protected names below the top of a write bind, and directories git takes for a bare repository.
+
+    ``names`` maps relative paths to identities; ``bare`` maps the relative path of each directory
+    holding a git HEAD (a bare repository, or one in the making) to its identity ("" is the root).
+    ``complete`` is False when a limit stopped the scan; ``limit_note`` then says which.
+    """
+
+    names: dict[str, tuple[int, int]]
+    bare: dict[str, tuple[int, int]]
+    complete: bool
+    limit_note: str = ""
+
+
+def scan_protected(root_fd: int, *, max_entries: int | None = None, max_depth: int | None = None) -> ProtectedScan:
+    """Find protected names below the top of the tree at ``root_fd``, and bare-repository HEADs.
 
     A nested ``.git`` (``git init sub/``) or ``.envrc`` runs code as the user the next time they
-    use that directory, which mount masks fixed at start cannot foresee. Symlinks are listed, never
-    followed; protected directories are not descended into.
+    use that directory, and so does a directory holding HEAD, objects and config (git takes it
+    for a bare repository). Symlinks are listed, never followed; protected directories are not
+    descended into. Works through descriptors only, so it is safe after a workload ran.
 
-    Returns:
-        The set, or None when the tree has more than ``limit`` entries (not scanned).
+    Args:
+        root_fd: the write bind's root, opened with ``O_NOFOLLOW``.
+        max_entries: stop after this many entries (default ``MAX_SCAN_ENTRIES``).
+        max_depth: do not enter directories deeper than this (default ``MAX_SCAN_DEPTH``).
     """
-    limit = MAX_SCAN_ENTRIES if limit is None else limit
-    found: set[str] = set()
-    seen = 0
-    for directory, dirnames, filenames in os.walk(root):
-        relative_dir = os.path.relpath(directory, root)
-        for name in dirnames + filenames:
-            seen += 1
-            if seen > limit:
-                return None
-            if name in NESTED_PROTECTED_NAMES and relative_dir != ".":
-                found.add(os.path.join(relative_dir, name))
-        dirnames[:] = sorted(d for d in dirnames if d not in NESTED_PROTECTED_NAMES)
-    return frozenset(found)
+    limits = WalkLimits(
+        MAX_SCAN_ENTRIES if max_entries is None else max_entries, MAX_SCAN_DEPTH if max_depth is None else max_depth
+    )
+    outcome = WalkOutcome()
+    names: dict[str, tuple[int, int]] = {}
+    bare: dict[str, tuple[int, int]] = {}
+    for entry in walk(root_fd, limits, outcome, descend=lambda e: e.name not in NESTED_PROTECTED_NAMES):
+        if entry.name in NESTED_PROTECTED_NAMES and entry.depth > 1:
+            names[entry.relative] = identity(entry.info)
+        if entry.name == "HEAD" and stat.S_ISREG(entry.info.st_mode) and _has_git_store(entry.parent_fd):
+            parent = entry.relative.rpartition("/")[0]
+            bare[parent] = identity(os.fstat(entry.parent_fd))
+    note = ""
+    if outcome.stopped_at_limit:
+        note = f"more than {limits.max_entries} entries"
+    elif outcome.too_deep:
+        note = f"directories deeper than {limits.max_depth} levels (first: {outcome.too_deep[0]})"
+    return ProtectedScan(names, bare, outcome.complete, note)
 
 
-def _nested_masks(rule: PlainFileRule, host_root: str, nested: frozenset[str]) -> tuple[Mask, ...]:
-    """Read-only re-binds for protected entries that already exist below the top level."""
-    masks = []
-    for relative in sorted(nested):
+def _has_git_store(dir_fd: int) -> bool:
+    """Whether the directory at ``dir_fd`` has what git needs beside HEAD: objects/ or commondir."""
+    for name in ("objects", "commondir"):
+        try:
+            os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+            return True
+        except FileNotFoundError:
+            continue
+    return False
+
+
+def _scan_at_start(root: str) -> ProtectedScan:
+    try:
+        fd = os.open(root, DIR_FLAGS)
+    except OSError as exc:
+        raise SandboxStartError(f"cannot open write bind {root}: {exc.strerror}", "check the path") from exc
+    try:
+        return scan_protected(fd)
+    finally:
+        os.close(fd)
+
+
+def _nested_masks(rule: PlainFileRule, host_root: str, scan: ProtectedScan) -> tuple[tuple[Mask, ...], tuple[str, ...]]:
+    """Masks for protected entries that exist below the top level at start: repositories are
+    planned as units, other names are re-bound read-only. Symlinks are skipped: a re-bind would
+    follow them, and the link itself lies inside the writable bind."""
+    masks: list[Mask] = []
+    git_dirs: list[str] = []
+    for relative in sorted(scan.names):
         host = os.path.join(host_root, relative)
         info = os.lstat(host)
         if stat.S_ISLNK(info.st_mode):
-            continue  # a re-bind would follow it; the link itself is inside the writable bind
-        if os.path.basename(relative) == ".git" and stat.S_ISDIR(info.st_mode):
-            targets = [
-                r for r in (f"{relative}/hooks", f"{relative}/config") if os.path.lexists(os.path.join(host_root, r))
-            ]
-        else:
-            targets = [relative]
-        for target in targets:
-            kind = "dir" if os.path.isdir(os.path.join(host_root, target)) else "file"
-            masks.append(Mask(f"{rule.path}/{target}", os.path.join(host_root, target), kind, exists=True))
-    return tuple(masks)
-
-
-def revert_nested_creations(facts: PathFacts) -> list[str]:
-    """Remove protected names created below the top of write binds since the scan at start.
-
-    Returns:
-        One line per removed path, for the record; paths that could not be removed are named too.
-    """
-    removed: list[str] = []
-    for bind in facts.binds:
-        if bind.rule.access is not FileAccess.WRITE:
             continue
-        if bind.nested is None:
-            removed.append(
-                f"{bind.rule.path}: more than {MAX_SCAN_ENTRIES} entries at start; "
-                "protected names created below the top were not checked"
-            )
+        if os.path.basename(relative) == ".git":
+            unit, git_dir = _dotgit_masks(rule, host_root, relative)
+            masks += unit
+            git_dirs += [git_dir] if git_dir is not None else []
             continue
-        now = scan_nested_protected(bind.host_realpath)
-        if now is None:
-            removed.append(
-                f"{bind.rule.path}: tree grew past {MAX_SCAN_ENTRIES} entries; new nested protected names not checked"
-            )
-            continue
-        for relative in sorted(now - bind.nested):
-            host = os.path.join(bind.host_realpath, relative)
-            try:
-                if os.path.isdir(host) and not os.path.islink(host):
-                    import shutil  # rare: only when a task created a protected name
-
-                    shutil.rmtree(host)
-                else:
-                    os.unlink(host)
-                removed.append(f"removed {bind.rule.path}/{relative}, created by the task (a protected name)")
-            except OSError as exc:
-                removed.append(f"could not remove {bind.rule.path}/{relative}: {exc.strerror}")
-    return removed
+        kind = "dir" if stat.S_ISDIR(info.st_mode) else "file"
+        masks.append(Mask(f"{rule.path}/{relative}", host, kind, exists=True))
+    for relative in sorted(scan.bare):
+        if relative and is_git_dir(os.path.join(host_root, relative)):
+            masks += _git_unit_masks(rule, host_root, relative)
+            git_dirs.append(relative)
+    return tuple(masks), tuple(git_dirs)
 
 
 def _block_kinds(boundary: PlainBoundary, binds: list[BindFacts]) -> dict[str, str]:

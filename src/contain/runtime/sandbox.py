@@ -60,7 +60,7 @@ from contain.runtime.cgroups import CgroupUsage, SandboxCgroup
 from contain.runtime.etc_tree import ensure_etc_tree
 from contain.runtime.filter_cache import filter_for
 from contain.runtime.host_ids import HostIdLease, lease_host_ids
-from contain.runtime.paths import PathFacts, gather_path_facts, revert_nested_creations
+from contain.runtime.paths import PathFacts, gather_path_facts
 from contain.runtime.plan import (
     LayerPlan,
     plan_base_env,
@@ -72,6 +72,7 @@ from contain.runtime.plan import (
 from contain.runtime.process import SandboxProcess
 from contain.runtime.result import Captured, RunResult, Timings, Usage, Violation
 from contain.runtime.streams import CappedReader, StdinFeeder
+from contain.runtime.write_binds import WriteBindGuard, prepare_write_binds
 
 if TYPE_CHECKING:
     from contain.boundary.model import Boundary
@@ -162,6 +163,7 @@ class Sandbox:
         self._egress: EgressSession | None = None
         self._agent_pid: int | None = None
         self._paths: PathFacts | None = None
+        self._write_binds: WriteBindGuard | None = None
         self._lease: HostIdLease | None = None
         self._ids: tuple[int, int] | None = None
         self._ids_report = ""
@@ -219,7 +221,8 @@ class Sandbox:
         try:
             uid, gid = self._choose_host_ids(facts)
             self._layers = layers = replace(layers, report={**layers.report, "host uid": self._ids_report})
-            self._paths = gather_path_facts(self.boundary, sandbox_host_uid=uid, sandbox_host_gid=gid)
+            facts_before = gather_path_facts(self.boundary, sandbox_host_uid=uid, sandbox_host_gid=gid)
+            self._paths, self._write_binds = prepare_write_binds(facts_before)
             if layers.cgroups:
                 self._cgroup = SandboxCgroup.create(
                     f"{os.getpid()}-{os.urandom(5).hex()}",
@@ -774,10 +777,10 @@ class Sandbox:
         if self._cgroup is not None:
             self._cgroup.remove(timeout_s=5.0)
             self._cgroup = None
-        if self._paths is not None:
-            _remove_placeholders(self._paths)
-            if proc is not None:  # the task ran: undo protected names it created below the top
-                self.teardown_findings += revert_nested_creations(self._paths)
+        if self._write_binds is not None:
+            # Only once every sandbox process is gone; through descriptors opened before it ran.
+            self.teardown_findings += self._write_binds.close(workload_ran=proc is not None)
+            self._write_binds = None
         if self._lease is not None:
             self._lease.release()  # only once nothing of the sandbox runs as this uid any more
             self._lease = None
@@ -845,21 +848,3 @@ def _decode_status(status: int) -> tuple[int | None, int | None]:
     if os.WIFEXITED(status):
         return os.WEXITSTATUS(status), None
     return None, None
-
-
-def _remove_placeholders(paths: PathFacts) -> None:
-    """Remove the empty mount points bwrap created on the host for masked paths."""
-    for mask in paths.created_placeholders():
-        try:
-            if mask.kind == "dir":
-                os.rmdir(mask.host_path)
-            elif (
-                os.path.isfile(mask.host_path)
-                and not os.path.islink(mask.host_path)
-                and os.path.getsize(mask.host_path) == 0
-            ):
-                os.unlink(mask.host_path)
-        except FileNotFoundError:
-            pass
-        except OSError as exc:
-            log.warning("could not remove placeholder %s: %s", mask.host_path, exc)
