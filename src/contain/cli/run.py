@@ -78,6 +78,7 @@ def execute(args: argparse.Namespace) -> int:
         document = result.to_dict()
         document["timings"]["teardown_s"] = teardown
         document["teardown"] = sandbox.teardown_findings
+        document["export"] = {path: report.to_dict() for path, report in sandbox.export_reports.items()}
         json.dump(document, sys.stdout)
         sys.stdout.write("\n")
     else:
@@ -86,6 +87,8 @@ def execute(args: argparse.Namespace) -> int:
         sys.stderr.buffer.write(result.stderr.data)
         for violation in result.violations:
             print(f"contain: {violation.kind}: {violation.message}", file=sys.stderr)
-    for finding in sandbox.teardown_findings:
-        print(f"contain: teardown: {finding}", file=sys.stderr)
+    from contain.visible_text import for_terminal
+
+    for finding in sandbox.teardown_findings:  # names in them were chosen by the workload
+        print(f"contain: teardown: {for_terminal(finding)}", file=sys.stderr)
     return result.status

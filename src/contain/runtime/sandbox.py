@@ -725,6 +725,9 @@ class Sandbox:
     def close(self) -> float:
         """Export scratch, stop everything, and remove every trace. Idempotent.
 
+        What the export skipped and what the teardown undid are in ``export_reports`` and
+        ``teardown_findings``; neither raises.
+
         Returns:
             Seconds the teardown took.
 
@@ -744,17 +747,21 @@ class Sandbox:
         return time.perf_counter() - began
 
     def _export_scratch(self) -> None:
+        """Copy each exported scratch path to the host; bounded, and never fatal to the run's result.
+
+        A failure is recorded in that path's report (``stopped``) and in ``teardown_findings``
+        instead of raised: the run already happened, and its result must reach the caller.
+        """
+        budget = self.boundary.resources.disk_bytes
         for rule in self.boundary.files:
             if rule.access is FileAccess.SCRATCH and rule.export:
                 try:
-                    self.export_reports[rule.path] = sandbox_files.export_tree(
-                        self._root() + rule.path, rule.export, max_bytes=self.boundary.resources.disk_bytes
-                    )
+                    report = sandbox_files.export_tree(self._root() + rule.path, rule.export, max_bytes=budget)
                 except (OSError, FileTransferError) as exc:
                     log.warning("export of %s to %s failed: %s", rule.path, rule.export, exc)
-                    raise FileTransferError(
-                        f"export of {rule.path} to {rule.export} failed: {exc}", "check the export directory"
-                    ) from exc
+                    report = sandbox_files.ExportReport(stopped=f"the export failed: {exc}")
+                self.export_reports[rule.path] = report
+                self.teardown_findings += [f"export of {rule.path}: {line}" for line in report.lines()]
 
     def _teardown(self) -> None:
         """Stop the agent, kill leftovers through the cgroup, remove host traces."""
