@@ -36,7 +36,7 @@ REDIRECT_VECTORS = {
     ),
     "gitfile": "mkdir -p evil; cp -a .git/. evil/; evilcfg >> evil/config; mv .git .git-moved && echo 'gitdir: evil' > .git",
     "copy_then_config": "mv .git .gitold && cp -a .gitold .git && evilcfg >> .git/config",
-    "rm_then_copy": "cp -a .git /tmp/g && rm -rf .git; cp -a /tmp/g .git && evilcfg >> .git/config",
+    "rm_then_copy": "cp -a .git saved && rm -rf .git; cp -a saved .git && evilcfg >> .git/config",
     "symlink": "cp -a .git evil && evilcfg >> evil/config; mv .git .git-moved && ln -s evil .git",
     "config_worktree": (
         "evilcfg > .git/config.worktree; printf '[extensions]\\n\\tworktreeConfig = true\\n' >> .git/config"
