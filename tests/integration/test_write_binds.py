@@ -130,7 +130,8 @@ def test_commits_branches_and_merges_still_work_in_a_write_bound_repository(host
         + GIT_ENV
         + "C='-c user.name=a -c user.email=a@b'; echo a > f; git add f && git $C commit -qm x"
         " && git checkout -qb topic && git $C commit -q --allow-empty -m y && git checkout -q master"
-        " && git $C merge -q topic && git tag v1 && echo ok"
+        " && git $C merge -q topic && git tag v1 && echo b > f && git stash -q && git stash pop -q"
+        " && git reset -q --hard && echo ok"
     )
     with Sandbox(_write(repo)) as sb:
         result = sb.run(["sh", "-c", script])

@@ -107,6 +107,7 @@ GIT_DIR_RULES: tuple[GitDirRule, ...] = (
     GitDirRule("refs", GitMetaAccess.WRITABLE, "branches and tags: commits and checkouts update them"),
     GitDirRule("logs", GitMetaAccess.WRITABLE, "reflogs, written with every ref update"),
     GitDirRule("index", GitMetaAccess.WRITABLE, "the staging area: git add and commit write it"),
+    GitDirRule("sharedindex.*", GitMetaAccess.WRITABLE, "the shared part of a split index"),
     GitDirRule("HEAD", GitMetaAccess.WRITABLE, "the current branch: checkout writes it"),
     GitDirRule("*_HEAD", GitMetaAccess.WRITABLE, "ORIG_HEAD, FETCH_HEAD, MERGE_HEAD...: plain object names"),
     GitDirRule("*.lock", GitMetaAccess.WRITABLE, "git's lock files, renamed over their target"),
