@@ -69,19 +69,32 @@ class WalkLimits:
     max_depth: int
 
 
-@dataclass(frozen=True)
 class Entry:
-    """One entry met by ``walk``. ``parent_fd`` is valid only until the walk moves on."""
+    """One entry met by ``walk``. ``parent_fd`` is valid only until the walk moves on.
 
-    relative: str
-    name: str
-    parent_fd: int
-    info: os.stat_result
-    depth: int  # 1 for entries directly under the root
+    ``is_dir`` comes from the directory listing (d_type, no system call, never following a
+    link); ``info`` is the entry's lstat, taken on first use and kept.
+    """
+
+    __slots__ = ("_dirent", "_info", "depth", "name", "parent_fd", "relative")
+
+    def __init__(self, relative: str, dirent: os.DirEntry[str], parent_fd: int, depth: int) -> None:
+        self.relative = relative
+        self.name = dirent.name
+        self.parent_fd = parent_fd
+        self.depth = depth  # 1 for entries directly under the root
+        self._dirent = dirent
+        self._info: os.stat_result | None = None
+
+    @property
+    def info(self) -> os.stat_result:
+        if self._info is None:
+            self._info = os.stat(self.name, dir_fd=self.parent_fd, follow_symlinks=False)
+        return self._info
 
     @property
     def is_dir(self) -> bool:
-        return stat.S_ISDIR(self.info.st_mode)
+        return self._dirent.is_dir(follow_symlinks=False)
 
 
 @dataclass
@@ -134,11 +147,7 @@ def walk(
                 outcome.stopped_at_limit = True
                 return
             outcome.entries += 1
-            try:
-                info = os.stat(item.name, dir_fd=fd, follow_symlinks=False)
-            except FileNotFoundError:
-                continue
-            entry = Entry(prefix + item.name, item.name, fd, info, depth + 1)
+            entry = Entry(prefix + item.name, item, fd, depth + 1)
             yield entry
             if not entry.is_dir or not descend(entry):
                 continue
@@ -146,10 +155,11 @@ def walk(
                 outcome.too_deep.append(entry.relative)
                 continue
             try:
+                expected = identity(entry.info)
                 child = open_dir_at(fd, item.name)
             except OSError:
                 continue
-            if identity(os.fstat(child)) != identity(info):
+            if identity(os.fstat(child)) != expected:
                 os.close(child)  # swapped between stat and open: not the entry we yielded
                 continue
             stack.append((child, entry.relative + "/", depth + 1, os.scandir(child)))

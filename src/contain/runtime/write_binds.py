@@ -27,6 +27,7 @@ import errno
 import fcntl
 import os
 import stat
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from contain._log import LazyLogger
@@ -104,11 +105,10 @@ class WriteBindGuard:
             return []
         self._closed = True
         findings: list[str] = []
+        steps = [(_audit_git_units, b) for b in self._binds] + [(_revert_nested_creations, b) for b in self._binds]
         try:
-            if workload_ran:
-                for bind in self._binds:
-                    findings += _audit_git_units(bind)
-                    findings += _revert_nested_creations(bind)
+            for step, bind in steps if workload_ran else []:
+                findings += _reported(step, bind)
             findings += _remove_placeholders(self._placeholders)
         finally:
             for placeholder in self._placeholders:
@@ -116,6 +116,14 @@ class WriteBindGuard:
             for bind in self._binds:
                 _close_quietly(bind.root_fd, *(u.fd for u in bind.units))
         return findings
+
+
+def _reported(step: Callable[[_Bind], list[str]], bind: _Bind) -> list[str]:
+    """Run one audit step; an I/O failure becomes a finding (the run's result must still arrive)."""
+    try:
+        return step(bind)
+    except OSError as exc:
+        return [f"{bind.facts.rule.path}: the check after the run failed ({exc}); it may hold task-made git metadata"]
 
 
 def prepare_write_binds(facts: PathFacts) -> tuple[PathFacts, WriteBindGuard]:
