@@ -174,6 +174,28 @@ def _git_unit_masks(rule: PlainFileRule, host_root: str, git_dir: str) -> list[M
         else:
             kind = "dir" if stat.S_ISDIR(info.st_mode) else "file"
             masks.append(Mask(sandbox, host, kind, exists=True, placeholder=content))
+    return masks + _existing_unlisted_masks(rule, host_root, git_dir)
+
+
+def _existing_unlisted_masks(rule: PlainFileRule, host_root: str, git_dir: str) -> list[Mask]:
+    """Read-only masks for names already in the git directory that no writable row allows.
+
+    A name no row knows (a ``core.hooksPath`` of ``.git/my-hooks``, a future git feature) is
+    read-only rather than writable (fail closed); so is an interrupted rebase or cherry-pick
+    the user left, whose todo list the run must not rewrite.
+    """
+    masks = []
+    host_dir = os.path.join(host_root, git_dir)
+    for name in sorted(os.listdir(host_dir)):
+        row = git_rule_for(name)
+        if row is not None and row.access is not GitMetaAccess.REMOVED_AT_CLOSE:
+            continue  # writable or pinned, or read-only and already masked by its row
+        host = os.path.join(host_dir, name)
+        info = os.lstat(host)
+        if stat.S_ISLNK(info.st_mode):
+            raise _refuse_symlink(host, "file")
+        sandbox = f"{rule.path.rstrip('/')}/{os.path.join(git_dir, name)}"
+        masks.append(Mask(sandbox, host, "dir" if stat.S_ISDIR(info.st_mode) else "file", exists=True))
     return masks
 
 

@@ -193,3 +193,16 @@ def test_existing_nested_repositories_are_planned_as_units(tmp_path):
     assert nested["/work/repo/sub/.git/commondir"] == ("file", False, False)
     assert set(facts.binds[0].scan.names) == {"sub/.git"}
     assert "sub/.git" in facts.binds[0].git_dirs
+
+
+def test_names_already_in_a_git_dir_that_no_writable_row_allows_are_read_only(tmp_path):
+    git = make_git_dir(tmp_path / ".git")
+    (git / "my-hooks").mkdir()  # e.g. core.hooksPath = .git/my-hooks
+    (git / "sequencer").mkdir()  # an interrupted cherry-pick the user left
+    (git / "ORIG_HEAD").write_text("0" * 40)
+    facts = gather_path_facts(write_bind(tmp_path), sandbox_host_uid=os.getuid(), sandbox_host_gid=os.getgid())
+    masks = {m.sandbox_path: m for m in facts.binds[0].masks}
+    for name in ("my-hooks", "sequencer"):
+        mask = masks[f"/work/repo/.git/{name}"]
+        assert mask.exists and not mask.pinned and mask.kind == "dir"
+    assert "/work/repo/.git/ORIG_HEAD" not in masks  # writable state
