@@ -62,7 +62,7 @@ PROTECTED_PATHS: tuple[ProtectedPath, ...] = (
 class GitMetaAccess(StrEnum):
     """What a workload may do with one name inside a repository's git directory."""
 
-    PINNED = "pinned"  # bound onto itself, writable: cannot be renamed, removed or replaced
+    IMMOVABLE = "immovable"  # bound onto itself, writable: cannot be renamed, removed or replaced
     READ_ONLY = "read_only"  # re-bound read-only; a missing one gets a placeholder the workload cannot replace
     WRITABLE = "writable"  # ordinary repository state a coding task writes (objects, refs, index)
     REMOVED_AT_CLOSE = "removed_at_close"  # writable during the run; removed at close if the run created it
@@ -84,17 +84,19 @@ class GitDirRule:
 
 
 # A git directory is one protected unit: everything git honours that could run a command on the
-# host or point git at other metadata is read-only, or pinned so that it cannot be swapped for a
+# host or point git at other metadata is read-only, or immovable so that it cannot be swapped for a
 # copy. A name the run creates that matches no row is removed at close (fail closed). The rows
 # are matched in order; the first match decides.
 GIT_DIR_RULES: tuple[GitDirRule, ...] = (
-    GitDirRule(".", GitMetaAccess.PINNED, "bound onto itself: cannot be renamed, replaced by a gitfile or a symlink"),
+    GitDirRule(
+        ".", GitMetaAccess.IMMOVABLE, "bound onto itself: cannot be renamed, replaced by a gitfile or a symlink"
+    ),
     GitDirRule("config", GitMetaAccess.READ_ONLY, "core.fsmonitor, core.hooksPath, aliases, filters run commands", b""),
     GitDirRule("config.worktree", GitMetaAccess.READ_ONLY, "per-worktree config: same powers as config", b""),
     GitDirRule("commondir", GitMetaAccess.READ_ONLY, "points git at another directory's config and hooks", b".\n"),
     GitDirRule("hooks", GitMetaAccess.READ_ONLY, "hooks run as the user on the next commit or checkout"),
     GitDirRule("info", GitMetaAccess.READ_ONLY, "attributes select filter/diff drivers; grafts rewrite history"),
-    GitDirRule("objects", GitMetaAccess.PINNED, "new objects are written here; pinned so objects/info stays put"),
+    GitDirRule("objects", GitMetaAccess.IMMOVABLE, "new objects are written here; immovable so objects/info stays put"),
     GitDirRule("objects/info", GitMetaAccess.READ_ONLY, "alternates and http-alternates redirect object reads"),
     GitDirRule("worktrees", GitMetaAccess.READ_ONLY, "each linked worktree has its own gitdir, commondir, config"),
     GitDirRule("modules", GitMetaAccess.READ_ONLY, "submodule git directories carry their own config and hooks"),

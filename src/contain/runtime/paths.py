@@ -6,7 +6,7 @@ because they are facts about the host: a missing required path, a protected path
 (a decoy left by a previous task, ESCAPE_CATALOG FS-10), a write root the sandbox user cannot write.
 
 A repository's git directory inside a write bind is planned as one unit (``GIT_DIR_RULES``): the
-directory itself and ``objects`` are pinned (bound onto themselves, so they cannot be renamed,
+directory itself and ``objects`` are immovable (bound onto themselves, so they cannot be renamed,
 removed, or replaced by a copy, a gitfile or a symlink), and every name that runs or redirects
 code is read-only, or a placeholder when missing. That holds for the top-level ``.git``, for
 repositories found below the top at start, and for a write bind that is itself a bare repository.
@@ -55,7 +55,7 @@ class Mask:
     exists: bool
     # bound onto itself writable (a git directory, its objects): it stays where it is, which is
     # what keeps the read-only masks inside it in force (a mount point cannot be renamed)
-    pinned: bool = False
+    immovable: bool = False
     placeholder: bytes = b""  # content of a missing file's placeholder
 
 
@@ -150,20 +150,20 @@ def _git_unit_masks(rule: PlainFileRule, host_root: str, git_dir: str) -> list[M
     """Masks for one git directory (relative ``git_dir``; "" for a bare repository at the root)."""
     masks: list[Mask] = []
     for row in GIT_DIR_RULES:
-        if row.access not in (GitMetaAccess.PINNED, GitMetaAccess.READ_ONLY) or "*" in row.name:
+        if row.access not in (GitMetaAccess.IMMOVABLE, GitMetaAccess.READ_ONLY) or "*" in row.name:
             continue
         relative = git_dir if row.name == "." else os.path.join(git_dir, row.name)
         if relative == "":
-            continue  # the bind root: already a mount point, so already pinned
+            continue  # the bind root: already a mount point, so already immovable
         host = os.path.join(host_root, relative)
         sandbox = f"{rule.path.rstrip('/')}/{relative}"
         info = _lstat_protected(host)
         expect_dir = row.placeholder is None
         if info is not None and stat.S_ISLNK(info.st_mode):
             raise _refuse_symlink(host, "dir" if expect_dir else "file")
-        if row.access is GitMetaAccess.PINNED:
+        if row.access is GitMetaAccess.IMMOVABLE:
             if info is not None and stat.S_ISDIR(info.st_mode):
-                masks.append(Mask(sandbox, host, "dir", exists=True, pinned=True))
+                masks.append(Mask(sandbox, host, "dir", exists=True, immovable=True))
             continue
         content = row.placeholder or b""
         if info is None:
@@ -189,7 +189,7 @@ def _existing_unlisted_masks(rule: PlainFileRule, host_root: str, git_dir: str) 
     for name in sorted(os.listdir(host_dir)):
         row = git_rule_for(name)
         if row is not None and row.access is not GitMetaAccess.REMOVED_AT_CLOSE:
-            continue  # writable or pinned, or read-only and already masked by its row
+            continue  # writable or immovable, or read-only and already masked by its row
         host = os.path.join(host_dir, name)
         info = os.lstat(host)
         if stat.S_ISLNK(info.st_mode):
@@ -254,7 +254,7 @@ def _masks_for(rule: PlainFileRule, host_root: str) -> tuple[tuple[Mask, ...], t
 
 
 def _mask_order(mask: Mask) -> tuple[int, str]:
-    """Parents before children: a pinned ``.git`` bind must come before the read-only masks in it."""
+    """Parents before children: a immovable ``.git`` bind must come before the read-only masks in it."""
     return (mask.sandbox_path.count("/"), mask.sandbox_path)
 
 

@@ -2,7 +2,9 @@
 
 ``Sandbox.start()`` is the orchestrator, an ordered checklist:
   1. probe host facts and decide the layers (fail closed: ``plan_layers``);
-  2. make sure the agent binary is built; gather facts about the bound host paths;
+  2. make sure the agent binary is built; gather facts about the bound host paths, then create the
+     write binds' placeholders and record, through descriptors, what the audit at close compares
+     against (``write_binds.prepare_write_binds``) — before any workload exists;
   3. compile the seccomp filter; create the cgroup and write its limits;
   4. spawn bubblewrap (as nobody when contain is root) with the agent as pid 1;
   5. read the agent's host pid from ``--info-fd`` and move it into the cgroup — before any workload
@@ -13,9 +15,10 @@ Any failure tears down what was built and raises ``SandboxStartError`` (or ``Uns
 
 ``run()`` asks the agent to fork and exec one command with pipes the host made; the host caps the
 output while streaming, enforces the wall clock and the cgroup CPU budget, and after the command
-ends the agent kills every process left in the sandbox. ``close()`` exports scratch, stops the
-agent, removes the cgroup and the placeholders bwrap had to create on the host, and checks that no
-sandbox process is left.
+ends the agent kills every process left in the sandbox. ``close()`` exports scratch (bounded in
+bytes, entries and depth), stops the agent, removes the cgroup, and only then audits the write
+binds through descriptors opened before the workload ran (git metadata the run made, protected
+names it created, the placeholders); what it undid is in ``teardown_findings``.
 
 Does not decide policy (that is the boundary) and does not talk HTTP (that is egress).
 """

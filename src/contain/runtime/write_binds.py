@@ -176,7 +176,7 @@ def _prepare_bind(bind: BindFacts, guard: WriteBindGuard) -> BindFacts:
         replace(mask, exists=True) if _create_placeholder(state, mask, guard) else mask for mask in bind.masks
     )
     for mask in masks:
-        if mask.exists and not mask.pinned:
+        if mask.exists and not mask.immovable:
             _adopt_if_placeholder(state, mask, guard)
     for relative in bind.git_dirs:
         fd = _open_relative(root_fd, relative)
@@ -328,7 +328,7 @@ def _audit_git_units(bind: _Bind) -> list[str]:
             continue
         for name in sorted(set(os.listdir(unit.fd)) - unit.names_at_start):
             rule = git_rule_for(name)
-            if rule is not None and rule.access in (GitMetaAccess.WRITABLE, GitMetaAccess.PINNED):
+            if rule is not None and rule.access in (GitMetaAccess.WRITABLE, GitMetaAccess.IMMOVABLE):
                 continue
             reason = rule.why if rule is not None else "a name git may honour that no rule allows"
             findings.append(_remove(unit.fd, name, f"{unit.label}/{name}", f"git metadata: {reason}"))

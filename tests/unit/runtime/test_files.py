@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 
+from contain.runtime.fdtree import DIR_FLAGS, remove_tree_at
 from contain.runtime.files import EXPORT_MIN_ENTRIES, HOST_BLOCK_BYTES, export_entry_limit, export_tree
 
 
@@ -15,6 +16,14 @@ def make_deep(root, depth):
         os.close(fd)
         fd = child
     os.close(fd)
+
+
+def remove_deep(path):
+    parent = os.open(path.parent, DIR_FLAGS)
+    try:
+        remove_tree_at(parent, path.name, max_entries=100_000)
+    finally:
+        os.close(parent)
 
 
 def test_an_export_of_many_empty_directories_stops_at_the_entry_limit_and_says_so(tmp_path):
@@ -34,7 +43,10 @@ def test_an_export_of_a_tree_deeper_than_the_recursion_limit_completes_and_repor
     src.mkdir()
     make_deep(src, 1500)
     (src / "result.txt").write_text("kept")
-    report = export_tree(str(src), str(dst), max_bytes=1 << 20, max_entries=10_000, max_depth=64)
+    try:
+        report = export_tree(str(src), str(dst), max_bytes=1 << 20, max_entries=10_000, max_depth=64)
+    finally:
+        remove_deep(src)  # pytest's own clean-up of old temp dirs is recursive
     assert (dst / "result.txt").read_text() == "kept"
     assert report.dirs == 64 and report.skipped_count == 1
     assert report.skipped[0].endswith("(deeper than 64 levels: its content was not copied)")

@@ -5,8 +5,8 @@ import os
 import pytest
 
 from contain.boundary import Boundary
-from contain.errors import SandboxStartError
 from contain.boundary.kinds import GIT_DIR_RULES, GitMetaAccess
+from contain.errors import SandboxStartError
 from contain.runtime.paths import Mask, gather_path_facts, scan_protected
 
 
@@ -47,19 +47,19 @@ def test_a_repository_is_planned_as_one_unit_row_by_row(tmp_path):
     assert facts.binds[0].git_dirs == (".git",)
     for row in GIT_DIR_RULES:
         path = "/work/repo/.git" if row.name == "." else f"/work/repo/.git/{row.name}"
-        if row.access is GitMetaAccess.PINNED:
-            assert masks[path].pinned and masks[path].exists, row
+        if row.access is GitMetaAccess.IMMOVABLE:
+            assert masks[path].immovable and masks[path].exists, row
         elif row.access is GitMetaAccess.READ_ONLY:
             mask = masks[path]
             exists = (git / row.name).exists()
-            assert not mask.pinned and mask.exists == exists, row
+            assert not mask.immovable and mask.exists == exists, row
             assert mask.kind == ("dir" if row.placeholder is None else "file"), row
             if not exists:
                 assert mask.placeholder == row.placeholder or (row.placeholder is None and mask.placeholder == b"")
         else:
             assert path not in masks, row  # writable during the run (removed at close when listed so)
     order = [m.sandbox_path for m in facts.binds[0].masks]
-    assert order.index("/work/repo/.git") < order.index("/work/repo/.git/config")  # pinned before its masks
+    assert order.index("/work/repo/.git") < order.index("/work/repo/.git/config")  # immovable before its masks
     assert order.index("/work/repo/.git/objects") < order.index("/work/repo/.git/objects/info")
 
 
@@ -88,9 +88,9 @@ def test_a_write_bind_that_is_itself_a_bare_repository_has_its_top_level_metadat
     (tmp_path / "config").write_text("[core]\n\tbare = true\n")
     facts = gather_path_facts(write_bind(tmp_path), sandbox_host_uid=os.getuid(), sandbox_host_gid=os.getgid())
     masks = {m.sandbox_path: m for m in facts.binds[0].masks}
-    assert masks["/work/repo/config"].exists and not masks["/work/repo/config"].pinned
+    assert masks["/work/repo/config"].exists and not masks["/work/repo/config"].immovable
     assert masks["/work/repo/hooks"] == Mask("/work/repo/hooks", str(tmp_path / "hooks"), "dir", exists=False)
-    assert masks["/work/repo/objects"].pinned
+    assert masks["/work/repo/objects"].immovable
     assert "" in facts.binds[0].git_dirs
 
 
@@ -186,7 +186,9 @@ def test_existing_nested_repositories_are_planned_as_units(tmp_path):
     (git / "hooks").mkdir()
     (git / "config").write_text("")
     facts = gather_path_facts(write_bind(tmp_path), sandbox_host_uid=os.getuid(), sandbox_host_gid=os.getgid())
-    nested = {m.sandbox_path: (m.kind, m.exists, m.pinned) for m in facts.binds[0].masks if "/sub/" in m.sandbox_path}
+    nested = {
+        m.sandbox_path: (m.kind, m.exists, m.immovable) for m in facts.binds[0].masks if "/sub/" in m.sandbox_path
+    }
     assert nested["/work/repo/sub/.git"] == ("dir", True, True)
     assert nested["/work/repo/sub/.git/hooks"] == ("dir", True, False)
     assert nested["/work/repo/sub/.git/config"] == ("file", True, False)
@@ -204,5 +206,5 @@ def test_names_already_in_a_git_dir_that_no_writable_row_allows_are_read_only(tm
     masks = {m.sandbox_path: m for m in facts.binds[0].masks}
     for name in ("my-hooks", "sequencer"):
         mask = masks[f"/work/repo/.git/{name}"]
-        assert mask.exists and not mask.pinned and mask.kind == "dir"
+        assert mask.exists and not mask.immovable and mask.kind == "dir"
     assert "/work/repo/.git/ORIG_HEAD" not in masks  # writable state

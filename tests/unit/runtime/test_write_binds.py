@@ -59,7 +59,7 @@ def test_teardown_does_not_follow_a_symlink_that_replaced_a_placeholders_parent(
     for path in [victim, *victim.iterdir()]:
         os.chmod(path, 0o555 if path.is_dir() else 0o444)  # looks exactly like placeholders
     _, guard = prepare(root)
-    git.rename(root / ".gitold")  # what the workload did (impossible under the pinned mount; defence in depth)
+    git.rename(root / ".gitold")  # what the workload did (impossible under the immovable mount; defence in depth)
     (root / ".git").symlink_to(victim)
     guard.close(workload_ran=True)
     assert sorted(p.name for p in victim.iterdir()) == [
@@ -126,7 +126,7 @@ def test_every_top_level_name_is_decided_by_a_row_and_unknown_ones_fail_closed()
 def test_a_copied_nested_repository_is_removed_and_the_moved_original_kept(tmp_path):
     make_repo(tmp_path / "vendor" / "lib")
     _, guard = prepare(tmp_path)
-    (tmp_path / "vendor" / "lib").rename(tmp_path / "vendor" / "lib2")  # the parent is not pinned
+    (tmp_path / "vendor" / "lib").rename(tmp_path / "vendor" / "lib2")  # the parent is not immovable
     shutil.copytree(tmp_path / "vendor" / "lib2", tmp_path / "vendor" / "lib", symlinks=True)
     (tmp_path / "vendor" / "lib" / ".git" / "config").write_text("[core]\n\tfsmonitor = evil\n")
     findings = guard.close(workload_ran=True)
@@ -197,3 +197,34 @@ def test_a_start_that_failed_only_removes_the_placeholders(tmp_path):
     (tmp_path / "new" / ".git").mkdir(parents=True)
     assert guard.close(workload_ran=False) == []
     assert (tmp_path / "new" / ".git").exists() and not (tmp_path / ".vscode").exists()
+
+
+def test_a_prepared_repository_is_planned_as_an_immovable_bind_before_its_read_only_names(tmp_path):
+    from contain.boundary.plain import plain_boundary
+    from contain.runtime.bwrap import BwrapInputs, plan_bwrap_argv
+
+    git = make_repo(tmp_path)
+    boundary = write_bind(tmp_path)
+    facts, guard = prepare(tmp_path)
+    try:
+        inputs = BwrapInputs(
+            paths=facts,
+            loader_links={},
+            loader_dirs=(),
+            etc_tree="/cache/etc",
+            agent_host_path="/cache/agent",
+            agent_args=(),
+            data_fds={},
+            empty_file_fd_for={},
+            seccomp_fd=6,
+            info_fd=4,
+        )
+        argv = plan_bwrap_argv(plain_boundary(boundary), inputs)
+    finally:
+        guard.close(workload_ran=False)
+    pairs = [(argv[i], argv[i + 2]) for i in range(len(argv) - 2) if argv[i] in ("--bind", "--ro-bind")]
+    assert pairs.index(("--bind", "/work/repo/.git")) < pairs.index(("--ro-bind", "/work/repo/.git/config"))
+    assert ("--bind", "/work/repo/.git/objects") in pairs and ("--ro-bind", "/work/repo/.git/commondir") in pairs
+    assert ("--ro-bind", "/work/repo/.git/objects/info") in pairs
+    assert str(git / "commondir") in argv  # the placeholder on the host, bound read-only
+    assert "--tmpfs" not in argv[argv.index("/work/repo") :]  # nothing left for bwrap to create on the host
