@@ -252,3 +252,27 @@ def test_concurrent_sandboxes_on_one_repository_keep_the_git_unit_intact(host_tm
     assert errors == []
     assert not (repo / ".git" / "commondir").exists()
     assert subprocess.run(["git", "-c", "safe.directory=*", "status"], cwd=repo, capture_output=True).returncode == 0
+
+
+def test_an_export_into_a_write_bind_is_not_redirected_by_a_symlink_the_task_planted(host_tmp: Path) -> None:
+    ws = host_tmp / "ws"
+    (ws / "a").mkdir(parents=True)
+    for entry in (ws, ws / "a"):
+        os.chown(entry, 65534, 65534)
+    victim = host_tmp / "victim"
+    victim.mkdir()
+    b = Boundary.model_validate(
+        {
+            "files": [
+                {"host": str(ws), "path": "/work/ws", "access": "write"},
+                {"path": "/work/out", "access": "scratch", "export": str(ws / "a" / "out")},
+            ]
+        }
+    )
+    script = f"echo r > /work/out/result.txt; cd /work/ws && mv a a.old && ln -s {victim} a && echo swapped"
+    with Sandbox(b) as sb:
+        result = sb.run(["sh", "-c", script])
+    assert result.stdout.data == b"swapped\n"
+    assert os.listdir(victim) == []
+    # Control: the link the task left does lead to the victim from the host.
+    assert os.path.realpath(ws / "a") == str(victim)

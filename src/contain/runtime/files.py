@@ -29,7 +29,9 @@ from contain.errors import FileTransferError
 from contain.runtime.fdtree import Entry, WalkLimits, WalkOutcome, walk
 
 __all__ = [
+    "ExportDestination",
     "ExportReport",
+    "anchor_export_destination",
     "as_sandbox_user",
     "export_entry_limit",
     "export_tree",
@@ -246,9 +248,67 @@ class ExportReport:
         }
 
 
+@dataclass
+class ExportDestination:
+    """A host export directory anchored before the workload ran.
+
+    The destination may lie inside a write bind, where the workload could replace a component
+    with a symlink; so its deepest existing directory is opened (after ``realpath``: symlinks in
+    the configured path are the user's) before the run, and the rest is created below that
+    descriptor at export time, one ``O_NOFOLLOW`` component at a time.
+    """
+
+    label: str
+    fd: int
+    missing: tuple[str, ...]
+
+    def open_for_export(self) -> int:
+        """A descriptor of the destination, creating the missing components.
+
+        Raises:
+            FileTransferError: a component is now a symlink or not a directory.
+        """
+        fd = os.dup(self.fd)
+        try:
+            for part in self.missing:
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(part, 0o755, dir_fd=fd)
+                child = os.open(part, _DIR_FLAGS, dir_fd=fd)
+                os.close(fd)
+                fd = child
+        except OSError as exc:
+            os.close(fd)
+            raise _fail(self.label, exc, "export to") from exc
+        return fd
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
+def anchor_export_destination(dest: str) -> ExportDestination:
+    """Open the deepest existing directory of ``dest`` now; see ``ExportDestination``.
+
+    Raises:
+        FileTransferError: a component of ``dest`` exists but is not a directory.
+    """
+    parts = [p for p in os.path.realpath(dest).split("/") if p]
+    fd = os.open("/", _DIR_FLAGS)
+    for index, part in enumerate(parts):
+        try:
+            child = os.open(part, _DIR_FLAGS, dir_fd=fd)
+        except FileNotFoundError:
+            return ExportDestination(dest, fd, tuple(parts[index:]))
+        except OSError as exc:
+            os.close(fd)
+            raise _fail(dest, exc, "export to") from exc
+        os.close(fd)
+        fd = child
+    return ExportDestination(dest, fd, ())
+
+
 def export_tree(
     source_root: str,
-    dest: str,
+    dest: str | ExportDestination,
     *,
     max_bytes: int,
     max_entries: int | None = None,
@@ -262,7 +322,8 @@ def export_tree(
 
     Args:
         source_root: the scratch directory as the host reaches it (``/proc/<pid>/root/...``).
-        dest: the host directory to copy into (created if missing).
+        dest: the host directory to copy into (created if missing), or its anchor taken before
+            the workload ran (what ``Sandbox`` passes).
         max_bytes: total bytes of file content to copy.
         max_entries: entries to create on the host (default ``export_entry_limit(max_bytes)``).
         max_depth: directory levels to enter.
@@ -272,16 +333,17 @@ def export_tree(
     """
     limits = WalkLimits(export_entry_limit(max_bytes) if max_entries is None else max_entries, max_depth)
     report = ExportReport()
-    os.makedirs(dest, mode=0o755, exist_ok=True)
+    anchor = dest if isinstance(dest, ExportDestination) else anchor_export_destination(dest)
+    try:
+        dst_fd = anchor.open_for_export()
+    finally:
+        if anchor is not dest:
+            anchor.close()
     try:
         src_fd = os.open(source_root, _DIR_FLAGS)
     except OSError as exc:
+        os.close(dst_fd)
         raise _fail(source_root, exc, "export from") from exc
-    try:
-        dst_fd = os.open(dest, _DIR_FLAGS)
-    except OSError as exc:
-        os.close(src_fd)
-        raise _fail(dest, exc, "export to") from exc
     try:
         _copy_tree(src_fd, dst_fd, limits, report, max_bytes)
     finally:

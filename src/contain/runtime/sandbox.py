@@ -167,6 +167,7 @@ class Sandbox:
         self._agent_pid: int | None = None
         self._paths: PathFacts | None = None
         self._write_binds: WriteBindGuard | None = None
+        self._export_destinations: dict[str, sandbox_files.ExportDestination] = {}
         self._lease: HostIdLease | None = None
         self._ids: tuple[int, int] | None = None
         self._ids_report = ""
@@ -226,6 +227,11 @@ class Sandbox:
             self._layers = layers = replace(layers, report={**layers.report, "host uid": self._ids_report})
             facts_before = gather_path_facts(self.boundary, sandbox_host_uid=uid, sandbox_host_gid=gid)
             self._paths, self._write_binds = prepare_write_binds(facts_before)
+            self._export_destinations = {
+                r.path: sandbox_files.anchor_export_destination(r.export)
+                for r in self.boundary.files
+                if r.access is FileAccess.SCRATCH and r.export
+            }
             if layers.cgroups:
                 self._cgroup = SandboxCgroup.create(
                     f"{os.getpid()}-{os.urandom(5).hex()}",
@@ -757,9 +763,10 @@ class Sandbox:
         """
         budget = self.boundary.resources.disk_bytes
         for rule in self.boundary.files:
-            if rule.access is FileAccess.SCRATCH and rule.export:
+            destination = self._export_destinations.get(rule.path)
+            if destination is not None:
                 try:
-                    report = sandbox_files.export_tree(self._root() + rule.path, rule.export, max_bytes=budget)
+                    report = sandbox_files.export_tree(self._root() + rule.path, destination, max_bytes=budget)
                 except (OSError, FileTransferError) as exc:
                     log.warning("export of %s to %s failed: %s", rule.path, rule.export, exc)
                     report = sandbox_files.ExportReport(stopped=f"the export failed: {exc}")
@@ -787,6 +794,9 @@ class Sandbox:
         if self._cgroup is not None:
             self._cgroup.remove(timeout_s=5.0)
             self._cgroup = None
+        for destination in self._export_destinations.values():
+            destination.close()
+        self._export_destinations = {}
         if self._write_binds is not None:
             # Only once every sandbox process is gone; through descriptors opened before it ran.
             self.teardown_findings += self._write_binds.close(workload_ran=proc is not None)

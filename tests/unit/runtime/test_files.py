@@ -82,3 +82,22 @@ def test_files_past_the_byte_budget_are_skipped_and_symlinks_in_the_destination_
 
 def test_a_tiny_budget_still_exports_a_small_result_tree():
     assert export_entry_limit(1) == EXPORT_MIN_ENTRIES
+
+
+def test_an_anchored_destination_is_not_redirected_by_a_symlink_planted_after_anchoring(tmp_path):
+    from contain.runtime.files import anchor_export_destination
+
+    src, ws, victim = tmp_path / "src", tmp_path / "ws", tmp_path / "victim"
+    src.mkdir()
+    (src / "result.txt").write_text("r")
+    (ws / "a").mkdir(parents=True)
+    victim.mkdir()
+    destination = anchor_export_destination(str(ws / "a" / "out"))  # before the workload
+    try:
+        (ws / "a").rename(ws / "a.old")  # what a workload with ws write-bound could do
+        (ws / "a").symlink_to(victim)
+        export_tree(str(src), destination, max_bytes=1 << 20)
+    finally:
+        destination.close()
+    assert os.listdir(victim) == []
+    assert (ws / "a.old" / "out" / "result.txt").read_text() == "r"
