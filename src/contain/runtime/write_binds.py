@@ -180,9 +180,10 @@ def _prepare_bind(bind: BindFacts, guard: WriteBindGuard) -> BindFacts:
             _adopt_if_placeholder(state, mask, guard)
     for relative in bind.git_dirs:
         fd = _open_relative(root_fd, relative)
-        names = frozenset(os.listdir(fd))  # after the placeholders: they are the unit's own
         label = f"{bind.rule.path.rstrip('/')}/{relative}".rstrip("/")
-        state.units.append(_GitUnit(label, fd, identity(os.fstat(fd)), names))
+        unit = _GitUnit(label, fd, identity(os.fstat(fd)), frozenset())
+        state.units.append(unit)  # owned by the guard from here: closed even if listing fails
+        unit.names_at_start = frozenset(os.listdir(fd))  # after the placeholders: they are the unit's own
     return replace(bind, masks=masks)
 
 
