@@ -91,6 +91,7 @@ def execute(args: argparse.Namespace) -> int:
         document = result.to_dict()
         document["timings"]["teardown_s"] = teardown
         document["teardown"] = sandbox.teardown_findings
+        document["export"] = {path: report.to_dict() for path, report in sandbox.export_reports.items()}
         json.dump(document, sys.stdout)
         sys.stdout.write("\n")
     else:

@@ -8,7 +8,7 @@ has a manifest that trips it and stays silent on a clean one.
 Decisions written down here:
 
 * A write bind of a git repository is not flagged by itself: contain always keeps the
-  ``PROTECTED_PATHS`` defaults (``.git/hooks``, ``.git/config``…) read-only. What is flagged
+  ``PROTECTED_PATHS`` defaults (``.git`` as a repository unit, rc files…) read-only. What is flagged
   (CHK-013) is a *hook runner the defaults do not cover* that would be writable: a
   ``core.hooksPath`` inside the bind, ``.husky``, ``.githooks``, ``.pre-commit-config.yaml``,
   ``lefthook.yml`` — editing those runs code as the user on the next commit.

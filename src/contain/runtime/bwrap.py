@@ -185,7 +185,8 @@ def plan_bwrap_argv(boundary: PlainBoundary, inputs: BwrapInputs, *, bwrap: str 
     for bind in inputs.paths.binds:
         for mask in bind.masks:
             if mask.exists:
-                argv += ["--ro-bind", mask.host_path, mask.sandbox_path]
+                # immovable: bound onto itself writable, so it cannot be renamed or replaced (a git dir)
+                argv += ["--bind" if mask.immovable else "--ro-bind", mask.host_path, mask.sandbox_path]
             elif mask.kind == "dir":
                 argv += ["--perms", "0555", "--tmpfs", mask.sandbox_path, "--remount-ro", mask.sandbox_path]
             else:

@@ -5,31 +5,45 @@ plans from these facts without touching the disk. The checks that refuse a launc
 because they are facts about the host: a missing required path, a protected path that is a symlink
 (a decoy left by a previous task, ESCAPE_CATALOG FS-10), a write root the sandbox user cannot write.
 
-Does not create anything on the host.
+A repository's git directory inside a write bind is planned as one unit (``GIT_DIR_RULES``): the
+directory itself and ``objects`` are immovable (bound onto themselves, so they cannot be renamed,
+removed, or replaced by a copy, a gitfile or a symlink), and every name that runs or redirects
+code is read-only, or a placeholder when missing. That holds for the top-level ``.git``, for
+repositories found below the top at start, and for a write bind that is itself a bare repository.
+A ``.git`` that is not a repository (e.g. an empty directory left behind) is masked read-only whole.
+
+Does not create anything on the host (``write_binds.prepare_write_binds`` creates the placeholders),
+and does not look at the tree after the workload ran (``write_binds`` does, through descriptors).
 """
 
 from __future__ import annotations
 
+import fnmatch
 import os
 import stat
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 
-from contain.boundary.kinds import PROTECTED_PATHS, FileAccess
+from contain.boundary.kinds import GIT_DIR_RULES, PROTECTED_PATHS, FileAccess, GitDirRule, GitMetaAccess
 from contain.boundary.plain import PlainBoundary, PlainFileRule
 from contain.errors import SandboxStartError
 from contain.runtime.bound_sockets import find_unix_sockets
+from contain.runtime.fdtree import DIR_FLAGS, WalkLimits, WalkOutcome, identity, walk
 
 __all__ = [
     "NESTED_PROTECTED_NAMES",
     "BindFacts",
     "Mask",
     "PathFacts",
+    "ProtectedScan",
     "gather_path_facts",
+    "git_rule_for",
     "host_path_of",
+    "is_git_dir",
     "is_under_write_bind",
     "protected_entries",
-    "revert_nested_creations",
-    "scan_nested_protected",
+    "scan_protected",
+    "with_bind_sources",
 ]
 
 
@@ -42,6 +56,10 @@ class Mask:
     host_path: str
     kind: str  # "dir" or "file"
     exists: bool
+    # bound onto itself writable (a git directory, its objects): it stays where it is, which is
+    # what keeps the read-only masks inside it in force (a mount point cannot be renamed)
+    immovable: bool = False
+    placeholder: bytes = b""  # content of a missing file's placeholder
 
 
 @dataclass(frozen=True)
@@ -52,9 +70,10 @@ class BindFacts:
     host_realpath: str
     is_dir: bool
     masks: tuple[Mask, ...] = ()
-    # write binds: protected names found below the top level at start (relative paths), or None
-    # when the tree was too large to scan (then creations below the top are not reverted)
-    nested: frozenset[str] | None = None
+    # write binds: protected names and repositories found at start, with their identities
+    scan: ProtectedScan | None = None
+    root_identity: tuple[int, int] | None = None
+    git_dirs: tuple[str, ...] = ()  # relative paths of the git directories planned as units ("" = the root)
 
 
 @dataclass(frozen=True)
@@ -92,42 +111,157 @@ def protected_entries(rule: PlainFileRule) -> list[tuple[str, str]]:
     return entries
 
 
-def _masks_for(rule: PlainFileRule, host_root: str) -> tuple[Mask, ...]:
+def _lstat_protected(path: str) -> os.stat_result | None:
+    try:
+        return os.lstat(path)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise SandboxStartError(
+            f"cannot inspect protected path {path}: {exc.strerror}", "check the permissions of the write bind"
+        ) from exc
+
+
+def _refuse_symlink(path: str, kind: str) -> SandboxStartError:
+    return SandboxStartError(
+        f"protected path {path} is a symlink (to {os.readlink(path)!r}); "
+        "a symlink here could redirect the protection to a decoy",
+        f"replace {path} with a real {'directory' if kind == 'dir' else 'file'} or remove it",
+    )
+
+
+def is_git_dir(path: str) -> bool:
+    """Whether git would take ``path`` for a git directory: a regular HEAD, and objects or commondir.
+
+    Mirrors git's ``is_git_directory`` closely enough to plan with: an entry that lacks these is
+    not a repository to git, which then keeps looking in the parent directories.
+    """
+    head = _lstat_protected(os.path.join(path, "HEAD"))
+    if head is None or not stat.S_ISREG(head.st_mode):
+        return False
+    objects = _lstat_protected(os.path.join(path, "objects"))
+    commondir = _lstat_protected(os.path.join(path, "commondir"))
+    return (objects is not None and stat.S_ISDIR(objects.st_mode)) or commondir is not None
+
+
+def git_rule_for(name: str) -> GitDirRule | None:
+    """The first ``GIT_DIR_RULES`` row whose name (a glob, one component) matches ``name``."""
+    for rule in GIT_DIR_RULES:
+        if "/" not in rule.name and rule.name != "." and fnmatch.fnmatchcase(name, rule.name):
+            return rule
+    return None
+
+
+def _git_unit_masks(rule: PlainFileRule, host_root: str, git_dir: str) -> list[Mask]:
+    """Masks for one git directory (relative ``git_dir``; "" for a bare repository at the root)."""
+    masks: list[Mask] = []
+    for row in GIT_DIR_RULES:
+        if row.access not in (GitMetaAccess.IMMOVABLE, GitMetaAccess.READ_ONLY) or "*" in row.name:
+            continue
+        relative = git_dir if row.name == "." else os.path.join(git_dir, row.name)
+        if relative == "":
+            continue  # the bind root: already a mount point, so already immovable
+        host = os.path.join(host_root, relative)
+        sandbox = f"{rule.path.rstrip('/')}/{relative}"
+        info = _lstat_protected(host)
+        expect_dir = row.placeholder is None
+        if info is not None and stat.S_ISLNK(info.st_mode):
+            raise _refuse_symlink(host, "dir" if expect_dir else "file")
+        if row.access is GitMetaAccess.IMMOVABLE:
+            if info is not None and stat.S_ISDIR(info.st_mode):
+                masks.append(Mask(sandbox, host, "dir", exists=True, immovable=True))
+            continue
+        content = row.placeholder or b""
+        if info is None:
+            if not os.path.isdir(os.path.dirname(host)):
+                continue  # e.g. objects/info without objects: its parent, when created, is not git's
+            kind = "dir" if expect_dir else "file"
+            masks.append(Mask(sandbox, host, kind, exists=False, placeholder=content))
+        else:
+            kind = "dir" if stat.S_ISDIR(info.st_mode) else "file"
+            masks.append(Mask(sandbox, host, kind, exists=True, placeholder=content))
+    return masks + _existing_unlisted_masks(rule, host_root, git_dir)
+
+
+def _existing_unlisted_masks(rule: PlainFileRule, host_root: str, git_dir: str) -> list[Mask]:
+    """Read-only masks for names already in the git directory that no writable row allows.
+
+    A name no row knows (a ``core.hooksPath`` of ``.git/my-hooks``, a future git feature) is
+    read-only rather than writable (fail closed); so is an interrupted rebase or cherry-pick
+    the user left, whose todo list the run must not rewrite.
+    """
+    masks = []
+    host_dir = os.path.join(host_root, git_dir)
+    for name in sorted(os.listdir(host_dir)):
+        row = git_rule_for(name)
+        if row is not None and row.access is not GitMetaAccess.REMOVED_AT_CLOSE:
+            continue  # writable or immovable, or read-only and already masked by its row
+        host = os.path.join(host_dir, name)
+        info = os.lstat(host)
+        if stat.S_ISLNK(info.st_mode):
+            raise _refuse_symlink(host, "file")
+        sandbox = f"{rule.path.rstrip('/')}/{os.path.join(git_dir, name)}"
+        masks.append(Mask(sandbox, host, "dir" if stat.S_ISDIR(info.st_mode) else "file", exists=True))
+    return masks
+
+
+def _dotgit_masks(rule: PlainFileRule, host_root: str, relative: str) -> tuple[list[Mask], str | None]:
+    """Masks for a ``.git`` entry at ``relative``, and the git directory planned as a unit (or None).
+
+    Missing: an empty read-only placeholder. A file (a gitfile naming a git directory elsewhere)
+    or a directory git would not take for a repository: read-only whole. A repository: the unit.
+    """
+    host = os.path.join(host_root, relative)
+    sandbox = f"{rule.path.rstrip('/')}/{relative}"
+    info = _lstat_protected(host)
+    if info is None:
+        return [Mask(sandbox, host, "dir", exists=False)], None
+    if stat.S_ISLNK(info.st_mode):
+        raise _refuse_symlink(host, "dir")
+    if stat.S_ISDIR(info.st_mode) and is_git_dir(host):
+        return _git_unit_masks(rule, host_root, relative), relative
+    return [Mask(sandbox, host, "dir" if stat.S_ISDIR(info.st_mode) else "file", exists=True)], None
+
+
+def _masks_for(rule: PlainFileRule, host_root: str) -> tuple[tuple[Mask, ...], tuple[str, ...]]:
     masks: dict[str, Mask] = {}
+    git_dirs: list[str] = []
+    if is_git_dir(host_root):  # the bind is itself a bare repository: its config is at the top
+        for mask in _git_unit_masks(rule, host_root, ""):
+            masks[mask.sandbox_path] = mask
+        git_dirs.append("")
     for relative, kind in protected_entries(rule):
+        if relative == ".git":
+            unit, git_dir = _dotgit_masks(rule, host_root, ".git")
+            masks.update({m.sandbox_path: m for m in unit})
+            git_dirs += [git_dir] if git_dir is not None else []
+            continue
         parts = relative.split("/")
         current = host_root
         for index, part in enumerate(parts):
             current = os.path.join(current, part)
-            try:
-                info = os.lstat(current)
-            except FileNotFoundError:
-                # Mask the first missing component: masking a deeper path would make bwrap
-                # create its parents on the host.
+            info = _lstat_protected(current)
+            if info is None:
+                # Mask the first missing component: masking a deeper path would create its parents.
                 first_missing = "/".join(parts[: index + 1])
                 mask_kind = kind if index == len(parts) - 1 else "dir"
-                masks.setdefault(
-                    first_missing,
-                    Mask(f"{rule.path}/{first_missing}", current, mask_kind, exists=False),
-                )
+                sandbox = f"{rule.path}/{first_missing}"
+                masks.setdefault(sandbox, Mask(sandbox, current, mask_kind, exists=False))
                 break
-            except OSError as exc:
-                raise SandboxStartError(
-                    f"cannot inspect protected path {current}: {exc.strerror}",
-                    "check the permissions of the write bind",
-                ) from exc
             if stat.S_ISLNK(info.st_mode):
-                raise SandboxStartError(
-                    f"protected path {current} is a symlink (to {os.readlink(current)!r}); "
-                    "a symlink here could redirect the protection to a decoy",
-                    f"replace {current} with a real {'directory' if kind == 'dir' else 'file'} or remove it",
-                )
+                raise _refuse_symlink(current, kind)
             if index == len(parts) - 1:
                 is_dir = stat.S_ISDIR(info.st_mode)
-                masks[relative] = Mask(f"{rule.path}/{relative}", current, "dir" if is_dir else "file", exists=True)
+                sandbox = f"{rule.path}/{relative}"
+                masks[sandbox] = Mask(sandbox, current, "dir" if is_dir else "file", exists=True)
             elif not stat.S_ISDIR(info.st_mode):
-                break  # e.g. `.git` is a file (worktree); nothing beneath it can be created
-    return tuple(sorted(masks.values(), key=lambda m: m.sandbox_path))
+                break  # a file where a directory would be: nothing beneath it can be created
+    return tuple(masks.values()), tuple(git_dirs)
+
+
+def _mask_order(mask: Mask) -> tuple[int, str]:
+    """Parents before children: a immovable ``.git`` bind must come before the read-only masks in it."""
+    return (mask.sandbox_path.count("/"), mask.sandbox_path)
 
 
 def _check_writable_by(path: str, info: os.stat_result, uid: int) -> None:
@@ -161,6 +295,39 @@ def _check_reachable_by(path: str, uid: int, gid: int, *, want_write: bool) -> N
         _check_writable_by(path, info, uid)
 
 
+def _check_owner_can(path: str, uid: int, gid: int, *, want_write: bool) -> None:
+    """As ``_check_reachable_by`` for an idmapped bind: the sandbox is the bind root's owner."""
+    info = os.stat(path)
+    wanted = stat.S_IRUSR | (stat.S_IXUSR if stat.S_ISDIR(info.st_mode) else 0) | (stat.S_IWUSR if want_write else 0)
+    if info.st_mode & wanted != wanted:
+        raise SandboxStartError(
+            f"the owner of {path} (uid {info.st_uid}, mode {stat.S_IMODE(info.st_mode):04o}) cannot "
+            f"{'write' if want_write else 'read'} it, so neither can the sandbox, which acts as that owner",
+            f"give the owner {'write' if want_write else 'read'} access (chmod u+{'w' if want_write else 'r'} {path})",
+        )
+
+
+def with_bind_sources(paths: PathFacts, sources: Mapping[str, str]) -> PathFacts:
+    """The same facts with each bind's host path (and the masks below it) moved to ``sources``.
+
+    Host-side work (placeholders, clean-up, export) goes through the real paths; bubblewrap binds
+    the staged idmapped views that ``sources`` names (real path -> staged path).
+    """
+
+    def moved(path: str, real: str, staged: str) -> str:
+        return staged + path[len(real) :] if path == real or path.startswith(real.rstrip("/") + "/") else path
+
+    binds = []
+    for bind in paths.binds:
+        staged = sources.get(bind.host_realpath)
+        if staged is None:
+            binds.append(bind)
+            continue
+        masks = tuple(replace(m, host_path=moved(m.host_path, bind.host_realpath, staged)) for m in bind.masks)
+        binds.append(replace(bind, host_realpath=staged, masks=masks))
+    return replace(paths, binds=tuple(binds))
+
+
 def _has_permission(info: os.stat_result, uid: int, gid: int, user_bit: int, group_bit: int, other_bit: int) -> bool:
     if uid == 0:
         return True
@@ -171,13 +338,18 @@ def _has_permission(info: os.stat_result, uid: int, gid: int, user_bit: int, gro
     return bool(info.st_mode & other_bit)
 
 
-def gather_path_facts(boundary: PlainBoundary, *, sandbox_host_uid: int, sandbox_host_gid: int) -> PathFacts:
+def gather_path_facts(
+    boundary: PlainBoundary, *, sandbox_host_uid: int, sandbox_host_gid: int, idmapped: bool = False
+) -> PathFacts:
     """Resolve every read and write bind of ``boundary``.
 
     Args:
         boundary: the validated boundary (host paths already absolute).
         sandbox_host_uid: the host uid the sandbox runs as, for the permission checks.
         sandbox_host_gid: its gid.
+        idmapped: the binds are staged as idmapped mounts (``runtime.idmap``): the sandbox acts as
+            each bind root's owner, reaches it through the staged path whatever the directories
+            above it allow, so the check is the owner's permission bits on the bind root alone.
 
     Raises:
         SandboxStartError: a required path is missing, a protected path is a symlink, or a write
@@ -200,20 +372,22 @@ def gather_path_facts(boundary: PlainBoundary, *, sandbox_host_uid: int, sandbox
                 f"host path {rule.host} for {rule.path} does not exist or cannot be read ({exc.strerror})",
                 "create it, fix the path, or set `required: false` on that files entry",
             ) from exc
-        masks: tuple[Mask, ...] = ()
-        if rule.access is FileAccess.WRITE:
-            if not stat.S_ISDIR(info.st_mode):
-                raise SandboxStartError(
-                    f"write bind {rule.host} is not a directory",
-                    "bind a directory for write access; bind single files with access: read",
-                )
-            masks = _masks_for(rule, real)
-        _check_reachable_by(real, sandbox_host_uid, sandbox_host_gid, want_write=rule.access is FileAccess.WRITE)
-        nested = None
-        if rule.access is FileAccess.WRITE:
-            nested = scan_nested_protected(real)
-            masks = masks + _nested_masks(rule, real, nested or frozenset())
-        binds.append(BindFacts(rule, real, stat.S_ISDIR(info.st_mode), masks, nested))
+        check = _check_owner_can if idmapped else _check_reachable_by
+        if rule.access is not FileAccess.WRITE:
+            check(real, sandbox_host_uid, sandbox_host_gid, want_write=False)
+            binds.append(BindFacts(rule, real, stat.S_ISDIR(info.st_mode)))
+            continue
+        if not stat.S_ISDIR(info.st_mode):
+            raise SandboxStartError(
+                f"write bind {rule.host} is not a directory",
+                "bind a directory for write access; bind single files with access: read",
+            )
+        masks, git_dirs = _masks_for(rule, real)
+        check(real, sandbox_host_uid, sandbox_host_gid, want_write=True)
+        scan = _scan_at_start(real)
+        nested_masks, nested_git = _nested_masks(rule, real, scan)
+        all_masks = tuple(sorted({m.sandbox_path: m for m in masks + nested_masks}.values(), key=_mask_order))
+        binds.append(BindFacts(rule, real, True, all_masks, scan, identity(info), git_dirs + nested_git))
     return PathFacts(tuple(binds), tuple(skipped), _block_kinds(boundary, binds), _hidden_sockets(binds))
 
 
@@ -243,91 +417,107 @@ def _is_deeper_bind(other: str, top: str, inside: str) -> bool:
 
 
 # Names that are protected at the top of a write bind and, for existing ones, below it too; a new
-# one created below the top during a session is removed at close (see scan_nested_protected).
+# one created below the top during a session is removed at close (see scan_protected).
 NESTED_PROTECTED_NAMES = frozenset(p.path.split("/")[0] for p in PROTECTED_PATHS)
+# Bounds of the scans at start and at close. Entries: time and memory of one scan; depth: one
+# open descriptor (two with the listing) per level, well under the usual 1024-descriptor limit.
 MAX_SCAN_ENTRIES = 200_000
+MAX_SCAN_DEPTH = 256
 
 
-def scan_nested_protected(root: str, *, limit: int | None = None) -> frozenset[str] | None:
-    """Relative paths of entries named like a protected path below the top level of ``root``.
+@dataclass(frozen=True)
+class ProtectedScan:
+    """Protected names below the top of a write bind, and directories git takes for a bare repository.
+
+    ``names`` maps relative paths to identities; ``bare`` maps the relative path of each directory
+    holding a git HEAD (a bare repository, or one in the making) to its identity ("" is the root).
+    ``complete`` is False when a limit stopped the scan; ``limit_note`` then says which.
+    """
+
+    names: dict[str, tuple[int, int]]
+    bare: dict[str, tuple[int, int]]
+    complete: bool
+    limit_note: str = ""
+
+
+def scan_protected(root_fd: int, *, max_entries: int | None = None, max_depth: int | None = None) -> ProtectedScan:
+    """Find protected names below the top of the tree at ``root_fd``, and bare-repository HEADs.
 
     A nested ``.git`` (``git init sub/``) or ``.envrc`` runs code as the user the next time they
-    use that directory, which mount masks fixed at start cannot foresee. Symlinks are listed, never
-    followed; protected directories are not descended into.
+    use that directory, and so does a directory holding HEAD, objects and config (git takes it
+    for a bare repository). Symlinks are listed, never followed; protected directories are not
+    descended into. Works through descriptors only, so it is safe after a workload ran.
 
-    Returns:
-        The set, or None when the tree has more than ``limit`` entries (not scanned).
+    Args:
+        root_fd: the write bind's root, opened with ``O_NOFOLLOW``.
+        max_entries: stop after this many entries (default ``MAX_SCAN_ENTRIES``).
+        max_depth: do not enter directories deeper than this (default ``MAX_SCAN_DEPTH``).
     """
-    limit = MAX_SCAN_ENTRIES if limit is None else limit
-    found: set[str] = set()
-    seen = 0
-    for directory, dirnames, filenames in os.walk(root):
-        relative_dir = os.path.relpath(directory, root)
-        for name in dirnames + filenames:
-            seen += 1
-            if seen > limit:
-                return None
-            if name in NESTED_PROTECTED_NAMES and relative_dir != ".":
-                found.add(os.path.join(relative_dir, name))
-        dirnames[:] = sorted(d for d in dirnames if d not in NESTED_PROTECTED_NAMES)
-    return frozenset(found)
+    limits = WalkLimits(
+        MAX_SCAN_ENTRIES if max_entries is None else max_entries, MAX_SCAN_DEPTH if max_depth is None else max_depth
+    )
+    outcome = WalkOutcome()
+    names: dict[str, tuple[int, int]] = {}
+    bare: dict[str, tuple[int, int]] = {}
+    for entry in walk(root_fd, limits, outcome, descend=lambda e: e.name not in NESTED_PROTECTED_NAMES):
+        if entry.name in NESTED_PROTECTED_NAMES and entry.depth > 1:
+            names[entry.relative] = identity(entry.info)
+        if entry.name == "HEAD" and stat.S_ISREG(entry.info.st_mode) and _has_git_store(entry.parent_fd):
+            parent = entry.relative.rpartition("/")[0]
+            bare[parent] = identity(os.fstat(entry.parent_fd))
+    note = ""
+    if outcome.stopped_at_limit:
+        note = f"more than {limits.max_entries} entries"
+    elif outcome.too_deep:
+        note = f"directories deeper than {limits.max_depth} levels (first: {outcome.too_deep[0]})"
+    return ProtectedScan(names, bare, outcome.complete, note)
 
 
-def _nested_masks(rule: PlainFileRule, host_root: str, nested: frozenset[str]) -> tuple[Mask, ...]:
-    """Read-only re-binds for protected entries that already exist below the top level."""
-    masks = []
-    for relative in sorted(nested):
+def _has_git_store(dir_fd: int) -> bool:
+    """Whether the directory at ``dir_fd`` has what git needs beside HEAD: objects/ or commondir."""
+    for name in ("objects", "commondir"):
+        try:
+            os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+            return True
+        except FileNotFoundError:
+            continue
+    return False
+
+
+def _scan_at_start(root: str) -> ProtectedScan:
+    try:
+        fd = os.open(root, DIR_FLAGS)
+    except OSError as exc:
+        raise SandboxStartError(f"cannot open write bind {root}: {exc.strerror}", "check the path") from exc
+    try:
+        return scan_protected(fd)
+    finally:
+        os.close(fd)
+
+
+def _nested_masks(rule: PlainFileRule, host_root: str, scan: ProtectedScan) -> tuple[tuple[Mask, ...], tuple[str, ...]]:
+    """Masks for protected entries that exist below the top level at start: repositories are
+    planned as units, other names are re-bound read-only. Symlinks are skipped: a re-bind would
+    follow them, and the link itself lies inside the writable bind."""
+    masks: list[Mask] = []
+    git_dirs: list[str] = []
+    for relative in sorted(scan.names):
         host = os.path.join(host_root, relative)
         info = os.lstat(host)
         if stat.S_ISLNK(info.st_mode):
-            continue  # a re-bind would follow it; the link itself is inside the writable bind
-        if os.path.basename(relative) == ".git" and stat.S_ISDIR(info.st_mode):
-            targets = [
-                r for r in (f"{relative}/hooks", f"{relative}/config") if os.path.lexists(os.path.join(host_root, r))
-            ]
-        else:
-            targets = [relative]
-        for target in targets:
-            kind = "dir" if os.path.isdir(os.path.join(host_root, target)) else "file"
-            masks.append(Mask(f"{rule.path}/{target}", os.path.join(host_root, target), kind, exists=True))
-    return tuple(masks)
-
-
-def revert_nested_creations(facts: PathFacts) -> list[str]:
-    """Remove protected names created below the top of write binds since the scan at start.
-
-    Returns:
-        One line per removed path, for the record; paths that could not be removed are named too.
-    """
-    removed: list[str] = []
-    for bind in facts.binds:
-        if bind.rule.access is not FileAccess.WRITE:
             continue
-        if bind.nested is None:
-            removed.append(
-                f"{bind.rule.path}: more than {MAX_SCAN_ENTRIES} entries at start; "
-                "protected names created below the top were not checked"
-            )
+        if os.path.basename(relative) == ".git":
+            unit, git_dir = _dotgit_masks(rule, host_root, relative)
+            masks += unit
+            git_dirs += [git_dir] if git_dir is not None else []
             continue
-        now = scan_nested_protected(bind.host_realpath)
-        if now is None:
-            removed.append(
-                f"{bind.rule.path}: tree grew past {MAX_SCAN_ENTRIES} entries; new nested protected names not checked"
-            )
-            continue
-        for relative in sorted(now - bind.nested):
-            host = os.path.join(bind.host_realpath, relative)
-            try:
-                if os.path.isdir(host) and not os.path.islink(host):
-                    import shutil  # rare: only when a task created a protected name
-
-                    shutil.rmtree(host)
-                else:
-                    os.unlink(host)
-                removed.append(f"removed {bind.rule.path}/{relative}, created by the task (a protected name)")
-            except OSError as exc:
-                removed.append(f"could not remove {bind.rule.path}/{relative}: {exc.strerror}")
-    return removed
+        kind = "dir" if stat.S_ISDIR(info.st_mode) else "file"
+        masks.append(Mask(f"{rule.path}/{relative}", host, kind, exists=True))
+    for relative in sorted(scan.bare):
+        if relative and is_git_dir(os.path.join(host_root, relative)):
+            masks += _git_unit_masks(rule, host_root, relative)
+            git_dirs.append(relative)
+    return tuple(masks), tuple(git_dirs)
 
 
 def _block_kinds(boundary: PlainBoundary, binds: list[BindFacts]) -> dict[str, str]:

@@ -2,7 +2,9 @@
 
 ``Sandbox.start()`` is the orchestrator, an ordered checklist:
   1. probe host facts and decide the layers (fail closed: ``plan_layers``);
-  2. make sure the agent binary is built; gather facts about the bound host paths;
+  2. make sure the agent binary is built; gather facts about the bound host paths, then create the
+     write binds' placeholders and record, through descriptors, what the audit at close compares
+     against (``write_binds.prepare_write_binds``) — before any workload exists;
   3. compile the seccomp filter; create the cgroup and write its limits;
   4. spawn bubblewrap (as nobody when contain is root) with the agent as pid 1;
   5. read the agent's host pid from ``--info-fd`` and move it into the cgroup — before any workload
@@ -13,9 +15,10 @@ Any failure tears down what was built and raises ``SandboxStartError`` (or ``Uns
 
 ``run()`` asks the agent to fork and exec one command with pipes the host made; the host caps the
 output while streaming, enforces the wall clock and the cgroup CPU budget, and after the command
-ends the agent kills every process left in the sandbox. ``close()`` exports scratch, stops the
-agent, removes the cgroup and the placeholders bwrap had to create on the host, and checks that no
-sandbox process is left.
+ends the agent kills every process left in the sandbox. ``close()`` exports scratch (bounded in
+bytes, entries and depth), stops the agent, removes the cgroup, and only then audits the write
+binds through descriptors opened before the workload ran (git metadata the run made, protected
+names it created, the placeholders); what it undid is in ``teardown_findings``.
 
 Does not decide policy (that is the boundary) and does not talk HTTP (that is egress).
 """
@@ -61,7 +64,7 @@ from contain.runtime.etc_tree import ensure_etc_tree
 from contain.runtime.filter_cache import filter_for
 from contain.runtime.host_ids import HostIdLease, lease_host_ids
 from contain.runtime.idmap import IdmapUnsupported, StagedBinds, sweep_stale_staging
-from contain.runtime.paths import PathFacts, gather_path_facts, revert_nested_creations
+from contain.runtime.paths import PathFacts, gather_path_facts, with_bind_sources
 from contain.runtime.plan import (
     LayerPlan,
     has_write_binds,
@@ -74,6 +77,7 @@ from contain.runtime.plan import (
 from contain.runtime.process import SandboxProcess
 from contain.runtime.result import Captured, RunResult, Timings, Usage, Violation
 from contain.runtime.streams import CappedReader, StdinFeeder
+from contain.runtime.write_binds import WriteBindGuard, prepare_write_binds
 
 if TYPE_CHECKING:
     from contain.boundary.model import Boundary
@@ -164,6 +168,8 @@ class Sandbox:
         self._egress: EgressSession | None = None
         self._agent_pid: int | None = None
         self._paths: PathFacts | None = None
+        self._write_binds: WriteBindGuard | None = None
+        self._export_destinations: dict[str, sandbox_files.ExportDestination] = {}
         self._lease: HostIdLease | None = None
         self._staged: StagedBinds | None = None
         self._ids: tuple[int, int] | None = None
@@ -220,13 +226,21 @@ class Sandbox:
         agent = str(ensure_agent_binary())
         bpf = filter_for(arch=facts.arch, libseccomp_path=facts.libseccomp_path, cache_dir=Path(agent).parent)
         try:
-            uid, gid, bound = self._choose_host_ids(facts)
+            uid, gid = self._choose_host_ids(facts)
             self._layers = layers = replace(layers, report={**layers.report, "host uid": self._ids_report})
-            self._paths = gather_path_facts(bound, sandbox_host_uid=uid, sandbox_host_gid=gid)
+            facts_before = gather_path_facts(
+                self.boundary, sandbox_host_uid=uid, sandbox_host_gid=gid, idmapped=self._staged is not None
+            )
+            self._paths, self._write_binds = prepare_write_binds(facts_before)
             if self._paths.hidden_sockets:
                 self._layers = layers = replace(
                     layers, report={**layers.report, "unix sockets": _hidden_sockets_line(self._paths.hidden_sockets)}
                 )
+            self._export_destinations = {
+                r.path: sandbox_files.anchor_export_destination(r.export)
+                for r in self.boundary.files
+                if r.access is FileAccess.SCRATCH and r.export
+            }
             if layers.cgroups:
                 self._cgroup = SandboxCgroup.create(
                     f"{os.getpid()}-{os.urandom(5).hex()}",
@@ -257,8 +271,8 @@ class Sandbox:
         self._base_env.update(self._extra_env)
         self._setup_s = time.perf_counter() - began
 
-    def _choose_host_ids(self, facts: HostFacts) -> tuple[int, int, PlainBoundary]:
-        """The host ids the sandbox runs as, and the boundary whose bind sources it uses.
+    def _choose_host_ids(self, facts: HostFacts) -> tuple[int, int]:
+        """The host ids the sandbox runs as; as root, also stages its binds (``self._staged``).
 
         As root: a uid leased for this sandbox alone (RE-09: per-user kernel limits are not
         shared), with every bind staged as an idmapped mount that shows the bind's owner as that
@@ -269,12 +283,12 @@ class Sandbox:
         if not should_lease_host_ids(facts):
             self._ids = sandbox_host_ids(facts)
             self._ids_report = f"{self._ids[0]} (the caller's)"
-            return (*self._ids, self.boundary)
+            return self._ids
         sweep_stale_staging()
         self._lease = lease_host_ids()
         self._ids = (self._lease.uid, self._lease.gid)
         try:
-            bound = self._stage_idmapped_binds()
+            self._stage_idmapped_binds()
         except IdmapUnsupported as exc:
             if self._staged is not None:
                 self._staged.close()
@@ -288,29 +302,24 @@ class Sandbox:
                 )
             else:
                 self._ids_report = f"{self._ids[0]} (leased for this sandbox alone; binds not idmapped: {exc})"
-            return (*self._ids, self.boundary)
+            return self._ids
         idmapped = " and owns its binds through idmapped mounts" if self._staged is not None else ""
         self._ids_report = f"{self._ids[0]} (leased for this sandbox alone{idmapped})"
-        return (*self._ids, bound)
+        return self._ids
 
-    def _stage_idmapped_binds(self) -> PlainBoundary:
-        """The boundary with each present read/write bind's source replaced by its idmapped view."""
-        rules = []
+    def _stage_idmapped_binds(self) -> None:
+        """Stage each present read/write bind as an idmapped view (``self._staged.staged``)."""
         for rule in self.boundary.files:
             if rule.access not in (FileAccess.READ, FileAccess.WRITE) or rule.host is None:
-                rules.append(rule)
                 continue
             try:
                 real = os.path.realpath(rule.host, strict=True)
             except OSError:  # missing: gather_path_facts skips it or names it in the error
-                rules.append(rule)
                 continue
             if self._staged is None:
                 assert self._lease is not None
                 self._staged = StagedBinds.create(leased_uid=self._lease.uid, leased_gid=self._lease.gid)
-            staged = self._staged.stage(real, read_only=rule.access is FileAccess.READ)
-            rules.append(replace(rule, host=staged))
-        return replace(self.boundary, files=tuple(rules))
+            self._staged.stage(real, read_only=rule.access is FileAccess.READ)
 
     def _spawn(
         self, facts: HostFacts, agent: str, bpf: bytes, uid: int, gid: int, layers: LayerPlan, resolv: str
@@ -348,7 +357,8 @@ class Sandbox:
         if layers.landlock is not None:
             agent_args += layers.landlock.agent_args()
         inputs = BwrapInputs(
-            paths=self._paths,
+            # bubblewrap binds the idmapped views; host-side work keeps the real paths
+            paths=with_bind_sources(self._paths, self._staged.staged) if self._staged is not None else self._paths,
             loader_links={p: os.readlink(p) for p in _LOADER_PATHS if os.path.islink(p)},
             loader_dirs=tuple(p for p in _LOADER_PATHS if os.path.isdir(p) and not os.path.islink(p)),
             etc_tree=etc_tree,
@@ -770,6 +780,9 @@ class Sandbox:
     def close(self) -> float:
         """Export scratch, stop everything, and remove every trace. Idempotent.
 
+        What the export skipped and what the teardown undid are in ``export_reports`` and
+        ``teardown_findings``; neither raises.
+
         Returns:
             Seconds the teardown took.
 
@@ -789,17 +802,22 @@ class Sandbox:
         return time.perf_counter() - began
 
     def _export_scratch(self) -> None:
+        """Copy each exported scratch path to the host; bounded, and never fatal to the run's result.
+
+        A failure is recorded in that path's report (``stopped``) and in ``teardown_findings``
+        instead of raised: the run already happened, and its result must reach the caller.
+        """
+        budget = self.boundary.resources.disk_bytes
         for rule in self.boundary.files:
-            if rule.access is FileAccess.SCRATCH and rule.export:
+            destination = self._export_destinations.get(rule.path)
+            if destination is not None:
                 try:
-                    self.export_reports[rule.path] = sandbox_files.export_tree(
-                        self._root() + rule.path, rule.export, max_bytes=self.boundary.resources.disk_bytes
-                    )
+                    report = sandbox_files.export_tree(self._root() + rule.path, destination, max_bytes=budget)
                 except (OSError, FileTransferError) as exc:
                     log.warning("export of %s to %s failed: %s", rule.path, rule.export, exc)
-                    raise FileTransferError(
-                        f"export of {rule.path} to {rule.export} failed: {exc}", "check the export directory"
-                    ) from exc
+                    report = sandbox_files.ExportReport(stopped=f"the export failed: {exc}")
+                self.export_reports[rule.path] = report
+                self.teardown_findings += [f"export of {rule.path}: {line}" for line in report.lines()]
 
     def _teardown(self) -> None:
         """Stop the agent, kill leftovers through the cgroup, remove host traces."""
@@ -822,11 +840,14 @@ class Sandbox:
         if self._cgroup is not None:
             self._cgroup.remove(timeout_s=5.0)
             self._cgroup = None
-        if self._paths is not None:
-            _remove_placeholders(self._paths)
-            if proc is not None:  # the task ran: undo protected names it created below the top
-                self.teardown_findings += revert_nested_creations(self._paths)
-        if self._staged is not None:  # after the clean-up above, which walks the staged binds
+        for destination in self._export_destinations.values():
+            destination.close()
+        self._export_destinations = {}
+        if self._write_binds is not None:
+            # Only once every sandbox process is gone; through descriptors opened before it ran.
+            self.teardown_findings += self._write_binds.close(workload_ran=proc is not None)
+            self._write_binds = None
+        if self._staged is not None:  # after the clean-up above, which works through the staged binds
             self._staged.close()
             self._staged = None
         if self._lease is not None:
@@ -901,21 +922,3 @@ def _decode_status(status: int) -> tuple[int | None, int | None]:
     if os.WIFEXITED(status):
         return os.WEXITSTATUS(status), None
     return None, None
-
-
-def _remove_placeholders(paths: PathFacts) -> None:
-    """Remove the empty mount points bwrap created on the host for masked paths."""
-    for mask in paths.created_placeholders():
-        try:
-            if mask.kind == "dir":
-                os.rmdir(mask.host_path)
-            elif (
-                os.path.isfile(mask.host_path)
-                and not os.path.islink(mask.host_path)
-                and os.path.getsize(mask.host_path) == 0
-            ):
-                os.unlink(mask.host_path)
-        except FileNotFoundError:
-            pass
-        except OSError as exc:
-            log.warning("could not remove placeholder %s: %s", mask.host_path, exc)
