@@ -329,18 +329,18 @@ DIRTY = f"Path.\u200b{TAGS}\x1b[8mhidden\x1b[0m\x1b]8;;http://evil.example\x1b\\
 
 def _gateway(tmp_path, upstreams: dict[str, Any], **options: Any) -> Gateway:
     boundary = Boundary.model_validate({"tools": [{"name": f"{s}__*", "verdict": "allow"} for s in upstreams]})
-    return Gateway(
-        upstreams=upstreams,
-        gate=Gate.from_boundary(boundary),
-        pins=PinStore(tmp_path / "pins.db", clock=lambda: NOW),
-        reviews=MemoryReviewQueue(),
-        grant_key=GrantKey.from_bytes(b"k" * 32),
-        uses=MemoryUseCounter(),
-        principal="alice",
-        call_log=CallLog(tmp_path / "log.jsonl"),
-        clock=lambda: NOW,
-        **options,
-    )
+    arguments: dict[str, Any] = {
+        "upstreams": upstreams,
+        "gate": Gate.from_boundary(boundary),
+        "pins": PinStore(tmp_path / "pins.db", clock=lambda: NOW),
+        "reviews": MemoryReviewQueue(),
+        "grant_key": GrantKey.from_bytes(b"k" * 32),
+        "uses": MemoryUseCounter(),
+        "principal": "alice",
+        "call_log": CallLog(tmp_path / "log.jsonl"),
+        "clock": lambda: NOW,
+    }
+    return Gateway(**{**arguments, **options})
 
 
 def _events(tmp_path, event: str) -> list[dict[str, Any]]:
@@ -579,9 +579,19 @@ def test_the_upstream_receives_exactly_the_canonical_arguments_the_digest_covers
     assert _events(tmp_path, "call")[0]["argument_digest"] == argument_digest({"n": 1, "deep": {"x": [2, 0.5, 0]}})
 
 
-def test_a_review_approval_of_one_spelling_forwards_the_approved_form(world):
-    gateway, upstream, key, reviews, _ = world
-    schema_args = {"path": "/a", "content": "x"}
-    grant = _grant(gateway, key, "fs__write_file", schema_args)
-    assert not _call(gateway, "fs__write_file", {**schema_args, GRANT_ARGUMENT: grant}).is_error
-    assert upstream.received == [("write_file", schema_args)]
+def test_a_reviewer_is_shown_and_the_upstream_runs_the_one_canonical_form(tmp_path):
+    schema = {"type": "object", "properties": {"n": {"type": "number"}}}
+    upstream = FakeUpstream({"count": ("Count.", schema)})
+    key = GrantKey.from_bytes(b"k" * 32)
+    reviews = MemoryReviewQueue()
+    gateway = _gateway(tmp_path, {"fs": upstream}, grant_key=key, reviews=reviews)
+    gateway.gate = Gate.from_boundary(Boundary.model_validate({"tools": [{"name": "fs__count", "verdict": "review"}]}))
+    pending = _status(_call(gateway, "fs__count", {"n": 1.0}))
+    call, _decision = reviews.calls[pending["request_id"]]
+    assert call.arguments == {"n": 1} and type(call.arguments["n"]) is int  # what the reviewer reads
+    token = mint_grant(
+        key, principal="alice", tool="fs__count", tool_digest=call.tool_digest,
+        argument_digest=argument_digest({"n": 1}), scope=GrantScope.once(now=NOW), reviewer="bob", reason="ok", now=NOW,
+    )
+    assert not _call(gateway, "fs__count", {"n": 1.0, GRANT_ARGUMENT: token}).is_error
+    assert upstream.received == [("count", {"n": 1})] and type(upstream.received[0][1]["n"]) is int

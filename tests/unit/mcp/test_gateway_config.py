@@ -111,7 +111,7 @@ def test_new_tools_are_withheld_and_upstreams_have_bounded_limits_by_default(tmp
     ["limits: {list_timeout_s: 0}", "limits: {call_timeout_s: -1}", "limits: {max_tools: 0}", "limits: {nope: 1}"],
 )
 def test_limits_are_checked(tmp_path, bad):
-    with pytest.raises(BoundaryInvalid, match="upstreams.fs.*limits"):
+    with pytest.raises(BoundaryInvalid, match=r"upstreams\.fs.*limits"):
         load_gateway_config(_write(tmp_path, MINIMAL.replace("sandbox: true}", f"sandbox: true, {bad}}}")))
 
 
