@@ -583,3 +583,17 @@ def test_the_upstream_receives_the_canonical_form_a_reviewer_approved(world: Wor
 
     anyio.run(scenario)
     assert _local_calls(world) == ['count {"n": 1}']
+
+
+def test_an_upstream_that_never_answers_the_handshake_stops_the_start_within_its_timeout(world: World) -> None:
+    config = json.loads(world.config.read_text())
+    config["upstreams"]["ev"] = {"transport": "stdio", "command": "sleep", "args": ["600"],
+                                 "limits": {"list_timeout_s": 1}}
+    world.config.write_text(json.dumps(config))
+    began = time.monotonic()
+    result = subprocess.run(
+        [*CONTAIN, "mcp", "gateway", "--config", str(world.config)],
+        stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60, check=False,
+    )
+    assert result.returncode == 125, result.stderr
+    assert "upstream 'ev' could not be connected" in result.stderr and time.monotonic() - began < 30

@@ -51,8 +51,8 @@ class McpUpstream:
             page = await self.client.list_tools(cursor=cursor, cache_mode="refresh")
             tools.extend(page.tools)
             cursor = page.next_cursor
-            if cursor is None:
-                break
+            if cursor is None or len(tools) > self.limits.max_tools:
+                break  # past max_tools the gateway drops this listing anyway: fetch no more pages
         return tools
 
     async def call_tool(self, name: str, arguments: dict[str, Any]) -> types.CallToolResult:
