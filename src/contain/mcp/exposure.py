@@ -164,19 +164,25 @@ def exposed_name(server: str, tool: str) -> str:
     return f"{server}{NAME_SEPARATOR}{tool}"
 
 
-def _schema_depth(value: Any) -> int:
+def _walk_schema(value: Any) -> tuple[int, int]:
+    """(depth, number of object keys that cleaning would change), without recursion.
+
+    Stops early once the depth passes ``MAX_SCHEMA_DEPTH`` (enough to refuse).
+    """
     deepest = 0
+    unsafe_keys = 0
     work: list[tuple[Any, int]] = [(value, 1)]
     while work:
         item, depth = work.pop()
         deepest = max(deepest, depth)
         if depth > MAX_SCHEMA_DEPTH:
-            return depth  # enough to refuse; do not walk the rest
+            return depth, unsafe_keys
         if isinstance(item, dict):
+            unsafe_keys += sum(1 for key in item if not isinstance(key, str) or sanitize_text(key).changed)
             work.extend((child, depth + 1) for child in item.values())
         elif isinstance(item, list):
             work.extend((child, depth + 1) for child in item)
-    return deepest
+    return deepest, unsafe_keys
 
 
 def _check_tool(server: str, definition: ToolDefinition, *, max_definition_bytes: int) -> tuple[str, str] | None:
@@ -184,7 +190,7 @@ def _check_tool(server: str, definition: ToolDefinition, *, max_definition_bytes
     name = definition.name
     if not TOOL_NAME.fullmatch(name) or len(exposed_name(server, name)) > MAX_EXPOSED_NAME_CHARS:
         return "tool-name", f"{len(name)} characters"
-    depth = _schema_depth(definition.input_schema)
+    depth, unsafe_keys = _walk_schema(definition.input_schema)
     if depth > MAX_SCHEMA_DEPTH:
         return "schema-too-deep", f"deeper than {MAX_SCHEMA_DEPTH}"
     try:
@@ -193,9 +199,8 @@ def _check_tool(server: str, definition: ToolDefinition, *, max_definition_bytes
         return "not-json", str(exc)
     if size > max_definition_bytes:
         return "definition-too-large", f"{size} bytes, limit {max_definition_bytes}"
-    cleaned = sanitize_json(dict(definition.input_schema))
-    if cleaned.unsafe_keys:
-        return "schema-key-hidden-text", f"{len(cleaned.unsafe_keys)} key(s)"
+    if unsafe_keys:
+        return "schema-key-hidden-text", f"{unsafe_keys} key(s)"
     properties = definition.input_schema.get("properties")
     if isinstance(properties, dict) and GRANT_ARGUMENT in properties:
         return "reserved-argument", ""

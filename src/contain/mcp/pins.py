@@ -44,6 +44,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from enum import StrEnum
+from functools import cached_property
 from typing import Any
 
 from contain.errors import GateError
@@ -79,20 +80,25 @@ CREATE TABLE IF NOT EXISTS new_tools (
 
 @dataclass(frozen=True)
 class ToolDefinition:
-    """A tool as an upstream defines it (raw: before the description is cleaned)."""
+    """A tool as an upstream defines it (raw: before the description is cleaned); never mutated after use."""
 
     name: str
     description: str
     input_schema: Mapping[str, Any]
 
-    @property
+    @cached_property
     def digest(self) -> str:
+        # Computed once per definition: a listing is planned, pinned and logged on every call.
         return tool_digest(name=self.name, description=self.description, input_schema=self.input_schema)
 
-    def to_json(self) -> str:
+    @cached_property
+    def _canonical(self) -> str:
         return canonical_json(
             {"name": self.name, "description": self.description, "input_schema": dict(self.input_schema)}
         ).decode()
+
+    def to_json(self) -> str:
+        return self._canonical
 
     @classmethod
     def from_json(cls, text: str) -> ToolDefinition:

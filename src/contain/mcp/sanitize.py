@@ -107,6 +107,8 @@ def sanitize_text(text: str) -> SanitizeReport:
     Returns:
         The cleaned text and a count of removals per rule id (``"ansi-escape"`` for sequences).
     """
+    if text.isascii() and text.isprintable():
+        return SanitizeReport(text, {})  # fast path: no ESC, no control, nothing outside ASCII
     removed: dict[str, int] = {}
     sequences = len(ANSI_ESCAPE.findall(text))
     if sequences:
