@@ -248,6 +248,9 @@ class Gateway:
             except UpstreamUnavailable as exc:
                 self._event("upstream-dropped", server=server, reason=str(exc))
                 log.warning("upstream %s left out of the listing: %s", server, exc)
+            except Exception as exc:  # fail closed for this upstream only: its tools are not listed
+                log.exception("listing upstream %s failed", server)
+                self._event("upstream-dropped", server=server, reason=f"the gateway failed: {type(exc).__name__}")
 
         async with anyio.create_task_group() as tasks:
             for server in self.upstreams:

@@ -595,3 +595,18 @@ def test_a_reviewer_is_shown_and_the_upstream_runs_the_one_canonical_form(tmp_pa
     )
     assert not _call(gateway, "fs__count", {"n": 1.0, GRANT_ARGUMENT: token}).is_error
     assert upstream.received == [("count", {"n": 1})] and type(upstream.received[0][1]["n"]) is int
+
+
+def test_a_gateway_failure_while_listing_one_upstream_hides_only_that_upstream(tmp_path):
+    class FailingPins(PinStore):
+        def check_all(self, server, offered, **options):  # type: ignore[no-untyped-def]
+            if server == "bad":
+                raise RuntimeError("disk full")
+            return super().check_all(server, offered, **options)
+
+    good = FakeUpstream({"read_file": ("Read a file.", SCHEMA)})
+    bad = FakeUpstream({"other": ("Other.", SCHEMA)})
+    gateway = _gateway(tmp_path, {"bad": bad, "fs": good}, pins=FailingPins(tmp_path / "failing.db"))
+    assert sorted(_listed(gateway)) == ["fs__read_file"]
+    assert [e["server"] for e in _events(tmp_path, "upstream-dropped")] == ["bad"]
+    assert _status(_call(gateway, "bad__other", {"path": "/a"}))["status"] == "error"
