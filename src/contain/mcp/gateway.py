@@ -123,7 +123,16 @@ class CallLog:
 
 
 class UpstreamUnavailable(Exception):
-    """An upstream's listing failed, timed out or broke an upstream-wide rule (internal to the gateway)."""
+    """An upstream's listing failed, timed out or broke an upstream-wide rule (internal to the gateway).
+
+    ``str(exc)`` is written by the gateway and may reach the agent; ``detail`` can hold the
+    upstream's own words (an error message) and goes only to the log: a gateway message that
+    begins with ``contain:`` must not carry text an upstream chose.
+    """
+
+    def __init__(self, reason: str, *, detail: str = "") -> None:
+        super().__init__(reason)
+        self.detail = detail
 
 
 @dataclass(frozen=True)
@@ -208,7 +217,9 @@ class Gateway:
         except TimeoutError as exc:
             raise UpstreamUnavailable(f"tools/list did not answer within {limits.list_timeout_s} s") from exc
         except Exception as exc:  # any failure of this upstream is this upstream's alone
-            raise UpstreamUnavailable(f"tools/list failed: {type(exc).__name__}: {exc}") from exc
+            raise UpstreamUnavailable(
+                f"tools/list failed ({type(exc).__name__})", detail=f"{type(exc).__name__}: {exc}"
+            ) from exc
         plan = plan_listing(
             server, listed, max_tools=limits.max_tools, max_definition_bytes=limits.max_definition_bytes
         )
@@ -246,7 +257,7 @@ class Gateway:
             try:
                 listings[server] = await self._list_server(server)
             except UpstreamUnavailable as exc:
-                self._event("upstream-dropped", server=server, reason=str(exc))
+                self._event("upstream-dropped", server=server, reason=str(exc), detail=exc.detail)
                 log.warning("upstream %s left out of the listing: %s", server, exc)
             except Exception as exc:  # fail closed for this upstream only: its tools are not listed
                 log.exception("listing upstream %s failed", server)
@@ -303,6 +314,7 @@ class Gateway:
         try:
             listing = await self._list_server(server)
         except UpstreamUnavailable as exc:
+            record["upstream_error"] = exc.detail
             return self._refuse(record, Decision(ToolVerdict.DENY, "upstream-unavailable", str(exc)))
         found = [item for item in listing if item.name == tool]
         if len(found) != 1:
