@@ -4,13 +4,22 @@ See docs/mcp.md. The gateway (``Gateway``, run by ``run_gateway``) exposes upstr
 ``server__tool``; ``SandboxTools`` is what ``contain mcp serve`` offers.
 """
 
-from contain.mcp.config import GatewayConfig, HttpUpstream, ReviewSettings, StdioUpstream, load_gateway_config
+from contain.mcp.config import (
+    GatewayConfig,
+    HttpUpstream,
+    ReviewSettings,
+    StdioUpstream,
+    UpstreamLimits,
+    load_gateway_config,
+)
+from contain.mcp.exposure import EXPOSURE_RULES, ExposureRule, plan_listing
 from contain.mcp.gateway import GRANT_ARGUMENT, CallLog, Gateway, UpstreamSession, exposed_name, split_exposed_name
-from contain.mcp.pins import Pin, PinCheck, PinState, PinStore, ToolDefinition
+from contain.mcp.pins import NewTool, NewToolPolicy, Pin, PinCheck, PinState, PinStore, ToolDefinition
 from contain.mcp.review import MemoryReviewQueue, ReviewQueue, ReviewState, ReviewStatus, StoreReviewQueue
 from contain.mcp.sanitize import STRIPPED_RANGES, SanitizeReport, StrippedRange, sanitize_text
 from contain.mcp.server import LANGUAGES, SandboxTools
 from contain.mcp.service import open_gateway, run_gateway
+from contain.mcp.status import RESERVED_CHANNEL_RULES, STATUS_META_KEY, ChannelRule
 from contain.mcp.stdio_in_sandbox import (
     HostProcessLauncher,
     ProcessLauncher,
@@ -21,16 +30,23 @@ from contain.mcp.stdio_in_sandbox import (
 from contain.mcp.upstreams import McpUpstream, connect_upstreams
 
 __all__ = [
+    "EXPOSURE_RULES",
     "GRANT_ARGUMENT",
     "LANGUAGES",
+    "RESERVED_CHANNEL_RULES",
+    "STATUS_META_KEY",
     "STRIPPED_RANGES",
     "CallLog",
+    "ChannelRule",
+    "ExposureRule",
     "Gateway",
     "GatewayConfig",
     "HostProcessLauncher",
     "HttpUpstream",
     "McpUpstream",
     "MemoryReviewQueue",
+    "NewTool",
+    "NewToolPolicy",
     "Pin",
     "PinCheck",
     "PinState",
@@ -48,11 +64,13 @@ __all__ = [
     "StoreReviewQueue",
     "StrippedRange",
     "ToolDefinition",
+    "UpstreamLimits",
     "UpstreamSession",
     "connect_upstreams",
     "exposed_name",
     "load_gateway_config",
     "open_gateway",
+    "plan_listing",
     "process_stdio_transport",
     "run_gateway",
     "sanitize_text",

@@ -25,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from contain.boundary.model import ToolVerdict
 from contain.errors import BoundaryInvalid
+from contain.mcp.pins import NewToolPolicy
 
 __all__ = [
     "GatewayConfig",
@@ -32,6 +33,7 @@ __all__ = [
     "ReviewSettings",
     "StdioUpstream",
     "Upstream",
+    "UpstreamLimits",
     "load_gateway_config",
 ]
 
@@ -41,10 +43,37 @@ _SERVER_NAME = re.compile(r"[a-z0-9](?:[a-z0-9-]|_(?!_)){0,30}[a-z0-9]|[a-z0-9]"
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
+class UpstreamLimits(BaseModel):
+    """How long the gateway waits for one upstream and how much of its listing it accepts.
+
+    A limit an upstream exceeds costs that upstream alone: a listing that times out or breaks a
+    limit leaves it out of ``tools/list`` (logged), the other upstreams are still listed.
+    """
+
+    model_config = _STRICT
+    list_timeout_s: float = Field(
+        default=10.0, gt=0.0, le=600.0,
+        description="Seconds for the handshake and each tools/list (all pages); then the upstream is dropped, e.g. 10.",
+    )
+    call_timeout_s: float = Field(
+        default=120.0, gt=0.0, le=86400.0,
+        description="Seconds a forwarded tools/call may take before the agent gets an error result, e.g. 120.",
+    )
+    max_tools: int = Field(
+        default=256, ge=1, le=4096,
+        description="A listing with more tools drops the whole upstream (bounds the pin store), e.g. 256.",
+    )
+    max_definition_bytes: int = Field(
+        default=65536, ge=1024, le=4 * 1024 * 1024,
+        description="Canonical JSON bytes of name + description + schema; larger tools are refused, e.g. 65536.",
+    )
+
+
 class StdioUpstream(BaseModel):
     """An upstream started as a child process speaking MCP on stdin/stdout."""
 
     model_config = _STRICT
+    limits: UpstreamLimits = Field(default_factory=UpstreamLimits, description="Timeouts and listing bounds.")
     transport: Literal["stdio"] = Field(description="stdio: the gateway starts the command.")
     command: str = Field(description="Program to run, e.g. node or /usr/bin/npx.")
     args: tuple[str, ...] = Field(default=(), description="Arguments, e.g. [server.js, /data].")
@@ -77,6 +106,7 @@ class HttpUpstream(BaseModel):
 
     model_config = _STRICT
     transport: Literal["http"] = Field(description="http: streamable HTTP at url.")
+    limits: UpstreamLimits = Field(default_factory=UpstreamLimits, description="Timeouts and listing bounds.")
     url: str = Field(description="Endpoint, e.g. http://127.0.0.1:8931/mcp.")
 
     @field_validator("url")
@@ -115,6 +145,13 @@ class GatewayConfig(BaseModel):
     principal: str = Field(default="agent", description="On whose behalf calls are made, e.g. alice.")
     unknown_tool: ToolVerdict = Field(
         default=ToolVerdict.DENY, description="Verdict for a tool no rule names: deny (default) or review."
+    )
+    new_tools: NewToolPolicy = Field(
+        default=NewToolPolicy.WITHHOLD,
+        description=(
+            "A tool an upstream adds after its first listing was pinned: withhold (default: until "
+            "`contain mcp pins approve`) or trust_on_first_use (exposed at once), e.g. withhold."
+        ),
     )
     upstreams: dict[str, Upstream] = Field(description="Upstream servers by name, e.g. {fs: {transport: stdio, ...}}.")
     review: ReviewSettings = Field(description="Review queue, grant key and waiting.")

@@ -1,18 +1,30 @@
 """The MCP gateway: upstream tools exposed as ``server__tool``, every call through pins and the gate.
 
+Listing (``tools/list``): every upstream is listed concurrently, each under its own
+``limits.list_timeout_s``; an upstream that times out, fails or breaks a listing rule
+(``contain.mcp.exposure``) is left out with a logged reason (``event: upstream-dropped``), and the
+others are listed. Each listed tool is planned (name charset, size, schema keys), checked against
+its pin (``contain.mcp.pins``) and, when it matches, exposed in its cleaned form.
+
 For every ``tools/call`` the gateway, in this order (each step can end it):
 
-1. splits the exposed name into server and upstream tool, and lists that server's tools *now*,
-   checking each against its pin (``contain.mcp.pins``): a tool whose definition changed since it
-   was pinned is withheld (rule ``pin-changed``); an unknown tool, or a name the upstream lists
-   twice, is refused (``unknown-tool``). Listing at call time costs one round trip per call, and
-   closes the gap where an upstream changes a definition between the client's listing and a call;
+1. splits the exposed name into server and upstream tool, and lists that server's tools *now*
+   (within its list timeout; a failure refuses with ``upstream-unavailable``), checking each
+   against its pin: a tool whose definition changed since it was pinned is withheld (rule
+   ``pin-changed``), a tool added after the upstream's first listing is withheld until approved
+   (``tool-not-approved``, with ``new_tools: withhold``); an unknown or refused name is
+   ``unknown-tool``. Listing at call time costs one round trip per call, and closes the gap where
+   an upstream changes a definition between the client's listing and a call;
 2. takes the reserved argument ``_contain_grant`` (a grant token) out of the arguments: it is
    never forwarded and is not part of the argument digest;
-3. validates the remaining arguments against the *pinned* input schema; malformed arguments are
-   refused (rule ``schema``) before the upstream sees anything;
-4. asks the gate (``contain.gate.Gate``) with the pinned tool digest; an exception is a deny;
-5. ``allow``: forwards. ``deny``: an error result (``isError: true``) naming the rule and reason,
+3. replaces the arguments with their canonical form (``contain.gate.digests.canonical_json``,
+   parsed back): ``1.0`` becomes ``1``. From here on only that form is used: it is what the
+   schema check sees, what the digest covers, what a reviewer is shown and what the upstream
+   receives, so an approval of ``{"n": 1}`` forwards exactly ``{"n": 1}``;
+4. validates them against the *pinned* input schema; malformed arguments are refused (rule
+   ``schema``) before the upstream sees anything;
+5. asks the gate (``contain.gate.Gate``) with the pinned tool digest; an exception is a deny;
+6. ``allow``: forwards. ``deny``: an error result (``isError: true``) naming the rule and reason,
    whatever grant was offered. ``review``: with a grant token, ``verify_grant`` for exactly this
    principal, tool, tool digest and argument digest (a use is consumed), then forwards; without
    one, a grant a reviewer already approved for this exact call (found in the review store) is
@@ -20,13 +32,16 @@ For every ``tools/call`` the gateway, in this order (each step can end it):
    gets a "pending" error result with the request id, or (``wait_s > 0``) the gateway waits for
    the decision and, when approved, verifies the minted grant like any other. So after an
    approval the agent may simply retry the same call, or pass the token itself;
-6. logs the call and its outcome as one JSON line (argument digest, never argument values).
+7. forwards within ``limits.call_timeout_s`` (past it: ``upstream-timeout``), then applies
+   ``contain.mcp.status.RESERVED_CHANNEL_RULES`` to the result and sets the gateway's status in
+   ``_meta["contain/status"]`` (the only place the gateway's status lives);
+8. logs the call and its outcome as one JSON line (argument digest, never argument values).
 
 Not enforced here: what the upstream does with an allowed call (run it with ``sandbox: true`` to
-bound that), what results say (results pass through unchanged, and a result can carry text that
-tries to steer the agent), resources, prompts and sampling (not proxied at all: only tools are).
-Only name, cleaned description and pinned input schema of a tool reach the client; annotations,
-titles and output schemas are dropped because the pin does not cover them.
+bound that), what results say (beyond the reserved status channel, results pass through, and a
+result can carry text that tries to steer the agent), resources, prompts and sampling (not
+proxied at all: only tools are). A timed-out call may still run to completion upstream: the
+gateway stops waiting, it cannot undo what the upstream does.
 """
 
 from __future__ import annotations
@@ -44,13 +59,15 @@ import anyio
 import mcp_types as types
 
 from contain.boundary.model import ToolVerdict
-from contain.gate.digests import argument_digest
+from contain.gate.digests import argument_digest, canonical_json
 from contain.gate.grants import GrantCheck, GrantKey, UseCounter, verify_grant
 from contain.gate.model import Decision, Gate, ToolCall
 from contain.gate.schema import validate_arguments
-from contain.mcp.pins import PinState, PinStore, ToolDefinition
+from contain.mcp.config import UpstreamLimits
+from contain.mcp.exposure import GRANT_ARGUMENT, NAME_SEPARATOR, exposed_name, exposed_tool, plan_listing
+from contain.mcp.pins import NewToolPolicy, PinState, PinStore, ToolDefinition
 from contain.mcp.review import ReviewQueue, ReviewState, ReviewStatus
-from contain.mcp.sanitize import sanitize_text
+from contain.mcp.status import gateway_result, scrub_upstream_result, with_status
 
 __all__ = [
     "GRANT_ARGUMENT",
@@ -64,13 +81,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-NAME_SEPARATOR = "__"
-GRANT_ARGUMENT = "_contain_grant"
-_GRANT_PROPERTY = {
-    "type": "string",
-    "description": "Grant token from a reviewer's approval of this exact call (contain review).",
-}
-
 
 class UpstreamSession(Protocol):
     """What the gateway needs from one upstream server (an ``mcp.Client`` adapter, or a fake)."""
@@ -78,11 +88,6 @@ class UpstreamSession(Protocol):
     async def list_tools(self) -> list[types.Tool]: ...
 
     async def call_tool(self, name: str, arguments: dict[str, Any]) -> types.CallToolResult: ...
-
-
-def exposed_name(server: str, tool: str) -> str:
-    """The name a client sees: ``server__tool`` (server names never contain ``__``)."""
-    return f"{server}{NAME_SEPARATOR}{tool}"
 
 
 def split_exposed_name(name: str) -> tuple[str, str] | None:
@@ -94,7 +99,11 @@ def split_exposed_name(name: str) -> tuple[str, str] | None:
 
 
 class CallLog:
-    """Appends one JSON object per line to a file (0600), flushed per line; thread-safe."""
+    """Appends one JSON object per line to a file (0600), flushed per line; thread-safe.
+
+    Lines are ASCII (``ensure_ascii``): a tool name or reason carrying escapes or invisible
+    characters shows as ``\\u001b`` when the log is read in a terminal; the values stay exact.
+    """
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = os.fspath(path)
@@ -103,7 +112,7 @@ class CallLog:
         self._lock = threading.Lock()
 
     def write(self, record: Mapping[str, Any]) -> None:
-        line = json.dumps(dict(record), sort_keys=True, ensure_ascii=False, default=str)
+        line = json.dumps(dict(record), sort_keys=True, ensure_ascii=True, default=str)
         with self._lock:
             self._file.write(line + "\n")
             self._file.flush()
@@ -113,20 +122,28 @@ class CallLog:
             self._file.close()
 
 
+class UpstreamUnavailable(Exception):
+    """An upstream's listing failed, timed out or broke an upstream-wide rule (internal to the gateway).
+
+    ``str(exc)`` is written by the gateway and may reach the agent; ``detail`` can hold the
+    upstream's own words (an error message) and goes only to the log: a gateway message that
+    begins with ``contain:`` must not carry text an upstream chose.
+    """
+
+    def __init__(self, reason: str, *, detail: str = "") -> None:
+        super().__init__(reason)
+        self.detail = detail
+
+
 @dataclass(frozen=True)
 class _Resolved:
     """An upstream tool found in a fresh listing, with its pin state."""
 
     server: str
-    definition: ToolDefinition  # the pinned definition (schema and digest the gate uses)
-    digest: str
+    name: str  # the upstream's name for it
+    definition: ToolDefinition | None  # the pinned definition (schema and digest the gate uses); None: no pin
+    digest: str  # the pinned digest, or the offered one for a withheld new tool
     state: PinState
-
-
-def _text_result(text: str, *, status: Mapping[str, Any], is_error: bool) -> types.CallToolResult:
-    return types.CallToolResult(
-        content=[types.TextContent(text=text)], structured_content={"contain": dict(status)}, is_error=is_error
-    )
 
 
 class Gateway:
@@ -141,6 +158,8 @@ class Gateway:
         uses: the grant use counter (shared with every other verifier of the same grants).
         principal: on whose behalf calls are made.
         call_log: where every call and decision is written.
+        limits: per-upstream timeouts and listing bounds (an upstream not named gets the defaults).
+        new_tools: what happens to a tool an upstream adds after its first listing.
         wait_s: how long a ``review`` call waits for a decision (0: answer "pending" at once).
         poll_interval_s: how often the review queue is read while waiting.
         clock: seconds since the epoch (grant expiry); tests inject one.
@@ -158,6 +177,8 @@ class Gateway:
         uses: UseCounter,
         principal: str,
         call_log: CallLog,
+        limits: Mapping[str, UpstreamLimits] | None = None,
+        new_tools: NewToolPolicy = NewToolPolicy.WITHHOLD,
         wait_s: float = 0.0,
         poll_interval_s: float = 0.25,
         clock: Callable[[], float] = time.time,
@@ -171,6 +192,8 @@ class Gateway:
         self.uses = uses
         self.principal = principal
         self.call_log = call_log
+        self.limits = {server: (limits or {}).get(server, UpstreamLimits()) for server in self.upstreams}
+        self.new_tools = new_tools
         self.wait_s = wait_s
         self.poll_interval_s = poll_interval_s
         self._clock = clock
@@ -178,68 +201,80 @@ class Gateway:
 
     # -- listing ---------------------------------------------------------------------------------
 
+    def _event(self, event: str, **fields: Any) -> None:
+        self.call_log.write({"time": self._clock(), "event": event, **fields})
+
     async def _list_server(self, server: str) -> list[_Resolved]:
-        """List one upstream's tools and check each against its pin (pinning new ones)."""
+        """List one upstream's tools (within its timeout), plan them and check each against its pin.
+
+        Raises:
+            UpstreamUnavailable: the listing failed, timed out, or broke an upstream-wide rule.
+        """
+        limits = self.limits[server]
+        try:
+            with anyio.fail_after(limits.list_timeout_s):
+                listed = await self.upstreams[server].list_tools()
+        except TimeoutError as exc:
+            raise UpstreamUnavailable(f"tools/list did not answer within {limits.list_timeout_s} s") from exc
+        except Exception as exc:  # any failure of this upstream is this upstream's alone
+            raise UpstreamUnavailable(
+                f"tools/list failed ({type(exc).__name__})", detail=f"{type(exc).__name__}: {exc}"
+            ) from exc
+        plan = plan_listing(
+            server, listed, max_tools=limits.max_tools, max_definition_bytes=limits.max_definition_bytes
+        )
+        if plan.dropped is not None:
+            raise UpstreamUnavailable(plan.dropped.to_log()["reason"])
+        for refusal in plan.refused:
+            self._event("refused", **refusal.to_log())
+        checks = self.pins.check_all(server, plan.offered, new_tools=self.new_tools, max_tools=limits.max_tools)
         resolved = []
-        listed = await self.upstreams[server].list_tools()
-        counts: dict[str, int] = {}
-        for tool in listed:
-            counts[tool.name] = counts.get(tool.name, 0) + 1
-        offered: list[ToolDefinition] = []
-        for tool in listed:
-            if counts[tool.name] > 1:
-                # Which of two same-named definitions would the upstream run? Neither is exposed.
-                self.call_log.write(
-                    {"time": self._clock(), "event": "withheld", "server": server, "upstream_tool": tool.name,
-                     "reason": "the upstream lists this name more than once"}
-                )
+        for definition, check in zip(plan.offered, checks, strict=True):
+            if check.state is PinState.NEW_WITHHELD:
+                self._event("withheld", server=server, upstream_tool=definition.name, offered_digest=definition.digest,
+                            rule_id="tool-not-approved",
+                            reason="a tool added after the upstream's first listing waits for approval")
+                resolved.append(_Resolved(server, definition.name, None, definition.digest, check.state))
                 continue
-            offered.append(ToolDefinition(tool.name, tool.description or "", dict(tool.input_schema)))
-        for definition, check in zip(offered, self.pins.check_all(server, offered), strict=True):
-            if check.is_withheld:
-                self.call_log.write(
-                    {
-                        "time": self._clock(),
-                        "event": "withheld",
-                        "server": server,
-                        "upstream_tool": definition.name,
-                        "pinned_digest": check.pin.digest,
-                        "offered_digest": check.pin.candidate_digest,
-                        "reason": "the definition differs from the pinned one",
-                    }
-                )
+            assert check.pin is not None
+            if check.state is PinState.CHANGED:
+                self._event("withheld", server=server, upstream_tool=definition.name, pinned_digest=check.pin.digest,
+                            offered_digest=check.pin.candidate_digest, rule_id="pin-changed",
+                            reason="the definition differs from the pinned one")
             elif check.state is PinState.NEW:
-                self.call_log.write(
-                    {"time": self._clock(), "event": "pinned", "server": server,
-                     "upstream_tool": definition.name, "digest": check.pin.digest}
-                )
-            resolved.append(_Resolved(server, check.pin.definition, check.pin.digest, check.state))
+                self._event("pinned", server=server, upstream_tool=definition.name, digest=check.pin.digest)
+            resolved.append(_Resolved(server, definition.name, check.pin.definition, check.pin.digest, check.state))
         return resolved
 
     async def list_tools(self) -> list[types.Tool]:
-        """Every upstream's tools whose definition matches its pin, namespaced and cleaned."""
+        """Every upstream's tools whose definition matches its pin, namespaced and cleaned.
+
+        Upstreams are listed concurrently; one that fails is left out (logged), never the others.
+        """
+        listings: dict[str, list[_Resolved]] = {}
+
+        async def list_one(server: str) -> None:
+            try:
+                listings[server] = await self._list_server(server)
+            except UpstreamUnavailable as exc:
+                self._event("upstream-dropped", server=server, reason=str(exc), detail=exc.detail)
+                log.warning("upstream %s left out of the listing: %s", server, exc)
+            except Exception as exc:  # fail closed for this upstream only: its tools are not listed
+                log.exception("listing upstream %s failed", server)
+                self._event("upstream-dropped", server=server, reason=f"the gateway failed: {type(exc).__name__}")
+
+        async with anyio.create_task_group() as tasks:
+            for server in self.upstreams:
+                tasks.start_soon(list_one, server)
         exposed: list[types.Tool] = []
-        for server in self.upstreams:
-            for item in await self._list_server(server):
-                if item.state is PinState.CHANGED:
+        for server in self.upstreams:  # config order, whatever order the listings finished in
+            for item in listings.get(server, []):
+                if item.state not in (PinState.NEW, PinState.MATCH) or item.definition is None:
                     continue
-                cleaned = sanitize_text(item.definition.description)
-                if cleaned.changed:
-                    self.call_log.write(
-                        {"time": self._clock(), "event": "sanitized", "server": server,
-                         "upstream_tool": item.definition.name, "removed": cleaned.removed}
-                    )
-                schema = dict(item.definition.input_schema)
-                properties = dict(schema.get("properties") or {})
-                properties[GRANT_ARGUMENT] = _GRANT_PROPERTY
-                schema["properties"] = properties
-                exposed.append(
-                    types.Tool(
-                        name=exposed_name(server, item.definition.name),
-                        description=cleaned.text,
-                        input_schema=schema,
-                    )
-                )
+                shown = exposed_tool(server, item.definition)
+                if shown.removed:
+                    self._event("sanitized", server=server, upstream_tool=item.name, removed=shown.removed)
+                exposed.append(shown.tool)
         return exposed
 
     # -- calls -----------------------------------------------------------------------------------
@@ -253,7 +288,7 @@ class Gateway:
         except Exception as exc:  # fail closed: an error anywhere in the decision path refuses
             log.exception("gateway call %s failed", name)
             record.update(outcome="error", rule_id="error", reason=f"{type(exc).__name__}: {exc}")
-            result = _text_result(
+            result = gateway_result(
                 f"contain: the call was refused because the gateway failed: {type(exc).__name__}",
                 status={"status": "error", "rule_id": "error"},
                 is_error=True,
@@ -264,7 +299,7 @@ class Gateway:
 
     def _refuse(self, record: dict[str, Any], decision: Decision, *, outcome: str = "refused") -> types.CallToolResult:
         record.update(outcome=outcome, verdict=str(decision.verdict), rule_id=decision.rule_id, reason=decision.reason)
-        return _text_result(
+        return gateway_result(
             f"contain: {record['tool']} was refused by {decision.rule_id}: {decision.reason}",
             status={"status": "denied", "rule_id": decision.rule_id, "reason": decision.reason},
             is_error=True,
@@ -276,7 +311,12 @@ class Gateway:
             return self._refuse(record, Decision(ToolVerdict.DENY, "unknown-tool", f"no upstream serves {name!r}"))
         server, tool = parts
         record.update(server=server, upstream_tool=tool)
-        found = [item for item in await self._list_server(server) if item.definition.name == tool]
+        try:
+            listing = await self._list_server(server)
+        except UpstreamUnavailable as exc:
+            record["upstream_error"] = exc.detail
+            return self._refuse(record, Decision(ToolVerdict.DENY, "upstream-unavailable", str(exc)))
+        found = [item for item in listing if item.name == tool]
         if len(found) != 1:
             return self._refuse(record, Decision(ToolVerdict.DENY, "unknown-tool", f"{server} has no tool {tool!r}"))
         item = found[0]
@@ -284,16 +324,26 @@ class Gateway:
         if item.state is PinState.CHANGED:
             reason = "its definition changed since it was pinned; approve it with `contain mcp pins approve`"
             return self._refuse(record, Decision(ToolVerdict.DENY, "pin-changed", reason))
+        if item.state is PinState.NEW_WITHHELD or item.definition is None:
+            reason = "it was added after the upstream's first listing; approve it with `contain mcp pins approve`"
+            return self._refuse(record, Decision(ToolVerdict.DENY, "tool-not-approved", reason))
         grant = arguments.pop(GRANT_ARGUMENT, None)
         if grant is not None and not isinstance(grant, str):
             return self._refuse(record, Decision(ToolVerdict.DENY, "schema", f"{GRANT_ARGUMENT} must be a string"))
+        try:
+            # The canonical form is the only one used from here on: checked, digested, shown to a
+            # reviewer and forwarded. 1.0 and 1 are one JSON number to the digest, so the upstream
+            # must receive the form the digest covers, not the client's spelling.
+            canonical: dict[str, Any] = json.loads(canonical_json(arguments))
+        except ValueError as exc:
+            return self._refuse(record, Decision(ToolVerdict.DENY, "schema", f"arguments are not JSON: {exc}"))
         schema = item.definition.input_schema
-        check = validate_arguments(arguments, schema)
+        check = validate_arguments(canonical, schema)
         if not check.ok:
             return self._refuse(record, Decision(ToolVerdict.DENY, "schema", check.reason))
-        digest = argument_digest(arguments)
+        digest = argument_digest(canonical)
         record["argument_digest"] = digest
-        call = ToolCall(self.principal, server, name, item.digest, arguments, schema)
+        call = ToolCall(self.principal, server, name, item.digest, canonical, schema)
         decision = self.gate.evaluate(call)
         record.update(verdict=str(decision.verdict), rule_id=decision.rule_id, reason=decision.reason)
         if decision.verdict is ToolVerdict.DENY:
@@ -302,7 +352,7 @@ class Gateway:
             refusal = await self._authorize_review(record, call, decision, grant, digest)
             if refusal is not None:
                 return refusal
-        return await self._forward(record, server, tool, arguments)
+        return await self._forward(record, server, tool, canonical)
 
     async def _authorize_review(
         self, record: dict[str, Any], call: ToolCall, decision: Decision, grant: str | None, digest: str
@@ -364,7 +414,7 @@ class Gateway:
             f"Request {request_id} is {state}. After approval, call again with the same arguments and "
             f"{GRANT_ARGUMENT} set to the grant token."
         )
-        return _text_result(
+        return gateway_result(
             text,
             status={"status": str(state), "request_id": request_id, "rule_id": decision.rule_id,
                     "reason": decision.reason},
@@ -374,14 +424,35 @@ class Gateway:
     async def _forward(
         self, record: dict[str, Any], server: str, tool: str, arguments: dict[str, Any]
     ) -> types.CallToolResult:
+        timeout_s = self.limits[server].call_timeout_s
         try:
-            result = await self.upstreams[server].call_tool(tool, arguments)
+            with anyio.fail_after(timeout_s):
+                result = await self.upstreams[server].call_tool(tool, arguments)
+        except TimeoutError:
+            record.update(outcome="upstream-timeout", upstream_error=f"no answer within {timeout_s} s")
+            return gateway_result(
+                f"contain: upstream {server} did not answer within {timeout_s} s (it may still be running the call)",
+                status={"status": "upstream-timeout"},
+                is_error=True,
+            )
         except Exception as exc:
             record.update(outcome="upstream-error", upstream_error=f"{type(exc).__name__}: {exc}")
-            return _text_result(
-                f"contain: upstream {server} failed: {exc}",
+            return gateway_result(
+                f"contain: upstream {server} failed: {type(exc).__name__}",
                 status={"status": "upstream-error"},
                 is_error=True,
             )
+        scrubbed = scrub_upstream_result(server, result)
+        if scrubbed.findings:
+            record["reserved_channel"] = scrubbed.findings
+        if scrubbed.refused_by is not None:
+            rule = scrubbed.refused_by
+            record.update(outcome="refused-result", rule_id=rule.rule_id, reason=rule.reason)
+            return gateway_result(
+                f"contain: the result of {record['tool']} was withheld by {rule.rule_id}: {rule.reason}",
+                status={"status": "refused-result", "rule_id": rule.rule_id, "reason": rule.reason},
+                is_error=True,
+            )
         record.update(outcome="forwarded", upstream_is_error=result.is_error)
-        return result
+        status = {"status": "forwarded", "server": server, "upstream_tool": tool, "upstream_is_error": result.is_error}
+        return with_status(scrubbed.result, status)

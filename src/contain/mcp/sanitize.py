@@ -1,6 +1,8 @@
-"""Clean tool descriptions before an agent reads them: invisible and terminal-control characters.
+"""Clean model-visible text before an agent reads it: invisible and terminal-control characters.
 
-A tool description is text an upstream server wrote and a model will read as instructions. Some
+A tool description (and every string inside a tool's input schema: property descriptions, titles,
+enum values, defaults, at any depth) is text an upstream server wrote and a model will read as
+instructions. Some
 characters render as nothing (or reorder what a human reviewer sees) while a model still reads
 them, which is how "tool poisoning" hides instructions in plain sight. Each row of
 ``STRIPPED_RANGES`` is one range of such characters with the reason it is removed; ANSI escape
@@ -8,6 +10,9 @@ sequences (which rewrite what a terminal shows) are removed as whole sequences.
 
 Enforced: every character in the table and every ANSI CSI/OSC/two-byte escape is removed from
 descriptions the gateway exposes, and each removal is reported (count per row) so it is logged.
+``sanitize_json`` applies the same to every string value of a JSON tree and reports every object
+key that would change: keys are names (a renamed property would change what arguments mean), so
+the caller refuses such a definition instead of renaming (``contain.mcp.exposure``).
 
 Not enforced: meaning. A description in plain, visible words that tells the model to do something
 harmful passes unchanged; pinning (``contain.mcp.pins``) makes sure a reviewer saw those words and
@@ -18,8 +23,17 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 
-__all__ = ["ANSI_ESCAPE", "STRIPPED_RANGES", "SanitizeReport", "StrippedRange", "sanitize_text"]
+__all__ = [
+    "ANSI_ESCAPE",
+    "STRIPPED_RANGES",
+    "SanitizeReport",
+    "SanitizedJson",
+    "StrippedRange",
+    "sanitize_json",
+    "sanitize_text",
+]
 
 
 @dataclass(frozen=True)
@@ -93,6 +107,8 @@ def sanitize_text(text: str) -> SanitizeReport:
     Returns:
         The cleaned text and a count of removals per rule id (``"ansi-escape"`` for sequences).
     """
+    if text.isascii() and text.isprintable():
+        return SanitizeReport(text, {})  # fast path: no ESC, no control, nothing outside ASCII
     removed: dict[str, int] = {}
     sequences = len(ANSI_ESCAPE.findall(text))
     if sequences:
@@ -102,3 +118,65 @@ def sanitize_text(text: str) -> SanitizeReport:
         rule = _rule_for(ord(match.group()))
         removed[rule] = removed.get(rule, 0) + 1
     return SanitizeReport(_RANGE_CLASS.sub("", text), removed)
+
+
+@dataclass(frozen=True)
+class SanitizedJson:
+    """A JSON tree with every string value cleaned, what was removed, and the keys that would change.
+
+    ``unsafe_keys`` lists (raw) object keys that ``sanitize_text`` would change; they are kept as
+    they are in ``value``, because a caller must refuse such a tree rather than rename a key.
+    """
+
+    value: Any
+    removed: dict[str, int]
+    unsafe_keys: tuple[str, ...]
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.removed)
+
+
+def sanitize_json(value: Any) -> SanitizedJson:
+    """Clean every string value in a JSON tree (dict, list, str, numbers, bools, None), at any depth.
+
+    Walks iteratively (no recursion limit to trip over); the input is not modified.
+
+    Args:
+        value: a JSON value, e.g. a tool's input schema.
+
+    Returns:
+        The cleaned copy, removals per rule id summed over all strings, and the object keys that
+        would change if cleaned (kept raw in the copy).
+    """
+    removed: dict[str, int] = {}
+    unsafe_keys: list[str] = []
+
+    def clean(text: str) -> str:
+        report = sanitize_text(text)
+        for rule, count in report.removed.items():
+            removed[rule] = removed.get(rule, 0) + count
+        return report.text
+
+    root: list[Any] = [None]
+    # Each work item: (source container or value, destination container, key/index in destination).
+    work: list[tuple[Any, Any, Any]] = [(value, root, 0)]
+    while work:
+        source, target, slot = work.pop()
+        if isinstance(source, dict):
+            copy: dict[Any, Any] = {}
+            target[slot] = copy
+            for key, item in source.items():
+                if isinstance(key, str) and sanitize_text(key).changed:
+                    unsafe_keys.append(key)
+                copy[key] = None
+                work.append((item, copy, key))
+        elif isinstance(source, list):
+            items: list[Any] = [None] * len(source)
+            target[slot] = items
+            work.extend((item, items, index) for index, item in enumerate(source))
+        elif isinstance(source, str):
+            target[slot] = clean(source)
+        else:
+            target[slot] = source
+    return SanitizedJson(root[0], removed, tuple(unsafe_keys))

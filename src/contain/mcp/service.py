@@ -6,7 +6,9 @@ Steps, in order:
   2. open the pin store, the review store (its grant use counter lives in the same file) and the
      grant key (created 0600 if missing; a group/world-readable key is refused);
   3. open the call log;
-  4. connect every upstream (sandboxed ones start their sandbox here);
+  4. connect every upstream (sandboxed ones start their sandbox here; each handshake is bounded
+     by that upstream's ``limits.list_timeout_s``, so a silent upstream stops the start with a
+     cause instead of hanging it);
   5. serve clients over stdio, or streamable HTTP on a loopback address, until the client leaves
      (stdio) or the process is interrupted (HTTP); then close upstreams and sandboxes.
 """
@@ -56,6 +58,8 @@ async def open_gateway(config: GatewayConfig) -> AsyncIterator[Gateway]:
                 uses=store.uses,
                 principal=config.principal,
                 call_log=call_log,
+                limits={name: upstream.limits for name, upstream in config.upstreams.items()},
+                new_tools=config.new_tools,
                 wait_s=config.review.wait_s,
                 poll_interval_s=config.review.poll_interval_s,
             )

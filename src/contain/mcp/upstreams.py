@@ -5,6 +5,11 @@ stdio inside contain's sandbox (``contain.mcp.stdio_in_sandbox``), or streamable
 entered on one ``AsyncExitStack`` so closing the gateway closes every upstream (and tears down
 every sandbox).
 
+Every request to an upstream has a deadline at the SDK level too (``read_timeout_seconds``: the
+handshake and listings get ``limits.list_timeout_s``, calls ``limits.call_timeout_s``); the gateway
+enforces the same limits itself around each request, so a fake or another ``UpstreamSession`` is
+bounded the same way.
+
 Not enforced here: anything about calls (``contain.mcp.gateway``). A host-process stdio upstream
 runs with the gateway's privileges; its environment is the SDK's default set (HOME, LOGNAME, PATH,
 SHELL, TERM, USER) plus the upstream's ``env:``, never the gateway's whole environment.
@@ -22,7 +27,7 @@ from mcp import Client, MCPError, StdioServerParameters
 
 from contain.boundary.model import Boundary
 from contain.errors import ContainError, GateError
-from contain.mcp.config import HttpUpstream, StdioUpstream, Upstream
+from contain.mcp.config import HttpUpstream, StdioUpstream, Upstream, UpstreamLimits
 from contain.mcp.stdio_in_sandbox import SandboxLauncher, process_stdio_transport
 
 __all__ = ["McpUpstream", "connect_upstreams"]
@@ -35,8 +40,9 @@ _MAX_PAGES = 100  # a server that paginates forever is cut off
 class McpUpstream:
     """``UpstreamSession`` over a connected ``mcp.Client``."""
 
-    def __init__(self, client: Client) -> None:
+    def __init__(self, client: Client, limits: UpstreamLimits | None = None) -> None:
         self.client = client
+        self.limits = limits or UpstreamLimits()
 
     async def list_tools(self) -> list[types.Tool]:
         tools: list[types.Tool] = []
@@ -45,17 +51,18 @@ class McpUpstream:
             page = await self.client.list_tools(cursor=cursor, cache_mode="refresh")
             tools.extend(page.tools)
             cursor = page.next_cursor
-            if cursor is None:
-                break
+            if cursor is None or len(tools) > self.limits.max_tools:
+                break  # past max_tools the gateway drops this listing anyway: fetch no more pages
         return tools
 
     async def call_tool(self, name: str, arguments: dict[str, Any]) -> types.CallToolResult:
-        return await self.client.call_tool(name, arguments)
+        return await self.client.call_tool(name, arguments, read_timeout_seconds=self.limits.call_timeout_s)
 
 
 def _client_for(name: str, upstream: Upstream, boundary: Boundary) -> Client:
+    timeout_s = upstream.limits.list_timeout_s  # the handshake and every listing
     if isinstance(upstream, HttpUpstream):
-        return Client(upstream.url, cache=None)
+        return Client(upstream.url, cache=None, read_timeout_seconds=timeout_s)
     assert isinstance(upstream, StdioUpstream)
     if upstream.sandbox:
         transport = process_stdio_transport(
@@ -65,11 +72,11 @@ def _client_for(name: str, upstream: Upstream, boundary: Boundary) -> Client:
             cwd=upstream.cwd,
             label=name,
         )
-        return Client(transport, cache=None)
+        return Client(transport, cache=None, read_timeout_seconds=timeout_s)
     params = StdioServerParameters(
         command=upstream.command, args=list(upstream.args), env=dict(upstream.env) or None, cwd=upstream.cwd
     )
-    return Client(params, cache=None)
+    return Client(params, cache=None, read_timeout_seconds=timeout_s)
 
 
 def _leaf(exc: BaseException) -> BaseException:
@@ -109,7 +116,7 @@ async def connect_upstreams(
                 failed = (name, exc)
                 break
             log.info("connected upstream %s", name)
-            sessions[name] = McpUpstream(client)
+            sessions[name] = McpUpstream(client, upstream.limits)
         if failed is None:
             yield sessions
     if failed is not None:

@@ -91,3 +91,30 @@ def test_the_example_boundary_builds_a_gate_for_the_example_tools():
     assert verdict("fs__write_file", {"path": "/etc/passwd", "content": ""}) == "deny"
     assert verdict("ev__echo", {"message": "hi"}) == "allow"
     assert verdict("ev__get-env", {}) == "deny"
+
+
+def test_new_tools_are_withheld_and_upstreams_have_bounded_limits_by_default(tmp_path):
+    from contain.mcp.config import UpstreamLimits
+    from contain.mcp.pins import NewToolPolicy
+
+    config = load_gateway_config(_write(tmp_path, MINIMAL))
+    assert config.new_tools is NewToolPolicy.WITHHOLD
+    assert config.upstreams["fs"].limits == UpstreamLimits()
+    assert (UpstreamLimits().list_timeout_s, UpstreamLimits().call_timeout_s) == (10.0, 120.0)
+    custom = MINIMAL.replace("sandbox: true}", "sandbox: true, limits: {list_timeout_s: 2, max_tools: 8}}")
+    limits = load_gateway_config(_write(tmp_path, custom + "new_tools: trust_on_first_use\n")).upstreams["fs"].limits
+    assert (limits.list_timeout_s, limits.max_tools, limits.call_timeout_s) == (2.0, 8, 120.0)
+
+
+@pytest.mark.parametrize(
+    "bad",
+    ["limits: {list_timeout_s: 0}", "limits: {call_timeout_s: -1}", "limits: {max_tools: 0}", "limits: {nope: 1}"],
+)
+def test_limits_are_checked(tmp_path, bad):
+    with pytest.raises(BoundaryInvalid, match=r"upstreams\.fs.*limits"):
+        load_gateway_config(_write(tmp_path, MINIMAL.replace("sandbox: true}", f"sandbox: true, {bad}}}")))
+
+
+def test_an_unknown_new_tools_policy_is_refused(tmp_path):
+    with pytest.raises(BoundaryInvalid, match="new_tools"):
+        load_gateway_config(_write(tmp_path, MINIMAL + "new_tools: allow\n"))

@@ -8,7 +8,7 @@ import stat
 import pytest
 
 from contain.errors import GateError
-from contain.mcp.pins import PinState, PinStore, ToolDefinition
+from contain.mcp.pins import NewToolPolicy, PinState, PinStore, ToolDefinition
 
 SCHEMA = {"type": "object", "properties": {"path": {"type": "string"}}}
 
@@ -66,10 +66,10 @@ def test_approval_refuses_a_candidate_other_than_the_one_reviewed(store):
 
 def test_approval_without_a_candidate_or_pin_is_an_error(store):
     with pytest.raises(GateError, match="no pin"):
-        store.approve("fs", "read_file", reviewer="bob")
+        store.approve("fs", "read_file", reviewer="bob", candidate_digest=_tool().digest)
     store.check("fs", _tool())
     with pytest.raises(GateError, match="no changed definition"):
-        store.approve("fs", "read_file", reviewer="bob")
+        store.approve("fs", "read_file", reviewer="bob", candidate_digest=_tool().digest)
 
 
 def test_returning_to_the_pinned_definition_drops_the_stale_candidate(store):
@@ -89,3 +89,47 @@ def test_pins_are_per_server_and_the_file_is_private(store, tmp_path):
 def test_a_second_store_on_the_same_file_sees_the_pins(store, tmp_path):
     store.check("fs", _tool())
     assert PinStore(tmp_path / "pins.db").check("fs", _tool()).state is PinState.MATCH
+
+
+def test_a_new_name_after_the_first_listing_is_withheld_and_approved_by_digest_only(store):
+    store.check_all("fs", [_tool()])
+    echo2 = ToolDefinition("echo2", "Echo.", SCHEMA)
+    check = store.check_all("fs", [_tool(), echo2])[1]
+    assert check.state is PinState.NEW_WITHHELD and check.is_withheld and check.pin is None
+    assert store.get("fs", "echo2") is None
+    (waiting,) = store.list_new()
+    assert (waiting.tool, waiting.digest, waiting.definition) == ("echo2", echo2.digest, echo2)
+    with pytest.raises(GateError, match="now"):
+        store.approve("fs", "echo2", reviewer="bob", candidate_digest=_tool().digest)
+    pin = store.approve("fs", "echo2", reviewer="bob", candidate_digest=echo2.digest)
+    assert (pin.digest, pin.approved_by) == (echo2.digest, "bob")
+    assert store.list_new() == [] and store.check("fs", echo2).state is PinState.MATCH
+
+
+def test_a_new_tool_that_changes_before_approval_refuses_the_digest_that_was_shown(store):
+    store.check_all("fs", [_tool()])
+    shown = ToolDefinition("echo2", "Echo.", SCHEMA)
+    store.check_all("fs", [_tool(), shown])
+    store.check_all("fs", [_tool(), ToolDefinition("echo2", "Echo. Then leak.", SCHEMA)])
+    with pytest.raises(GateError, match="review it again"):
+        store.approve("fs", "echo2", reviewer="bob", candidate_digest=shown.digest)
+
+
+def test_the_first_listing_pins_every_tool_it_offers(store):
+    checks = store.check_all("fs", [_tool(), ToolDefinition("b", "B.", SCHEMA)])
+    assert [c.state for c in checks] == [PinState.NEW, PinState.NEW]
+
+
+def test_new_candidates_are_only_the_unpinned_names_of_the_latest_listing(store):
+    store.check_all("fs", [_tool()])
+    for round_ in range(5):
+        store.check_all("fs", [_tool(), *(ToolDefinition(f"n{round_}_{i}", "x", SCHEMA) for i in range(10))])
+    assert sorted(n.tool for n in store.list_new()) == [f"n4_{i}" for i in range(10)]
+
+
+def test_trust_on_first_use_pins_new_names_up_to_max_tools_then_withholds(store):
+    store.check_all("fs", [_tool()])
+    names = [ToolDefinition(f"t{i}", "x", SCHEMA) for i in range(5)]
+    checks = store.check_all("fs", names, new_tools=NewToolPolicy.TRUST_ON_FIRST_USE, max_tools=3)
+    assert [c.state for c in checks] == [PinState.NEW, PinState.NEW] + [PinState.NEW_WITHHELD] * 3
+    assert len(store.list()) == 3

@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 
-from contain.mcp.sanitize import STRIPPED_RANGES, sanitize_text
+from contain.mcp.sanitize import STRIPPED_RANGES, sanitize_json, sanitize_text
 
 
 @pytest.mark.parametrize("row", STRIPPED_RANGES, ids=lambda row: row.rule_id)
@@ -59,3 +59,21 @@ def test_bidi_override_that_reorders_the_visible_text_is_removed():
     report = sanitize_text("safe \u202eelif_etirw\u202c tool")
     assert report.text == "safe elif_etirw tool"
     assert report.removed == {"bidi-embedding": 2}
+
+
+def test_sanitize_json_cleans_every_string_value_at_any_depth_and_reports_keys():
+    tags = "".join(chr(0xE0000 + ord(c)) for c in "run rm")
+    tree = {"a": [f"x{tags}", {"b": "\x1b[31mred\x1b[0m", "c\u200b": 1}], "n": 1.5, "t": True, "z": None}
+    report = sanitize_json(tree)
+    assert report.value == {"a": ["x", {"b": "red", "c\u200b": 1}], "n": 1.5, "t": True, "z": None}
+    assert report.removed == {"tag-characters": len("run rm"), "ansi-escape": 2}
+    assert report.unsafe_keys == ("c\u200b",)
+    assert tree["a"][0] == f"x{tags}"  # the input is not modified
+
+
+def test_sanitize_json_walks_deep_trees_without_recursion():
+    tree: object = "\u200bleaf"
+    for _ in range(5000):
+        tree = [tree]
+    report = sanitize_json(tree)
+    assert report.removed == {"zero-width": 1}
