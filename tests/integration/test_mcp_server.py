@@ -37,10 +37,9 @@ def _manifest(root: Path) -> Path:
     return path
 
 
-def _serve(manifest: Path) -> StdioServerParameters:
-    return StdioServerParameters(
-        command=CONTAIN[0], args=[*CONTAIN[1:], "mcp", "serve", "--manifest", str(manifest)]
-    )
+def _serve(manifest: Path | None) -> StdioServerParameters:
+    options = ["--manifest", str(manifest)] if manifest is not None else []
+    return StdioServerParameters(command=CONTAIN[0], args=[*CONTAIN[1:], "mcp", "serve", *options])
 
 
 def _data(result: types.CallToolResult) -> dict[str, Any]:
@@ -79,6 +78,24 @@ def test_run_command_and_run_code_return_the_run_result(host_tmp: Path) -> None:
 
     anyio.run(scenario)
     assert not (host_tmp / "data" / "new").exists()
+
+
+def test_without_a_manifest_the_default_boundary_is_served_and_said() -> None:
+    async def scenario() -> None:
+        async with Client(_serve(None), read_timeout_seconds=60) as client:
+            ran = await client.call_tool(
+                "run_code",
+                {"language": "python", "code": "import os; print(os.path.exists('/inputs'), os.getuid() != 0)"},
+            )
+            assert _data(ran)["stdout"] == "False True\n", ran
+            net = await client.call_tool("run_command", {"argv": ["curl", "-sS", "--max-time", "3", "http://a.test/"]})
+            assert net.is_error  # the default boundary allows no destination
+
+    anyio.run(scenario)
+    said = subprocess.run(
+        [*CONTAIN, "mcp", "serve"], stdin=subprocess.DEVNULL, capture_output=True, timeout=60, check=False
+    )
+    assert "serving the default boundary" in said.stderr.decode(), said.stderr
 
 
 def test_a_command_past_its_wall_clock_is_reported_as_timed_out(host_tmp: Path) -> None:

@@ -2,7 +2,9 @@
 
 - ``contain mcp gateway --config gateway.yaml [--http HOST:PORT]``: the MCP gateway, serving one
   client over stdio (default) or streamable HTTP on a loopback address.
-- ``contain mcp serve --manifest contain.yaml [--http HOST:PORT]``: the sandbox as MCP tools.
+- ``contain mcp serve [--manifest contain.yaml] [--http HOST:PORT]``: the sandbox as MCP tools;
+  without a manifest, the default boundary (nothing bound, no network, default budgets), as
+  ``contain run`` does, and a line on stderr says so.
 - ``contain mcp pins list --config gateway.yaml [--json]`` and
   ``contain mcp pins approve SERVER TOOL --config gateway.yaml --digest D [--reviewer NAME]``.
 
@@ -33,7 +35,9 @@ def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
     gateway.add_argument("--config", required=True, help="gateway.yaml")
     gateway.add_argument("--http", metavar="HOST:PORT", help="serve streamable HTTP here (loopback only)")
     serve = sub.add_parser("serve", help="offer run_command and run_code in the sandbox as MCP tools")
-    serve.add_argument("--manifest", required=True, help="boundary manifest (contain.yaml)")
+    serve.add_argument(
+        "--manifest", help="boundary manifest (contain.yaml); default: the deny-all default boundary, as contain run"
+    )
     serve.add_argument("--http", metavar="HOST:PORT", help="serve streamable HTTP here (loopback only)")
     pins = sub.add_parser("pins", help="list or approve pinned tool definitions")
     pins_sub = pins.add_subparsers(dest="pins_command", metavar="ACTION", required=True)
@@ -79,7 +83,17 @@ def _serve(args: argparse.Namespace) -> int:
     from contain.mcp.server import SandboxTools
     from contain.mcp.serving import build_server, serve_http, serve_stdio
 
-    boundary = load_boundary(args.manifest)
+    if args.manifest is None:
+        from contain.boundary import Boundary
+
+        boundary = Boundary()
+        print(
+            "contain: no --manifest: serving the default boundary (no host files, no network, default budgets)",
+            file=sys.stderr,
+            flush=True,
+        )
+    else:
+        boundary = load_boundary(args.manifest)
     listen = _listen(args.http)
     tools = SandboxTools(boundary)
     server = build_server("contain-sandbox", list_tools=tools.list_tools, call_tool=tools.call_tool)
