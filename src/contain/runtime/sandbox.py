@@ -57,6 +57,7 @@ from contain.runtime.bwrap import (
 )
 from contain.runtime.cgroups import ROOT_ENV as CGROUP_ROOT_ENV
 from contain.runtime.cgroups import CgroupUsage, SandboxCgroup
+from contain.runtime.disk_budget import check_disk_mounts, ensure_disk_mountpoint, plan_launcher_disk_args
 from contain.runtime.etc_tree import ensure_etc_tree
 from contain.runtime.filter_cache import filter_for
 from contain.runtime.host_ids import HostIdLease, lease_host_ids
@@ -233,6 +234,11 @@ class Sandbox:
                 self._egress = egress.start_egress(self.boundary, netns_path=f"/proc/{self._agent_pid}/ns/net")
             assert self._channel is not None
             self._channel.read_ready(_STARTUP_TIMEOUT_S)
+            check_disk_mounts(
+                Path(f"/proc/{self._agent_pid}/mountinfo").read_text(),
+                self.boundary,
+                page_bytes=os.sysconf("SC_PAGE_SIZE"),
+            )
         except BaseException as exc:
             stderr = self._bwrap_stderr()
             self._teardown()
@@ -296,6 +302,7 @@ class Sandbox:
         }
         empties.update({p: data_fd(b"") for p, kind in self._paths.blocks.items() if kind == "file"})
         seccomp_fd = data_fd(bpf)
+        disk_root = ensure_disk_mountpoint(Path(agent).parent)
         agent_args = ["--control-fd", str(agent_sock)]
         if layers.landlock is not None:
             agent_args += layers.landlock.agent_args()
@@ -311,18 +318,20 @@ class Sandbox:
             empty_file_fd_for=empties,
             seccomp_fd=seccomp_fd,
             info_fd=info_w,
+            disk_root=disk_root,
         )
         argv = plan_bwrap_argv(self.boundary, inputs, bwrap=facts.bwrap_path or "bwrap")
         log.debug("bwrap argv: %s", argv)
         joins = self._cgroup.join_files() if self._cgroup is not None else ()
-        if facts.is_root:
-            # Drop to the sandbox user in a tiny exec (the agent's launcher mode) rather than
-            # with subprocess's user=, which forces a full fork of this process instead of vfork.
-            # On v1 the launcher also joins the cgroup first (see SandboxCgroup.join_files).
-            launcher = [agent, "--exec-as", str(uid), str(gid)]
-            for tasks_file in joins:
-                launcher += ["--join-cgroup", tasks_file]
-            argv = [*launcher, "--", *argv]
+        # Drop to the sandbox user in a tiny exec (the agent's launcher mode) rather than with
+        # subprocess's user=, which forces a full fork of this process instead of vfork. On v1
+        # the launcher also joins the cgroup first (see SandboxCgroup.join_files); it always
+        # mounts the one disk budget that bwrap binds from (disk_budget.py).
+        launcher = [agent, "--exec-as", str(uid), str(gid)]
+        for tasks_file in joins:
+            launcher += ["--join-cgroup", tasks_file]
+        launcher += plan_launcher_disk_args(self.boundary, mountpoint=disk_root)
+        argv = [*launcher, "--", *argv]
         try:
             self._proc = subprocess.Popen(
                 argv,
