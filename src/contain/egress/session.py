@@ -35,7 +35,7 @@ from contain.boundary.plain import PlainBoundary
 from contain.egress.addresses import local_interface_addresses
 from contain.egress.capture import CaptureServer, PlaceholderTable
 from contain.egress.dnsstub import DnsStub
-from contain.egress.log import EgressEvent, EventLog
+from contain.egress.log import EgressEvent, EventBatch, EventLog
 from contain.egress.netns import SocketSpec, bind_in_netns, close_quietly, open_netns
 from contain.egress.policy import EgressPolicy, Via
 from contain.egress.proxy import ProxyServer
@@ -111,8 +111,9 @@ class EgressSession:
         host, port = PROXY_ADDRESS
         return plan_sandbox_env(f"http://{host}:{port}")
 
-    def drain_events(self) -> list[EgressEvent]:
-        """Attempts recorded since the last drain, oldest first."""
+    def drain_events(self) -> EventBatch:
+        """Attempts recorded since the last drain, oldest first, and the count of those not kept
+        (the log is bounded by bytes: ``contain.egress.log``)."""
         return self.events.drain()
 
     def settle(self, timeout_s: float = 1.0) -> None:

@@ -566,15 +566,22 @@ class Sandbox:
                     Violation("output", f"{name} exceeded {resources.output_bytes} bytes; it was truncated and closed")
                 )
         egress_events: list[dict[str, object]] = []
+        egress_dropped: dict[str, object] = {}
         if self._egress is not None:
             self._egress.settle()
-            for event in self._egress.drain_events():
+            batch = self._egress.drain_events()
+            for event in batch.events:
                 egress_events.append(event.to_dict())
                 message = event.violation_message()
                 if message:
                     violations.append(
                         Violation("egress", message, event.rule_id, {"host": event.host, "port": event.port})
                     )
+            if batch.truncated:
+                egress_dropped = batch.dropped.to_dict()
+                dropped_message = batch.dropped.violation_message()
+                if dropped_message:
+                    violations.append(Violation("egress", dropped_message, "egress.log_bounded", egress_dropped))
         setup = 0.0 if self._setup_reported else self._setup_s
         self._setup_reported = True
         return RunResult(
@@ -590,6 +597,7 @@ class Sandbox:
             backend=self.backend,
             egress=tuple(egress_events),
             layers=self.layers,
+            egress_dropped=egress_dropped,
         )
 
     def _wait(
