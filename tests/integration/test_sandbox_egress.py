@@ -111,3 +111,25 @@ def test_other_hosts_ports_literals_and_noproxy_are_refused_and_reported(server)
     with Sandbox(allowing(port)) as sb:
         assert sb.run(["curl", "-s", "-m", "3", f"http://api.test:{port}/ok"]).stdout.data == b"hello from host\n"
     assert seen == ["/ok"]
+
+
+def test_a_flood_of_long_hostnames_is_recorded_clipped_and_every_refusal_is_reported() -> None:
+    """Issue 18 item 5: the host kept every 16 KB hostname (twice, with the reason) in full."""
+    code = (
+        "import socket\n"
+        "for i in range(200):\n"
+        "    name = f'{i}-' + 'a' * 16000 + '.test'\n"
+        "    s = socket.create_connection(('127.0.0.1', 3128), timeout=5)\n"
+        "    s.sendall(f'CONNECT {name}:443 HTTP/1.1\\r\\nHost: {name}:443\\r\\n\\r\\n'.encode())\n"
+        "    assert s.recv(64).startswith(b'HTTP/1.1 403'), 'not refused'\n"
+        "    s.close()\n"
+    )
+    with Sandbox(allowing(9)) as sb:
+        result = sb.run(["/usr/bin/python3", "-c", code], timeout=60)
+    assert result.exit_code == 0, result.stderr.data
+    refused = [e for e in result.egress if e["verdict"] == "deny"]
+    longest = max(len(str(e[k])) for e in result.egress for k in ("host", "reason"))
+    assert longest <= 600  # a name is at most 253 chars; the clip keeps 512 and says what it cut
+    assert len(refused) == 200 and result.egress_dropped == {}
+    assert all(e["host"].endswith("more chars]") for e in refused)
+    assert sum(1 for v in result.violations if v.kind == "egress") == 200

@@ -25,7 +25,10 @@ def plain(**sections: object):
 
 
 def test_launcher_mounts_one_tmpfs_of_the_whole_budget_with_an_inode_cap_and_every_place_in_it():
-    b = plain(resources={"disk_bytes": "8MiB"}, files=[{"path": "/work/a", "access": "scratch"}, {"path": "/w/b", "access": "scratch"}])
+    b = plain(
+        resources={"disk_bytes": "8MiB"},
+        files=[{"path": "/work/a", "access": "scratch"}, {"path": "/w/b", "access": "scratch"}],
+    )
     assert plan_launcher_disk_args(b, mountpoint="/cache/disk-budget") == [
         "--disk-tmpfs", "/cache/disk-budget", str(8 * MIB), str(8 * MIB // BYTES_PER_INODE),
         "--disk-dir", "tmp", "1777",
