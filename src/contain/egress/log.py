@@ -205,9 +205,17 @@ class EventLog:
 
 
 def _clip_event(event: EgressEvent) -> EgressEvent:
-    changes = {
-        name: clip_text(value)
-        for name in _TEXT_FIELDS
-        if isinstance(value := getattr(event, name), str) and len(value) > MAX_FIELD_CHARS
-    }
-    return replace(event, **changes) if changes else event
+    def clip(value: str | None) -> str | None:
+        return None if value is None else clip_text(value)
+
+    if all(len(getattr(event, name) or "") <= MAX_FIELD_CHARS for name in _TEXT_FIELDS):
+        return event
+    return replace(
+        event,
+        host=clip_text(event.host),
+        address=clip(event.address),
+        reason=clip_text(event.reason),
+        rule_id=clip(event.rule_id),
+        via=clip_text(event.via),
+        verdict=clip_text(event.verdict),
+    )

@@ -4,11 +4,12 @@
   1. probe host facts and decide the layers (fail closed: ``plan_layers``);
   2. make sure the agent binary is built; gather facts about the bound host paths;
   3. compile the seccomp filter; create the cgroup and write its limits;
-  4. spawn bubblewrap (as nobody when contain is root) with the agent as pid 1;
+  4. spawn bubblewrap (as nobody when contain is root) with the agent as pid 1, through the
+     agent's launcher mode, which first mounts the sandbox's one disk budget (disk_budget.py);
   5. read the agent's host pid from ``--info-fd`` and move it into the cgroup — before any workload
      exists, so everything the workload forks is counted;
   6. start egress listeners in the sandbox's network namespace (when the boundary allows hosts);
-  7. wait for the agent's READY.
+  7. wait for the agent's READY; check from its mountinfo that the disk budget is as planned.
 Any failure tears down what was built and raises ``SandboxStartError`` (or ``UnsupportedHost``).
 
 ``run()`` asks the agent to fork and exec one command with pipes the host made; the host caps the
