@@ -136,7 +136,12 @@ def ensure_disk_mountpoint(cache_dir: Path) -> str:
         pass
     except OSError as exc:
         raise SandboxStartError(f"cannot create {path}: {exc.strerror}", "check the cache directory") from exc
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError as exc:
+        raise SandboxStartError(
+            f"{path} is not a plain directory ({exc.strerror})", f"remove {path}; contain recreates it"
+        ) from exc
     try:
         os.fchmod(fd, 0o755)  # bwrap, as the sandbox user, must traverse it
     finally:

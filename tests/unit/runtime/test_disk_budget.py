@@ -92,3 +92,16 @@ def test_any_difference_from_the_plan_refuses_the_sandbox(mountinfo: str, names:
     with pytest.raises(SandboxStartError) as info:
         check_disk_mounts(mountinfo, plain(resources={"disk_bytes": "8MiB"}), page_bytes=4096)
     assert names in info.value.cause
+
+
+def test_the_mountpoint_is_created_once_and_a_symlink_in_its_place_is_refused(tmp_path):
+    from contain.runtime.disk_budget import ensure_disk_mountpoint
+
+    made = ensure_disk_mountpoint(tmp_path)
+    assert ensure_disk_mountpoint(tmp_path) == made and (tmp_path / "disk-budget").stat().st_mode & 0o777 == 0o755
+    other = tmp_path / "other"
+    other.mkdir()
+    (tmp_path / "disk-budget").rmdir()
+    (tmp_path / "disk-budget").symlink_to(other)
+    with pytest.raises(SandboxStartError, match="is not a plain directory"):
+        ensure_disk_mountpoint(tmp_path)
