@@ -243,10 +243,13 @@ def re_04(ctx: ProbeContext) -> CaseResult:
     canary = rc.canary("inodes")
     for base in ("/tmp", "/dev/shm"):
         rc.remove_later(f"{base}/contain-probe-{canary}")
-    boundary = {"resources": {"disk_bytes": 4 * _MIB}}  # a small scratch: the inode quota scales with it
+    boundary = {"resources": {"disk_bytes": 4 * _MIB}}  # a small budget: its inode cap is disk_bytes / 4 KiB
     run, report = run_attack(rc.target, _MANY_FILES, boundary=boundary, bound=_FILES_BOUND, canary=canary, timeout_s=60)
+    # Control: a budget whose inode cap (disk_bytes / 4 KiB) is above the bound; empty files use
+    # no pages, so only the inode count and the relaxed memory limit stand in the way.
+    control_boundary = {"resources": {"disk_bytes": 2 * _FILES_BOUND * 4096}}
     _control, control_report = run_attack(
-        rc.sandboxed_control, _MANY_FILES, bound=_FILES_BOUND, canary=canary, timeout_s=60
+        rc.sandboxed_control, _MANY_FILES, boundary=control_boundary, bound=_FILES_BOUND, canary=canary, timeout_s=60
     )
     created = (report.get("created") or {}).get("value")
     if created is None:  # killed before reporting: the last progress line says how far it got
@@ -260,7 +263,7 @@ def re_04(ctx: ProbeContext) -> CaseResult:
         else [],
         control_shows_breach=_bound_reached(control_report, "created", _FILES_BOUND),
         contained=f"file creation stopped at {created} files ({error or 'killed'}) inside the sandbox",
-        control=f"with a 256 MiB scratch all {_FILES_BOUND} files were created",
+        control=f"with an inode cap above {_FILES_BOUND} all {_FILES_BOUND} files were created",
         evidence={"attack": report, "run": run_evidence(run)},
         missing=None
         if run.signal or (report.get("dir") or {}).get("value")
