@@ -47,7 +47,12 @@ class Captured:
             import base64  # only for output that is not UTF-8
 
             text, encoding = base64.b64encode(self.data).decode("ascii"), "base64"
-        return {name: text, f"{name}_encoding": encoding, f"{name}_truncated": self.truncated}
+        return {
+            name: text,
+            f"{name}_encoding": encoding,
+            f"{name}_truncated": self.truncated,
+            f"{name}_total_bytes": self.total_bytes,  # seen before the cap closed the pipe
+        }
 
 
 @dataclass(frozen=True)

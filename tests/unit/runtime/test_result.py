@@ -28,3 +28,8 @@ def test_a_result_with_dropped_egress_events_says_it_is_truncated_and_how_much()
 def test_a_result_without_drops_is_not_truncated() -> None:
     out = result().to_dict()
     assert out["egress_truncated"] is False and out["egress_dropped"] == {}
+
+
+def test_a_truncated_stream_says_how_many_bytes_were_seen_beyond_what_was_kept() -> None:
+    out = Captured(b"abc", True, 70_000).to_dict("stdout")
+    assert out == {"stdout": "abc", "stdout_encoding": "utf-8", "stdout_truncated": True, "stdout_total_bytes": 70_000}
