@@ -106,3 +106,17 @@ def test_an_ordinary_user_gets_the_same_one_budget(host_tmp: Path) -> None:
     report = json.loads(done.stdout)
     assert sum(report[p] for p in PLACES) <= 8 * MIB and report["/dev"] == 0
     assert report["files"] < 2048
+
+
+@pytest.mark.needs_root
+def test_a_write_bind_or_a_scratch_path_at_a_place_of_the_budget_still_starts(host_tmp: Path) -> None:
+    shared = host_tmp / "shared"
+    shared.mkdir()
+    os.chown(shared, 65534, 65534)
+    b = Boundary.model_validate(
+        {"files": [{"host": str(shared), "path": "/work", "access": "write"}, {"path": "/tmp", "access": "scratch"}]}
+    )
+    with Sandbox(b) as sb:
+        result = sb.run(["/bin/sh", "-c", "echo x > /work/f && echo y > /tmp/g && echo $HOME"])
+    assert result.exit_code == 0, result.stderr.data
+    assert (shared / "f").read_text() == "x\n" and result.stdout.data == b"/tmp\n"

@@ -106,12 +106,17 @@ def inode_budget(disk_bytes: int) -> int:
 
 
 def plan_disk_places(boundary: PlainBoundary) -> tuple[DiskPlace, ...]:
-    """Every place backed by the budget: /tmp, /dev/shm, then each scratch path (HOME first)."""
+    """Every place backed by the budget: /tmp, /dev/shm, then each scratch path (HOME first).
+
+    A scratch path that is itself one of the fixed places (``/tmp``) replaces it: one directory
+    per sandbox path, so nothing is mounted only to be covered.
+    """
     scratch = tuple(
         DiskPlace(f"scratch-{i}", path, "0755", "scratch path of the boundary")
         for i, path in enumerate(default_scratch_paths(boundary))
     )
-    return (*DISK_PLACES, *scratch)
+    taken = {place.sandbox_path for place in scratch}
+    return (*(p for p in DISK_PLACES if p.sandbox_path not in taken), *scratch)
 
 
 def plan_launcher_disk_args(boundary: PlainBoundary, *, mountpoint: str) -> list[str]:
@@ -176,7 +181,9 @@ def _options(text: str) -> dict[str, str]:
     return dict(item.partition("=")[::2] for item in text.split(","))
 
 
-def check_disk_mounts(mountinfo: str, boundary: PlainBoundary, *, page_bytes: int) -> None:
+def check_disk_mounts(
+    mountinfo: str, boundary: PlainBoundary, *, page_bytes: int, bind_paths: frozenset[str] = frozenset()
+) -> None:
     """Check that the running sandbox has the planned budget (``/proc/<agent>/mountinfo``).
 
     Every place must be the topmost mount at its path, on one tmpfs superblock whose options say
@@ -188,6 +195,9 @@ def check_disk_mounts(mountinfo: str, boundary: PlainBoundary, *, page_bytes: in
         mountinfo: the text of ``/proc/<agent pid>/mountinfo``.
         boundary: the boundary the sandbox was planned from.
         page_bytes: the host's page size (tmpfs sizes are whole pages).
+        bind_paths: sandbox paths where a read or write bind was made: a place at exactly such a
+            path is covered by the host directory the boundary asked for (a write bind at /work
+            is host disk, outside the budget), so it is not checked.
 
     Raises:
         SandboxStartError: naming the first place that differs from the plan.
@@ -199,6 +209,8 @@ def check_disk_mounts(mountinfo: str, boundary: PlainBoundary, *, page_bytes: in
     want = {"size": f"{pages * page_bytes // 1024}k", "nr_inodes": str(inode_budget(disk))}
     devices = set()
     for place in plan_disk_places(boundary):
+        if place.sandbox_path in bind_paths:
+            continue
         mount = mounts.get(place.sandbox_path)
         if mount is None or mount.fs_type != "tmpfs" or mount.root != f"/{place.name}":
             raise SandboxStartError(f"{place.sandbox_path} is not backed by the sandbox's disk budget", fix)

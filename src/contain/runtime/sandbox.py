@@ -239,6 +239,7 @@ class Sandbox:
                 Path(f"/proc/{self._agent_pid}/mountinfo").read_text(),
                 self.boundary,
                 page_bytes=os.sysconf("SC_PAGE_SIZE"),
+                bind_paths=frozenset(b.rule.path for b in self._paths.binds) if self._paths else frozenset(),
             )
         except BaseException as exc:
             stderr = self._bwrap_stderr()

@@ -105,3 +105,20 @@ def test_the_mountpoint_is_created_once_and_a_symlink_in_its_place_is_refused(tm
     (tmp_path / "disk-budget").symlink_to(other)
     with pytest.raises(SandboxStartError, match="is not a plain directory"):
         ensure_disk_mountpoint(tmp_path)
+
+
+def test_a_scratch_path_at_tmp_replaces_the_fixed_tmp_place():
+    b = plain(files=[{"path": "/tmp", "access": "scratch"}, {"path": "/tmp/x", "access": "scratch"}])
+    assert [(p.name, p.sandbox_path) for p in plan_disk_places(b)] == [
+        ("shm", "/dev/shm"),
+        ("scratch-0", "/tmp"),
+        ("scratch-1", "/tmp/x"),
+    ]
+
+
+def test_a_place_covered_by_a_bind_at_the_same_path_is_not_checked():
+    b = plain(resources={"disk_bytes": "8MiB"})
+    covered = _mountinfo() + "\n" + _line(9, "8:1", "/srv", "/work", "rw,nosuid", "ext4", "rw")
+    with pytest.raises(SandboxStartError, match="/work is not backed"):
+        check_disk_mounts(covered, b, page_bytes=4096)
+    check_disk_mounts(covered, b, page_bytes=4096, bind_paths=frozenset({"/work"}))
