@@ -109,14 +109,14 @@ def test_an_ordinary_user_gets_the_same_one_budget(host_tmp: Path) -> None:
 
 
 @pytest.mark.needs_root
-def test_a_write_bind_or_a_scratch_path_at_a_place_of_the_budget_still_starts(host_tmp: Path) -> None:
+@pytest.mark.parametrize("scratch", [[], [{"path": "/tmp", "access": "scratch"}]], ids=["default-work", "tmp"])
+def test_a_write_bind_or_a_scratch_path_at_a_place_of_the_budget_still_starts(host_tmp: Path, scratch) -> None:
     shared = host_tmp / "shared"
     shared.mkdir()
     os.chown(shared, 65534, 65534)
-    b = Boundary.model_validate(
-        {"files": [{"host": str(shared), "path": "/work", "access": "write"}, {"path": "/tmp", "access": "scratch"}]}
-    )
-    with Sandbox(b) as sb:
+    b = Boundary.model_validate({"files": [{"host": str(shared), "path": "/work", "access": "write"}, *scratch]})
+    with Sandbox(b) as sb:  # with no scratch the default /work place is covered by the write bind
         result = sb.run(["/bin/sh", "-c", "echo x > /work/f && echo y > /tmp/g && echo $HOME"])
     assert result.exit_code == 0, result.stderr.data
-    assert (shared / "f").read_text() == "x\n" and result.stdout.data == b"/tmp\n"
+    assert (shared / "f").read_text() == "x\n"
+    assert result.stdout.data == (b"/tmp\n" if scratch else b"/work\n")
