@@ -16,6 +16,9 @@ first resolves a concrete name, before it answers.
 
 Fail closed: when the loop stops for any reason (``close``, or a crash), every listening socket
 is closed, so connections inside the sandbox are refused; nothing falls back to an open path.
+Bounded here: at most ``MAX_OPEN_CONNECTIONS`` connections open at once across every listener
+(``ConnectionLimit``; over it a connection is aborted and recorded as a refusal); the events
+themselves are bounded by bytes in ``log.py``.
 Not enforced here: anything inside an allowed tunnel (see ``proxy.py``).
 """
 

@@ -277,6 +277,7 @@ class Sandbox:
         self, facts: HostFacts, agent: str, bpf: bytes, uid: int, gid: int, layers: LayerPlan, resolv: str
     ) -> None:
         assert self._paths is not None
+        disk_root = ensure_disk_mountpoint(Path(agent).parent)  # before any descriptor exists
         owned: list[int] = []  # fds to close in the host after the spawn
 
         def data_fd(content: bytes) -> int:
@@ -304,7 +305,6 @@ class Sandbox:
         }
         empties.update({p: data_fd(b"") for p, kind in self._paths.blocks.items() if kind == "file"})
         seccomp_fd = data_fd(bpf)
-        disk_root = ensure_disk_mountpoint(Path(agent).parent)
         agent_args = ["--control-fd", str(agent_sock)]
         if layers.landlock is not None:
             agent_args += layers.landlock.agent_args()
