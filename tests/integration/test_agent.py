@@ -561,3 +561,71 @@ def test_no_compiler_is_an_unsupported_host_with_the_fix(tmp_path: Path, monkeyp
     with pytest.raises(UnsupportedHost) as caught:
         ensure_agent_binary()
     assert "apt-get install gcc libc6-dev" in caught.value.fix
+
+
+# -- launcher: the one disk budget (--disk-tmpfs) ------------------------------------------------
+
+DISK_PROBE = "grep ' {d} ' /proc/self/mountinfo; stat -c '%a %u' {d}/tmp {d}/s0"
+
+
+def _launch(agent: Path, mountpoint: Path, *extra: str, as_user: bool = False) -> subprocess.CompletedProcess[str]:
+    argv = [str(agent), "--exec-as", "65534", "65534", *extra]
+    if not extra or extra[-1] != "--":
+        argv += ["--disk-tmpfs", str(mountpoint), "1048576", "300", "--disk-dir", "tmp", "1777"]
+        argv += ["--disk-dir", "s0", "0755", "--"]
+    argv += ["/bin/sh", "-c", DISK_PROBE.format(d=mountpoint)]
+    if as_user:
+        argv = ["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups", *argv]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=10, check=False)
+
+
+@pytest.mark.needs_root
+@pytest.mark.parametrize("as_user", [False, True], ids=["root", "ordinary-user"])
+def test_the_launcher_mounts_one_sized_inode_capped_tmpfs_only_in_its_own_namespace(
+    agent_binary: Path, host_tmp: Path, as_user: bool
+) -> None:
+    shutil.copy(agent_binary, host_tmp / "agent")  # the ordinary user must be able to run it
+    mountpoint = host_tmp / "disk"
+    mountpoint.mkdir()
+    done = _launch(host_tmp / "agent", mountpoint, as_user=as_user)
+    assert done.returncode == 0, done.stderr
+    line, tmp, scratch = done.stdout.splitlines()
+    assert "- tmpfs tmpfs " in line and "size=1024k,nr_inodes=300" in line and "nosuid,nodev" in line
+    assert (tmp, scratch) == ("1777 65534", "755 65534")  # created as the sandbox user
+    assert str(mountpoint) not in Path("/proc/self/mountinfo").read_text()  # never in the host's table
+    assert list(mountpoint.iterdir()) == []
+
+
+@pytest.mark.needs_root
+@pytest.mark.parametrize(
+    ("disk_args", "message"),
+    [
+        (["--disk-tmpfs", "relative", "1048576", "300"], "usage"),
+        (["--disk-tmpfs", "{m}", "0", "300"], "usage"),
+        (["--disk-tmpfs", "{m}", "1048576", "300", "--disk-dir", "../escape", "1777"], "usage"),
+        (["--disk-tmpfs", "{m}", "1048576", "300", "--disk-dir", "a/b", "1777"], "usage"),
+        (["--disk-tmpfs", "{m}", "1048576", "300", "--disk-dir", "tmp", "999"], "usage"),
+        (["--disk-tmpfs", "{link}", "1048576", "300"], "cannot mount the disk budget"),
+    ],
+    ids=["relative", "zero-size", "dotdot", "slash", "not-octal", "symlink"],
+)
+def test_the_launcher_refuses_a_bad_disk_budget_before_exec(
+    agent_binary: Path, host_tmp: Path, disk_args: list[str], message: str
+) -> None:
+    (host_tmp / "disk").mkdir()
+    (host_tmp / "link").symlink_to(host_tmp / "disk")
+    args = [a.format(m=host_tmp / "disk", link=host_tmp / "link") for a in disk_args]
+    argv = [str(agent_binary), "--exec-as", "65534", "65534", *args, "--", "/bin/echo", "ran"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=10, check=False)
+    assert done.returncode == 125 and message in done.stderr and "ran" not in done.stdout
+
+
+@pytest.mark.needs_root
+def test_an_ordinary_user_cannot_launch_as_another_user(agent_binary: Path, host_tmp: Path) -> None:
+    shutil.copy(agent_binary, host_tmp / "agent")
+    done = subprocess.run(
+        ["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups",
+         str(host_tmp / "agent"), "--exec-as", "1000", "1000", "--", "/bin/echo", "ran"],
+        capture_output=True, text=True, timeout=10, check=False,
+    )  # fmt: skip
+    assert done.returncode == 125 and "only root may --exec-as another user" in done.stderr

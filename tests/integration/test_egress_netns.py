@@ -249,9 +249,9 @@ def events_after(world: World, count: int) -> list[EgressEvent]:
     got: list[EgressEvent] = []
     deadline = time.monotonic() + 5
     while len(got) < count and time.monotonic() < deadline:
-        got += world.session.drain_events()
+        got += world.session.drain_events().events
         time.sleep(0.02)
-    return got + world.session.drain_events()
+    return got + world.session.drain_events().events
 
 
 def need(tool: str) -> str:

@@ -172,3 +172,58 @@ def test_a_loopback_port_the_manifest_does_not_name_stays_unreachable(server) ->
         result = sb.run(["python3", "-c", code])
     assert result.stdout.data.decode().splitlines()[0] == f"{port} refused"
     assert seen == []
+
+
+def test_a_flood_of_long_hostnames_is_recorded_clipped_and_every_refusal_is_reported() -> None:
+    """Issue 18 item 5: the host kept every 16 KB hostname (twice, with the reason) in full."""
+    code = (
+        "import socket\n"
+        "for i in range(200):\n"
+        "    name = f'{i}-' + 'a' * 16000 + '.test'\n"
+        "    s = socket.create_connection(('127.0.0.1', 3128), timeout=5)\n"
+        "    s.sendall(f'CONNECT {name}:443 HTTP/1.1\\r\\nHost: {name}:443\\r\\n\\r\\n'.encode())\n"
+        "    assert s.recv(64).startswith(b'HTTP/1.1 403'), 'not refused'\n"
+        "    s.close()\n"
+    )
+    with Sandbox(allowing(9)) as sb:
+        result = sb.run(["/usr/bin/python3", "-c", code], timeout=60)
+    assert result.exit_code == 0, result.stderr.data
+    refused = [e for e in result.egress if e["verdict"] == "deny"]
+    longest = max(len(str(e[k])) for e in result.egress for k in ("host", "reason"))
+    assert longest <= 600  # a name is at most 253 chars; the clip keeps 512 and says what it cut
+    assert len(refused) == 200 and result.egress_dropped == {}
+    assert all(e["host"].endswith("more chars]") for e in refused)
+    assert sum(1 for v in result.violations if v.kind == "egress") == 200
+
+
+def test_connections_past_the_open_limit_are_closed_by_the_host_and_reported() -> None:
+    """Each open connection costs the host buffers; the sandbox may not hold more than the limit."""
+    from contain.egress.session import MAX_OPEN_CONNECTIONS
+
+    code = (
+        "import socket\n"
+        f"held = [socket.create_connection(('127.0.0.1', 3128), timeout=5) for _ in range({MAX_OPEN_CONNECTIONS})]\n"
+        "extra = []\n"
+        "for _ in range(8):\n"
+        "    s = socket.create_connection(('127.0.0.1', 3128), timeout=5)\n"
+        "    try:\n"
+        "        extra.append(s.recv(1))\n"
+        "    except OSError as e:\n"
+        "        extra.append(type(e).__name__)\n"
+        "print(extra)\n"
+    )
+    b = Boundary.model_validate(
+        {
+            "network": {"allow": [{"host": "api.test", "ports": [9]}], "hosts": {"api.test": "127.0.0.1"}},
+            "resources": {"open_files_max": 2048},
+        }
+    )
+    with Sandbox(b) as sb:
+        result = sb.run(["/usr/bin/python3", "-c", code], timeout=60)
+    assert result.exit_code == 0, result.stderr.data
+    import ast
+
+    closed = ast.literal_eval(result.stdout.data.decode())
+    assert len(closed) == 8 and all(c in (b"", "ConnectionResetError") for c in closed), closed
+    limited = [e for e in result.egress if e["rule_id"] == "egress.connection_limit"]
+    assert len(limited) == 8

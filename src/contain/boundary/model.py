@@ -230,7 +230,9 @@ class Resources(BaseModel):
     )
     pids_max: int = Field(default=128, ge=8, le=65536, description="Processes and threads at once, e.g. 128.")
     disk_bytes: Bytes = Field(
-        default=256 * 1024**2, ge=1024**2, description="Size of scratch and /tmp together, e.g. 256MiB."
+        default=256 * 1024**2,
+        ge=1024**2,
+        description="One total for /tmp, /dev/shm and scratch (not write binds), e.g. 256MiB.",
     )
     output_bytes: Bytes = Field(
         default=8 * 1024**2, ge=1024, description="Captured stdout and stderr, each, per run, e.g. 8MiB."

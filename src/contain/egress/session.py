@@ -16,6 +16,9 @@ first resolves a concrete name, before it answers.
 
 Fail closed: when the loop stops for any reason (``close``, or a crash), every listening socket
 is closed, so connections inside the sandbox are refused; nothing falls back to an open path.
+Bounded here: at most ``MAX_OPEN_CONNECTIONS`` connections open at once across every listener
+(``ConnectionLimit``; over it a connection is aborted and recorded as a refusal); the events
+themselves are bounded by bytes in ``log.py``.
 Not enforced here: anything inside an allowed tunnel (see ``proxy.py``).
 """
 
@@ -29,13 +32,14 @@ import os
 import socket
 import threading
 import time
+from collections.abc import Callable
 
 from contain.boundary.hostnames import HostnameError, canonical_hostname
 from contain.boundary.plain import PlainBoundary
 from contain.egress.addresses import local_interface_addresses
-from contain.egress.capture import PLACEHOLDER_NETWORK, CaptureServer, PlaceholderTable
+from contain.egress.capture import PLACEHOLDER_NETWORK, CaptureServer, Handler, PlaceholderTable
 from contain.egress.dnsstub import DnsStub
-from contain.egress.log import EgressEvent, EventLog
+from contain.egress.log import EgressEvent, EventBatch, EventLog
 from contain.egress.netns import SocketSpec, bind_in_netns, close_quietly, open_netns
 from contain.egress.policy import EgressPolicy, Via
 from contain.egress.proxy import ProxyServer
@@ -44,8 +48,10 @@ from contain.errors import SandboxStartError
 
 __all__ = [
     "DNS_ADDRESS",
+    "MAX_OPEN_CONNECTIONS",
     "PROXY_ADDRESS",
     "RESOLV_CONF_TEXT",
+    "ConnectionLimit",
     "EgressSession",
     "plan_loopback_captures",
     "plan_sandbox_env",
@@ -61,6 +67,12 @@ BIND_FIX = (
     "check that the sandbox's network namespace exists and has lo up, that this process runs "
     "as root (setns and port 53 need it), and that nothing in the sandbox started before egress"
 )
+
+# Connections the sandbox may hold open at once to all egress listeners together. Each costs the
+# host a task, a transport and its buffers (up to MAX_HEAD_BYTES of request head, the stream
+# reader's 64 KiB limit): ~100 KiB at worst, so 512 of them stay under 64 MiB, while the sandbox's
+# own fd and pid limits would let it open 100,000. Tools open a few dozen at most.
+MAX_OPEN_CONNECTIONS = 512
 
 # glibc reads at most three nameservers; one, with short timeouts, so a refused name fails fast.
 RESOLV_CONF_TEXT = "nameserver 127.0.0.1\noptions timeout:2 attempts:2\n"
@@ -115,6 +127,49 @@ def plan_loopback_captures(policy: EgressPolicy) -> tuple[tuple[str, int], ...]:
     return tuple(planned)
 
 
+class ConnectionLimit:
+    """Bounds the connections open at once across every listener of one session.
+
+    A connection over the limit is aborted as soon as it is accepted and recorded as a refusal
+    (``egress.connection_limit``) in the bounded event log. Runs on the session's loop thread
+    only, so the counter needs no lock.
+    """
+
+    def __init__(self, record: Callable[[EgressEvent], None], *, limit: int = MAX_OPEN_CONNECTIONS) -> None:
+        self.record = record
+        self.limit = limit
+        self.open = 0
+
+    def wrap(self, handler: Handler, *, via: str) -> Handler:
+        """``handler``, refusing connections while ``limit`` are already open."""
+
+        async def limited(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            if self.open >= self.limit:
+                writer.transport.abort()
+                self.record(
+                    EgressEvent(
+                        time=time.time(),
+                        host="",
+                        port=0,
+                        address=None,
+                        verdict="deny",
+                        reason=f"more than {self.limit} egress connections open at once; this one was closed",
+                        rule_id="egress.connection_limit",
+                        via=via,
+                        bytes_up=0,
+                        bytes_down=0,
+                    )
+                )
+                return
+            self.open += 1
+            try:
+                await handler(reader, writer)
+            finally:
+                self.open -= 1
+
+        return limited
+
+
 class EgressSession:
     """A running egress for one sandbox. Built by ``start_egress``."""
 
@@ -126,6 +181,7 @@ class EgressSession:
         self.proxy = ProxyServer(self.resolver.decide, self.events.record)
         self.capture = CaptureServer(self.resolver.decide, self.events.record)
         self.dns = DnsStub(self._answer)
+        self.connections = ConnectionLimit(self.events.record)
         self._netns_fd = netns_fd
         self._sockets: list[socket.socket] = []
         self._loop = asyncio.new_event_loop()
@@ -145,8 +201,9 @@ class EgressSession:
         host, port = PROXY_ADDRESS
         return plan_sandbox_env(f"http://{host}:{port}")
 
-    def drain_events(self) -> list[EgressEvent]:
-        """Attempts recorded since the last drain, oldest first."""
+    def drain_events(self) -> EventBatch:
+        """Attempts recorded since the last drain, oldest first, and the count of those not kept
+        (the log is bounded by bytes: ``contain.egress.log``)."""
         return self.events.drain()
 
     def settle(self, timeout_s: float = 1.0) -> None:
@@ -232,11 +289,13 @@ class EgressSession:
         self._alloc_lock = asyncio.Lock()
         self._main_task = asyncio.current_task()
         proxy_sock, udp_sock, dns_tcp_sock, *capture_socks = self._sockets
-        servers: list[asyncio.Server] = [await asyncio.start_server(self.proxy.handle, sock=proxy_sock)]
-        servers.append(await asyncio.start_server(self.dns.handle_tcp, sock=dns_tcp_sock))
+        limit = self.connections.wrap
+        servers = [await asyncio.start_server(limit(self.proxy.handle, via=str(Via.CONNECT)), sock=proxy_sock)]
+        servers.append(await asyncio.start_server(limit(self.dns.handle_tcp, via=str(Via.DNS)), sock=dns_tcp_sock))
         udp_transport, _ = await self._loop.create_datagram_endpoint(self.dns.datagram_protocol, sock=udp_sock)
         for (name, port), sock in zip(captures, capture_socks, strict=True):
-            servers.append(await asyncio.start_server(self.capture.handler_for(name, port), sock=sock))
+            handler = limit(self.capture.handler_for(name, port), via=str(Via.TRANSPARENT))
+            servers.append(await asyncio.start_server(handler, sock=sock))
         self._servers = servers
         self._ready.set()
         try:
@@ -320,7 +379,8 @@ class EgressSession:
             return None
         self._sockets.extend(socks)
         for port, sock in zip(order, socks, strict=True):
-            self._servers.append(await asyncio.start_server(self.capture.handler_for(name, port), sock=sock))
+            handler = self.connections.wrap(self.capture.handler_for(name, port), via=str(Via.TRANSPARENT))
+            self._servers.append(await asyncio.start_server(handler, sock=sock))
         return placeholder
 
 

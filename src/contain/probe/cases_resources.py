@@ -1,4 +1,4 @@
-"""RE cases: resource exhaustion (RE-01..RE-11).
+"""RE cases: resource exhaustion (RE-01..RE-11, and contain's RE-52, RE-53).
 
 Every attack stops at a fixed bound, so a breach never harms the host even under ``--wrap``
 with a weak sandbox: a fork bomb at ``_FORKS`` processes, a memory fill at twice the probe's
@@ -16,12 +16,14 @@ limits above the attack's bound); the others run on the bare host.
 from __future__ import annotations
 
 import os
+import re
 import socket
 import threading
 from pathlib import Path
 from typing import Any
 
-from contain.probe.case import CaseResult, Category, ProbeCase, ProbeContext
+from contain.egress.log import MAX_LOG_BYTES, EgressEvent, event_cost
+from contain.probe.case import CaseResult, Category, ProbeCase, ProbeContext, Verdict
 from contain.probe.context import (
     RunContext,
     as_run_context,
@@ -242,10 +244,13 @@ def re_04(ctx: ProbeContext) -> CaseResult:
     canary = rc.canary("inodes")
     for base in ("/tmp", "/dev/shm"):
         rc.remove_later(f"{base}/contain-probe-{canary}")
-    boundary = {"resources": {"disk_bytes": 4 * _MIB}}  # a small scratch: the inode quota scales with it
+    boundary = {"resources": {"disk_bytes": 4 * _MIB}}  # a small budget: its inode cap is disk_bytes / 4 KiB
     run, report = run_attack(rc.target, _MANY_FILES, boundary=boundary, bound=_FILES_BOUND, canary=canary, timeout_s=60)
+    # Control: a budget whose inode cap (disk_bytes / 4 KiB) is above the bound; empty files use
+    # no pages, so only the inode count and the relaxed memory limit stand in the way.
+    control_boundary = {"resources": {"disk_bytes": 2 * _FILES_BOUND * 4096}}
     _control, control_report = run_attack(
-        rc.sandboxed_control, _MANY_FILES, bound=_FILES_BOUND, canary=canary, timeout_s=60
+        rc.sandboxed_control, _MANY_FILES, boundary=control_boundary, bound=_FILES_BOUND, canary=canary, timeout_s=60
     )
     created = (report.get("created") or {}).get("value")
     if created is None:  # killed before reporting: the last progress line says how far it got
@@ -259,7 +264,7 @@ def re_04(ctx: ProbeContext) -> CaseResult:
         else [],
         control_shows_breach=_bound_reached(control_report, "created", _FILES_BOUND),
         contained=f"file creation stopped at {created} files ({error or 'killed'}) inside the sandbox",
-        control=f"with a 256 MiB scratch all {_FILES_BOUND} files were created",
+        control=f"with an inode cap above {_FILES_BOUND} all {_FILES_BOUND} files were created",
         evidence={"attack": report, "run": run_evidence(run)},
         missing=None
         if run.signal or (report.get("dir") or {}).get("value")
@@ -653,6 +658,181 @@ def re_11(ctx: ProbeContext) -> CaseResult:
     )
 
 
+_ONE_BUDGET = r"""
+out = {}
+for d in P["dirs"]:
+    written = 0
+    def fill(d=d):
+        global written
+        with open(f"{d}/contain-probe-{P['canary']}", "wb") as f:
+            while written < P["each"]:
+                written += f.write(b"\0" * min(1 << 20, P["each"] - written))
+                f.flush()
+    rec(f"fill {d}", fill)
+    note(f"written {d}", written)
+done()
+"""
+
+# RE-52: each place gets just under the budget; four places hold four times it if each is sized
+# alone, the budget if they share it. /dev must take nothing.
+_RE52_PLACES = ["/tmp", "/dev/shm", "/work", "/dev"]
+_RE52_EACH = _RES["disk_bytes"] - 2 * _MIB
+
+
+def re_52(ctx: ProbeContext) -> CaseResult:
+    rc = as_run_context(ctx)
+    canary = rc.canary("budget")
+    params: dict[str, Any] = {"dirs": _RE52_PLACES, "each": _RE52_EACH, "canary": canary}
+    run, report = run_attack(rc.target, _ONE_BUDGET, timeout_s=30, **params)
+    written = {d: int((report.get(f"written {d}") or {}).get("value") or 0) for d in _RE52_PLACES}
+    total = sum(written.values())
+    breaches = []
+    if total > _RES["disk_bytes"]:
+        breaches.append(f"{total >> 20} MiB were written in all for a {_RES['disk_bytes'] >> 20} MiB disk budget")
+    if written["/dev"] or succeeded(report, "fill /dev"):
+        breaches.append(f"/dev accepted a file ({written['/dev']} bytes)")
+    # Control: a budget above the sum (the relaxed boundary's 256 MiB) takes every place in full.
+    _control, control_report = run_attack(rc.sandboxed_control, _ONE_BUDGET, timeout_s=30, **params)
+    control_total = sum(int((control_report.get(f"written {d}") or {}).get("value") or 0) for d in _RE52_PLACES)
+    return verdict(
+        "RE-52",
+        breaches=breaches,
+        control_shows_breach=control_total > _RES["disk_bytes"],
+        contained=f"{total >> 20} MiB in all ({', '.join(f'{d}: {w >> 20} MiB' for d, w in written.items())}) "
+        f"for a {_RES['disk_bytes'] >> 20} MiB budget; /dev refused "
+        f"({(report.get('fill /dev') or {}).get('errno')})",
+        control=f"with a budget above the sum the same fills took {control_total >> 20} MiB",
+        evidence={"attack": report, "control": control_report, "run": run_evidence(run)},
+        missing=None if report else "the attack did not report",
+    )
+
+
+_PROXY_FLOOD = r"""
+import socket, time
+host, port = P["proxy"]
+sent = answered = 0
+end = time.monotonic() + P["seconds"]
+while sent < P["count"] and time.monotonic() < end:  # bounded in count and in time
+    name = f"{sent}-" + "a" * P["name_chars"] + ".test"
+    try:
+        s = socket.create_connection((host, port), timeout=2)
+        s.sendall(f"CONNECT {name}:443 HTTP/1.1\r\nHost: {name}:443\r\n\r\n".encode())
+        sent += 1
+        if s.recv(64).startswith(b"HTTP/1.1 4"):
+            answered += 1
+        s.close()
+    except OSError as e:
+        note("last error", errno.errorcode.get(e.errno or 0, str(e)))
+        break
+note("sent", sent)
+note("refused by the proxy", answered)
+done()
+sys.stdout.flush()
+chunk = b"B" * (1 << 20)
+try:
+    for _ in range(P["output_mib"]):  # stderr flood after the report: the cap closes the pipe
+        os.write(2, chunk)
+except OSError:
+    pass
+"""
+
+_FLOOD_COUNT = 3000
+_FLOOD_NAME_CHARS = 16_000
+_FLOOD_OUTPUT_MIB = 32
+# The host may keep at most the event log's byte bound and both capped streams; the rest of the
+# allowance is the Python process's own noise (allocator, the RunResult's dicts).
+_HOST_GROWTH_BOUND = 2 * MAX_LOG_BYTES + 2 * _RES["output_bytes"] + 8 * _MIB
+_CLIPPED = re.compile(r"\.\.\.\[(\d+) more chars\]$")
+
+
+def _offered_bytes(event: dict[str, Any]) -> int:
+    """What the sandbox offered the host to keep for one event: its cost with clipped text restored."""
+    cost = event_cost(EgressEvent(**event))
+    for value in event.values():
+        if isinstance(value, str) and (match := _CLIPPED.search(value)):
+            cost += int(match.group(1)) - len(match.group(0))
+    return cost
+
+
+def _reset_peak_rss() -> bool:
+    try:
+        Path("/proc/self/clear_refs").write_text("5")  # resets VmHWM to the current RSS (proc(5))
+        return True
+    except OSError:
+        return False
+
+
+def _status_bytes(key: str) -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(key + ":"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+def re_53(ctx: ProbeContext) -> CaseResult:
+    rc = as_run_context(ctx)
+    if not rc.target.has_contain_hooks:
+        return CaseResult("RE-53", Verdict.NOT_APPLICABLE, f"{_HOOKS}: the host-side egress log is contain's")
+    import gc
+
+    gc.collect()
+    resettable = _reset_peak_rss()
+    rss_before = _status_bytes("VmRSS")
+    boundary = {"network": {"allow": [{"host": "allowed.test", "ports": [9]}], "hosts": {"allowed.test": "127.0.0.1"}}}
+    params: dict[str, Any] = {
+        "proxy": ["127.0.0.1", 3128],
+        "count": _FLOOD_COUNT,
+        "seconds": 6,
+        "name_chars": _FLOOD_NAME_CHARS,
+        "output_mib": _FLOOD_OUTPUT_MIB,
+    }
+    run, report = run_attack(rc.target, _PROXY_FLOOD, boundary=boundary, timeout_s=30, **params)
+    growth = _status_bytes("VmHWM") - rss_before
+    result = run.run_result
+    kept = [dict(e) for e in run.egress_events]
+    kept_bytes = sum(event_cost(EgressEvent(**e)) for e in kept)
+    dropped = dict(getattr(result, "egress_dropped", None) or {})
+    refused_kept = sum(1 for e in kept if e.get("verdict") == "deny")
+    refused_seen = refused_kept + int(dropped.get("denied", 0))
+    answered = int((report.get("refused by the proxy") or {}).get("value") or 0)
+    offered_bytes = sum(_offered_bytes(e) for e in kept) + int(dropped.get("bytes", 0))
+    breaches = []
+    if kept_bytes > MAX_LOG_BYTES:
+        breaches.append(f"the host kept {kept_bytes >> 20} MiB of egress events (bound {MAX_LOG_BYTES >> 20} MiB)")
+    if resettable and growth > _HOST_GROWTH_BOUND:
+        breaches.append(f"the host process grew by {growth >> 20} MiB (bound {_HOST_GROWTH_BOUND >> 20} MiB)")
+    if refused_seen < answered:
+        breaches.append(f"{answered} refusals were answered but only {refused_seen} are in the RunResult")
+    if answered and not any(v.kind == "egress" for v in getattr(result, "violations", ())):
+        breaches.append("refused attempts left no egress violation")
+    captured = len(run.stderr)
+    if captured > 2 * _RES["output_bytes"]:
+        breaches.append(f"{captured} bytes of stderr were captured for a {_RES['output_bytes']}-byte cap")
+    # Positive control: the flood reached the proxy (it answered), and what it offered the host
+    # to keep is more than the bound, so an unbounded log would have shown the breach.
+    shown = answered > 0 and offered_bytes > MAX_LOG_BYTES
+    return verdict(
+        "RE-53",
+        breaches=breaches,
+        control_shows_breach=shown,
+        contained=f"{answered} refused CONNECTs with {_FLOOD_NAME_CHARS}-char names: the host kept "
+        f"{len(kept)} events ({kept_bytes >> 10} KiB), counted {dropped.get('events', 0)} more; "
+        f"host peak RSS grew {max(growth, 0) >> 20} MiB"
+        + ("" if resettable else " (VmHWM not resettable here: judged on the kept bytes only)"),
+        control=f"the flood offered {offered_bytes >> 20} MiB of events to the host log "
+        f"({answered} answered by the proxy)",
+        evidence={
+            "attack": report,
+            "kept_events": len(kept),
+            "kept_bytes": kept_bytes,
+            "dropped": dropped,
+            "host_peak_growth_bytes": growth,
+            "stderr_captured_bytes": captured,
+        },
+        missing=None if report else "the attack did not report",
+    )
+
+
 def _free_bytes(path: str) -> int:
     st = os.statvfs(path)
     return st.f_bavail * st.f_frsize
@@ -686,4 +866,18 @@ CASES: tuple[ProbeCase, ...] = (
     ),
     _case("RE-10", "mount a self-served FUSE file system", "cannot mount FUSE; teardown in time", re_10),
     _case("RE-11", "flood /dev/log and journald", "not exposed", re_11),
+    _case(
+        "RE-52",
+        "fill /tmp, /dev/shm, scratch and /dev, each just under the disk budget",
+        "one budget for all of them together; /dev read-only",
+        re_52,
+        wrap=f"{_HOOKS}: the disk budget is contain's boundary",
+    ),
+    _case(
+        "RE-53",
+        f"{_FLOOD_COUNT} CONNECTs with {_FLOOD_NAME_CHARS}-char hostnames, then an output flood",
+        "host-side event log and captures bounded by bytes; every refusal still counted",
+        re_53,
+        wrap=f"{_HOOKS}: the host-side egress log is contain's",
+    ),
 )

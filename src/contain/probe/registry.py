@@ -49,7 +49,7 @@ CATALOGUE_IDS: tuple[str, ...] = (
 # Cases contain adds beyond the public catalogue: regressions of findings (red-team passes, issue
 # reports) that the catalogue has no row for. Numbered from 51 within their category so that they
 # never collide with a catalogue id, present or future. Each is documented in docs/probe.md.
-PROJECT_IDS: tuple[str, ...] = ("FS-51", "FS-52", "FS-53", "IP-51", "RE-51", "RE-54")
+PROJECT_IDS: tuple[str, ...] = ("FS-51", "FS-52", "FS-53", "IP-51", "RE-51", "RE-52", "RE-53", "RE-54")
 
 # Every id the battery runs, in order: the catalogue's, then the project's.
 ALL_IDS: tuple[str, ...] = CATALOGUE_IDS + PROJECT_IDS

@@ -6,8 +6,10 @@ What the argv enforces:
 - the root is an empty tmpfs, remounted read-only at the end; the only host paths inside are
   /usr (read-only), the loader symlinks, a short table of non-secret /etc files, the agent, and
   the binds the boundary names. /etc/passwd, group, hosts, resolv.conf are generated;
-- /proc is fresh (pid namespace), /dev is bwrap's minimal set, /tmp, /dev/shm and each scratch
-  path are size-limited tmpfs mounts owned by the sandbox user;
+- /proc is fresh (pid namespace), /dev is bwrap's minimal set remounted read-only; /tmp,
+  /dev/shm and each scratch path are directories of ONE tmpfs of ``disk_bytes`` and an inode
+  cap, which the launcher mounted before bwrap ran (disk_budget.py says why and how), owned by
+  the sandbox user;
 - binds are emitted parent-first, then the protected subpaths of write binds (re-bound read-only
   or masked by an empty read-only placeholder), then `block` masks, so protections win;
 - `--disable-userns`, `--new-session`, `--die-with-parent`, `--as-pid-1` (the agent reaps).
@@ -23,6 +25,7 @@ from dataclasses import dataclass
 
 from contain.boundary.kinds import FileAccess
 from contain.boundary.plain import PlainBoundary
+from contain.runtime.disk_budget import default_scratch_paths, plan_disk_places
 from contain.runtime.paths import PathFacts, is_under_write_bind
 
 __all__ = [
@@ -40,7 +43,6 @@ __all__ = [
 SANDBOX_UID = 1000
 SANDBOX_GID = 1000
 AGENT_SANDBOX_PATH = "/.contain/agent"
-DEFAULT_SCRATCH = "/work"
 
 
 @dataclass(frozen=True)
@@ -86,13 +88,8 @@ class BwrapInputs:
     empty_file_fd_for: dict[str, int]  # mask sandbox path -> fd with empty content
     seccomp_fd: int | None
     info_fd: int
+    disk_root: str  # host directory where the launcher mounted the disk budget (disk_budget.py)
     socket_binds: tuple[tuple[str, str], ...] = ()  # (host Unix socket, sandbox path under /.contain)
-
-
-def default_scratch_paths(boundary: PlainBoundary) -> tuple[str, ...]:
-    """Scratch paths of the boundary; a boundary with none gets /work."""
-    scratch = tuple(r.path for r in boundary.files if r.access is FileAccess.SCRATCH)
-    return scratch or (DEFAULT_SCRATCH,)
 
 
 def generated_etc_files(*, home: str, resolv_conf: str) -> dict[str, str]:
@@ -121,7 +118,7 @@ def plan_bwrap_argv(boundary: PlainBoundary, inputs: BwrapInputs, *, bwrap: str 
     Steps, in order (later mounts cover earlier ones):
       1. namespaces and process flags;
       2. the system view: /usr, loader links, /etc (one cached tree), /proc, /dev;
-      3. size-limited tmpfs: /tmp, /dev/shm, scratch paths;
+      3. the disk budget's places bound onto /tmp, /dev/shm, scratch paths; /dev read-only;
       4. the agent binary;
       5. read and write binds, parents before children;
       6. protected subpaths of write binds (read-only re-binds and placeholders);
@@ -131,7 +128,6 @@ def plan_bwrap_argv(boundary: PlainBoundary, inputs: BwrapInputs, *, bwrap: str 
     Returns:
         The argv, starting with ``bwrap``.
     """
-    disk = str(boundary.resources.disk_bytes)
     argv = [
         bwrap,
         "--unshare-user",
@@ -171,10 +167,9 @@ def plan_bwrap_argv(boundary: PlainBoundary, inputs: BwrapInputs, *, bwrap: str 
     for path, fd in sorted(inputs.data_fds.items()):
         argv += ["--perms", "0444", "--ro-bind-data", str(fd), path]
     argv += ["--proc", "/proc", "--dev", "/dev"]
-    argv += ["--perms", "1777", "--size", disk, "--tmpfs", "/tmp"]
-    argv += ["--perms", "1777", "--size", disk, "--tmpfs", "/dev/shm"]
-    for path in default_scratch_paths(boundary):
-        argv += ["--perms", "0755", "--size", disk, "--tmpfs", path]
+    for place in plan_disk_places(boundary):  # one budget: every place is a directory of one tmpfs
+        argv += ["--bind", f"{inputs.disk_root}/{place.name}", place.sandbox_path]
+    argv += ["--remount-ro", "/dev"]  # device nodes keep working; nothing can be created beside them
     argv += ["--ro-bind", inputs.agent_host_path, AGENT_SANDBOX_PATH]
     for host_socket, sandbox_path in inputs.socket_binds:
         argv += ["--bind", host_socket, sandbox_path]  # connect() needs write permission on the inode

@@ -69,7 +69,9 @@ def has_write_binds(boundary: PlainBoundary) -> bool:
 
 
 def writable_paths(boundary: PlainBoundary) -> tuple[str, ...]:
-    """Sandbox paths a workload may write: scratch, /tmp, /dev/shm, /dev and write binds."""
+    """Sandbox paths Landlock lets a workload write: scratch, /tmp, /dev/shm, write binds, and /dev
+    for its device nodes (/dev/null, /dev/tty); the /dev mount itself is read-only, so nothing can
+    be created there (disk_budget.py)."""
     binds = tuple(r.path for r in boundary.files if r.access is FileAccess.WRITE)
     return (*default_scratch_paths(boundary), "/tmp", "/dev/shm", "/dev", *binds)
 

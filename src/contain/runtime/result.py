@@ -2,6 +2,12 @@
 
 Plain frozen values, so the same object feeds the CLI's table, ``--json``, the MCP server and the
 probe's evidence. Nothing here talks to the kernel.
+
+Everything a workload can make large is bounded before it lands here, by bytes: stdout and
+stderr by ``resources.output_bytes`` each (``streams.py``), egress events by the event log's
+bounds (``contain.egress.log``: clipped fields, ``MAX_LOG_BYTES``), and so the violations derived
+from them. What was cut is never silent: ``Captured.truncated``/``total_bytes`` and
+``RunResult.egress_dropped`` say how much, and dropped refusals still yield a violation.
 """
 
 from __future__ import annotations
@@ -41,7 +47,12 @@ class Captured:
             import base64  # only for output that is not UTF-8
 
             text, encoding = base64.b64encode(self.data).decode("ascii"), "base64"
-        return {name: text, f"{name}_encoding": encoding, f"{name}_truncated": self.truncated}
+        return {
+            name: text,
+            f"{name}_encoding": encoding,
+            f"{name}_truncated": self.truncated,
+            f"{name}_total_bytes": self.total_bytes,  # seen before the cap closed the pipe
+        }
 
 
 @dataclass(frozen=True)
@@ -85,6 +96,9 @@ class RunResult:
     backend: str
     egress: tuple[dict[str, Any], ...] = ()
     layers: dict[str, str] = field(default_factory=dict)
+    # Egress attempts that happened but were not kept (the host-side log is bounded by bytes):
+    # {"events", "bytes", "denied", "denied_by_rule"}; empty when nothing was dropped.
+    egress_dropped: dict[str, Any] = field(default_factory=dict)
 
     @property
     def status(self) -> int:
@@ -116,6 +130,8 @@ class RunResult:
         out["usage"] = self.usage.to_dict()
         out["violations"] = [v.to_dict() for v in self.violations]
         out["egress"] = list(self.egress)
+        out["egress_truncated"] = bool(self.egress_dropped)
+        out["egress_dropped"] = dict(self.egress_dropped)
         out["layers"] = dict(self.layers)
         return out
 

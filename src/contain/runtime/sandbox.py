@@ -6,11 +6,14 @@
      write binds' placeholders and record, through descriptors, what the audit at close compares
      against (``write_binds.prepare_write_binds``) — before any workload exists;
   3. compile the seccomp filter; create the cgroup and write its limits;
-  4. spawn bubblewrap (as nobody when contain is root) with the agent as pid 1;
+  4. spawn bubblewrap (as nobody when contain is root) with the agent as pid 1, through the
+     agent's launcher mode, which first mounts the sandbox's one disk budget (disk_budget.py);
   5. read the agent's host pid from ``--info-fd`` and move it into the cgroup — before any workload
      exists, so everything the workload forks is counted;
-  6. start egress listeners in the sandbox's network namespace (when the boundary allows hosts);
-  7. wait for the agent's READY.
+  6. wait for the agent's READY (bubblewrap has then brought the sandbox's lo up);
+  7. start egress listeners in the sandbox's network namespace (when the boundary allows hosts),
+     before any workload exists; check from the agent's mountinfo that the disk budget is as
+     planned.
 Any failure tears down what was built and raises ``SandboxStartError`` (or ``UnsupportedHost``).
 
 ``run()`` asks the agent to fork and exec one command with pipes the host made; the host caps the
@@ -60,6 +63,7 @@ from contain.runtime.bwrap import (
 )
 from contain.runtime.cgroups import ROOT_ENV as CGROUP_ROOT_ENV
 from contain.runtime.cgroups import CgroupUsage, SandboxCgroup
+from contain.runtime.disk_budget import check_disk_mounts, ensure_disk_mountpoint, plan_launcher_disk_args
 from contain.runtime.etc_tree import ensure_etc_tree
 from contain.runtime.filter_cache import filter_for
 from contain.runtime.host_ids import HostIdLease, lease_host_ids
@@ -250,10 +254,18 @@ class Sandbox:
                 )
             resolv = egress.RESOLV_CONF_TEXT if egress is not None else _DEFAULT_RESOLV_CONF
             self._spawn(facts, agent, bpf, uid, gid, layers, resolv)
+            assert self._channel is not None
+            # READY first: bubblewrap writes the agent's pid before it brings the sandbox's lo up,
+            # and egress binds its listeners on lo. No workload exists until the first RUN.
+            self._channel.read_ready(_STARTUP_TIMEOUT_S)
             if egress is not None:
                 self._egress = egress.start_egress(self.boundary, netns_path=f"/proc/{self._agent_pid}/ns/net")
-            assert self._channel is not None
-            self._channel.read_ready(_STARTUP_TIMEOUT_S)
+            check_disk_mounts(
+                Path(f"/proc/{self._agent_pid}/mountinfo").read_text(),
+                self.boundary,
+                page_bytes=os.sysconf("SC_PAGE_SIZE"),
+                bind_paths=frozenset(b.rule.path for b in self._paths.binds) if self._paths else frozenset(),
+            )
         except BaseException as exc:
             stderr = self._bwrap_stderr()
             self._teardown()
@@ -325,6 +337,7 @@ class Sandbox:
         self, facts: HostFacts, agent: str, bpf: bytes, uid: int, gid: int, layers: LayerPlan, resolv: str
     ) -> None:
         assert self._paths is not None
+        disk_root = ensure_disk_mountpoint(Path(agent).parent)  # before any descriptor exists
         owned: list[int] = []  # fds to close in the host after the spawn
 
         def data_fd(content: bytes) -> int:
@@ -369,18 +382,20 @@ class Sandbox:
             empty_file_fd_for=empties,
             seccomp_fd=seccomp_fd,
             info_fd=info_w,
+            disk_root=disk_root,
         )
         argv = plan_bwrap_argv(self.boundary, inputs, bwrap=facts.bwrap_path or "bwrap")
         log.debug("bwrap argv: %s", argv)
         joins = self._cgroup.join_files() if self._cgroup is not None else ()
-        if facts.is_root:
-            # Drop to the sandbox user in a tiny exec (the agent's launcher mode) rather than
-            # with subprocess's user=, which forces a full fork of this process instead of vfork.
-            # On v1 the launcher also joins the cgroup first (see SandboxCgroup.join_files).
-            launcher = [agent, "--exec-as", str(uid), str(gid)]
-            for tasks_file in joins:
-                launcher += ["--join-cgroup", tasks_file]
-            argv = [*launcher, "--", *argv]
+        # Drop to the sandbox user in a tiny exec (the agent's launcher mode) rather than with
+        # subprocess's user=, which forces a full fork of this process instead of vfork. On v1
+        # the launcher also joins the cgroup first (see SandboxCgroup.join_files); it always
+        # mounts the one disk budget that bwrap binds from (disk_budget.py).
+        launcher = [agent, "--exec-as", str(uid), str(gid)]
+        for tasks_file in joins:
+            launcher += ["--join-cgroup", tasks_file]
+        launcher += plan_launcher_disk_args(self.boundary, mountpoint=disk_root)
+        argv = [*launcher, "--", *argv]
         try:
             self._proc = subprocess.Popen(
                 argv,
@@ -615,15 +630,22 @@ class Sandbox:
                     Violation("output", f"{name} exceeded {resources.output_bytes} bytes; it was truncated and closed")
                 )
         egress_events: list[dict[str, object]] = []
+        egress_dropped: dict[str, object] = {}
         if self._egress is not None:
             self._egress.settle()
-            for event in self._egress.drain_events():
+            batch = self._egress.drain_events()
+            for event in batch.events:
                 egress_events.append(event.to_dict())
                 message = event.violation_message()
                 if message:
                     violations.append(
                         Violation("egress", message, event.rule_id, {"host": event.host, "port": event.port})
                     )
+            if batch.truncated:
+                egress_dropped = batch.dropped.to_dict()
+                dropped_message = batch.dropped.violation_message()
+                if dropped_message:
+                    violations.append(Violation("egress", dropped_message, "egress.log_bounded", egress_dropped))
         setup = 0.0 if self._setup_reported else self._setup_s
         self._setup_reported = True
         return RunResult(
@@ -639,6 +661,7 @@ class Sandbox:
             backend=self.backend,
             egress=tuple(egress_events),
             layers=self.layers,
+            egress_dropped=egress_dropped,
         )
 
     def _wait(

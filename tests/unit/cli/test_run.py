@@ -31,6 +31,7 @@ class _FakeSandbox:
 
     def __init__(self, boundary, *, backend=None, attachments=()):
         self.teardown_findings = [f"removed {HOSTILE}"]
+        self.export_reports = {}
 
     def __enter__(self):
         return self

@@ -72,3 +72,47 @@ def test_a_named_loopback_destination_on_an_egress_listener_is_refused(port: int
 def test_a_named_loopback_destination_among_the_placeholders_is_refused() -> None:
     with pytest.raises(SandboxStartError, match="sandbox's own egress listener"):
         plan_loopback_captures(_policy({"host": "127.77.0.9", "ports": [80]}))
+
+
+def test_connections_over_the_limit_are_aborted_and_recorded_while_others_are_served() -> None:
+    import asyncio
+
+    from contain.egress.log import EventLog
+    from contain.egress.session import ConnectionLimit
+
+    class FakeTransport:
+        aborted = False
+
+        def abort(self) -> None:
+            self.aborted = True
+
+    class FakeWriter:
+        def __init__(self) -> None:
+            self.transport = FakeTransport()
+
+    async def scenario() -> tuple[list[bool], list[str], int]:
+        log = EventLog()
+        limit = ConnectionLimit(log.record, limit=2)
+        release, both_started = asyncio.Event(), asyncio.Event()
+        served: list[bool] = []
+
+        async def handler(reader: object, writer: object) -> None:
+            served.append(True)
+            if len(served) == 2:
+                both_started.set()
+            await release.wait()
+
+        wrapped = limit.wrap(handler, via="connect")  # type: ignore[arg-type]
+        writers = [FakeWriter() for _ in range(3)]
+        held = [asyncio.ensure_future(wrapped(None, w)) for w in writers[:2]]  # type: ignore[arg-type]
+        await both_started.wait()  # both handlers hold their slot
+        await wrapped(None, writers[2])  # type: ignore[arg-type]
+        release.set()
+        await asyncio.gather(*held)
+        events = log.drain().events
+        return [w.transport.aborted for w in writers], [e.rule_id or "" for e in events], limit.open
+
+    aborted, rules, still_open = asyncio.run(scenario())
+    assert aborted == [False, False, True]
+    assert rules == ["egress.connection_limit"]
+    assert still_open == 0  # slots come back when handlers finish

@@ -17,6 +17,7 @@ def inputs(paths: PathFacts, **extra) -> BwrapInputs:
         empty_file_fd_for={},
         seccomp_fd=6,
         info_fd=4,
+        disk_root="/cache/disk-budget",
     )
     base.update(extra)
     return BwrapInputs(**base)
@@ -36,13 +37,13 @@ PROLOGUE = [
 ]
 
 
-def test_the_default_boundary_gets_an_empty_read_only_root_with_scratch_and_tmp():
-    disk = str(Boundary().resources.disk_bytes)
+def test_the_default_boundary_gets_an_empty_read_only_root_with_scratch_and_tmp_on_one_budget():
     argv = plan_bwrap_argv(Boundary(), inputs(PathFacts((), ())))
     assert argv == PROLOGUE + [
-        "--perms", "1777", "--size", disk, "--tmpfs", "/tmp",
-        "--perms", "1777", "--size", disk, "--tmpfs", "/dev/shm",
-        "--perms", "0755", "--size", disk, "--tmpfs", "/work",
+        "--bind", "/cache/disk-budget/tmp", "/tmp",
+        "--bind", "/cache/disk-budget/shm", "/dev/shm",
+        "--bind", "/cache/disk-budget/scratch-0", "/work",
+        "--remount-ro", "/dev",
         "--ro-bind", "/cache/contain-agent-x", "/.contain/agent",
         "--remount-ro", "/",
         "--", "/.contain/agent", "--control-fd", "5",
@@ -78,11 +79,11 @@ def test_binds_come_parent_first_then_protections_then_blocks():
     )
     argv = plan_bwrap_argv(b, inputs(facts, empty_file_fd_for={"/work/repo/.bashrc": 8, "/work/repo/secret.txt": 9}))
     tail = argv[argv.index("/.contain/agent") + 1 :]
-    disk = str(b.resources.disk_bytes)
-    assert argv[len(PROLOGUE) : len(PROLOGUE) + 18] == [
-        "--perms", "1777", "--size", disk, "--tmpfs", "/tmp",
-        "--perms", "1777", "--size", disk, "--tmpfs", "/dev/shm",
-        "--perms", "0755", "--size", disk, "--tmpfs", "/work/out",
+    assert argv[len(PROLOGUE) : len(PROLOGUE) + 11] == [
+        "--bind", "/cache/disk-budget/tmp", "/tmp",
+        "--bind", "/cache/disk-budget/shm", "/dev/shm",
+        "--bind", "/cache/disk-budget/scratch-0", "/work/out",
+        "--remount-ro", "/dev",
     ]
     assert tail == [
         "--bind", "/h/repo", "/work/repo",
@@ -123,3 +124,14 @@ def test_hidden_sockets_are_covered_by_empty_unreadable_files_after_the_binds():
         "--remount-ro", "/",
         "--", "/.contain/agent", "--control-fd", "5",
     ]
+
+
+def test_no_writable_tmpfs_is_mounted_by_bwrap_and_dev_ends_read_only():
+    """Every tmpfs bwrap makes is remounted read-only (masks, blocks); writable places are binds."""
+    b = Boundary.model_validate({"files": [{"path": "/work/a", "access": "scratch"}, {"path": "/w/b", "access": "scratch"}]})
+    argv = plan_bwrap_argv(b, inputs(PathFacts((), ())))
+    assert "--size" not in argv
+    tmpfs = [argv[i + 1] for i, a in enumerate(argv) if a == "--tmpfs"]
+    remounted = {argv[i + 1] for i, a in enumerate(argv) if a == "--remount-ro"}
+    assert set(tmpfs) <= remounted
+    assert argv.index("/dev/shm") < argv.index("--remount-ro") and argv[argv.index("--remount-ro") + 1] == "/dev"

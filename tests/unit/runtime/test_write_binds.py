@@ -215,6 +215,7 @@ def test_a_prepared_repository_is_planned_as_an_immovable_bind_before_its_read_o
             agent_host_path="/cache/agent",
             agent_args=(),
             data_fds={},
+            disk_root="/cache/disk-budget",
             empty_file_fd_for={},
             seccomp_fd=6,
             info_fd=4,

@@ -41,6 +41,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sched.h>
+#include <sys/mount.h>
 #include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
@@ -1035,10 +1037,13 @@ static int handle_request(int ruleset_fd) {
 /* ---- main ------------------------------------------------------------------------------- */
 
 /* Launcher mode, on the host:
- *     contain-agent --exec-as UID GID [--join-cgroup DIR/tasks]... -- PROGRAM ARGS...
- * first moves itself into each named cgroup v1 directory, then drops every group, sets gid then
- * uid (checking each took), and execs PROGRAM. The launcher uses it to start bwrap as the
- * unprivileged sandbox user through posix_spawn/vfork instead of a full fork of the Python
+ *     contain-agent --exec-as UID GID [--join-cgroup DIR/tasks]...
+ *                   [--disk-tmpfs MOUNTPOINT SIZE_BYTES INODES [--disk-dir NAME MODE]...]
+ *                   -- PROGRAM ARGS...
+ * first moves itself into each named cgroup v1 directory, then (with --disk-tmpfs) mounts the
+ * sandbox's one disk budget, then drops every group, sets gid then uid (checking each took),
+ * creates the --disk-dir directories and execs PROGRAM. The launcher uses it to start bwrap as
+ * the unprivileged sandbox user through posix_spawn/vfork instead of a full fork of the Python
  * process. It never kills anything, so the pid-1 rule below does not apply to it.
  *
  * Why join here: bwrap and everything it starts inherit the cgroup at fork, so the sandbox is
@@ -1046,8 +1051,24 @@ static int handle_request(int ruleset_fd) {
  * "0" to a v1 `tasks` file moves only the calling (single) thread, which the kernel does without
  * the global threadgroup lock that moving another process through cgroup.procs takes; that lock
  * waits for an RCU grace period (7-15 ms on a quiet 2-vCPU VM) whenever no other migration ran
- * in the last few milliseconds. Any failure refuses before anything is exec'd. */
+ * in the last few milliseconds. Any failure refuses before anything is exec'd.
+ *
+ * Why the disk budget is mounted here and not by bwrap (contain.runtime.disk_budget has the
+ * whole essay): bwrap's --tmpfs takes only a mode and a size, never nr_inodes, and the program
+ * bwrap starts runs in a nested user namespace that does not own the tmpfs superblock, so it
+ * cannot remount it either (EPERM, tested on bwrap 0.8 / Linux 6.x). Here the launcher makes a
+ * mount namespace of its own (MS_SLAVE, so nothing propagates back to the host; not root: inside
+ * a fresh user namespace that maps only its own uid and gid), mounts ONE tmpfs with size= and
+ * nr_inodes= over MOUNTPOINT, and bwrap, exec'd in that namespace, bind-mounts its
+ * subdirectories onto /tmp, /dev/shm and every scratch path. The tmpfs exists only in that
+ * namespace and disappears with the sandbox; on the host MOUNTPOINT stays an empty directory. */
 #define MAX_JOINS 16
+#define MAX_DISK_DIRS 64
+
+struct disk_dir {
+    const char *name;
+    long mode;
+};
 
 static int join_cgroup(const char *tasks_file) {
     const char *slash = strrchr(tasks_file, '/');
@@ -1066,10 +1087,94 @@ static int join_cgroup(const char *tasks_file) {
     return 0;
 }
 
+static int write_file(const char *path, const char *text) {
+    int fd = open(path, O_WRONLY | O_CLOEXEC);
+    ssize_t len = (ssize_t)strlen(text);
+    if (fd < 0 || write(fd, text, (size_t)len) != len) {
+        int saved = errno;
+        if (fd >= 0)
+            close(fd);
+        errno = saved;
+        return -1;
+    }
+    return close(fd);
+}
+
+/* A mount namespace of our own; without root, inside a user namespace mapping only our ids (so
+ * the ids bwrap maps later are the same host ids as before). */
+static int private_mount_namespace(int as_root, long uid, long gid) {
+    if (!as_root) {
+        if (unshare(CLONE_NEWUSER | CLONE_NEWNS) < 0)
+            return -1;
+        char map[64];
+        snprintf(map, sizeof map, "%ld %ld 1\n", uid, uid);
+        if (write_file("/proc/self/setgroups", "deny") < 0 || write_file("/proc/self/uid_map", map) < 0)
+            return -1;
+        snprintf(map, sizeof map, "%ld %ld 1\n", gid, gid);
+        if (write_file("/proc/self/gid_map", map) < 0)
+            return -1;
+    } else if (unshare(CLONE_NEWNS) < 0) {
+        return -1;
+    }
+    /* Slave: host mounts still reach us, ours never reach the host. */
+    return mount(NULL, "/", NULL, MS_REC | MS_SLAVE, NULL);
+}
+
+static int mount_disk_budget(const char *mountpoint, long size, long inodes, long uid, long gid) {
+    /* Through an O_PATH fd opened without following a final symlink: the tmpfs lands on exactly
+     * the directory named, not wherever a link would point. */
+    int dir = open(mountpoint, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (dir < 0)
+        return -1;
+    char via[64], opts[160];
+    snprintf(via, sizeof via, "/proc/self/fd/%d", dir);
+    snprintf(opts, sizeof opts, "size=%ld,nr_inodes=%ld,mode=0700,uid=%ld,gid=%ld", size, inodes, uid, gid);
+    int rc = mount("tmpfs", via, "tmpfs", MS_NOSUID | MS_NODEV, opts);
+    int saved = errno;
+    close(dir);
+    errno = saved;
+    return rc;
+}
+
+/* After the switch to the sandbox user, so the directories are the sandbox user's. */
+static int make_disk_dirs(const char *mountpoint, const struct disk_dir *dirs, int n) {
+    int root = open(mountpoint, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (root < 0)
+        return -1;
+    for (int i = 0; i < n; i++) {
+        if (mkdirat(root, dirs[i].name, 0700) < 0 || fchmodat(root, dirs[i].name, (mode_t)dirs[i].mode, 0) < 0) {
+            int saved = errno;
+            dprintf(STDERR_FILENO, "contain-agent: cannot create %s/%s: %s\n", mountpoint, dirs[i].name,
+                    strerror(saved));
+            close(root);
+            errno = saved;
+            return -1;
+        }
+    }
+    return close(root);
+}
+
+static int parse_mode(const char *s, long *out) {
+    char *end = NULL;
+    errno = 0;
+    long v = strtol(s, &end, 8); /* octal, as the launcher writes it: 1777, 0755 */
+    if (s[0] == '\0' || errno != 0 || *end != '\0' || v < 0 || v > 01777)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+static int is_plain_name(const char *name) {
+    return name[0] != '\0' && strchr(name, '/') == NULL && strcmp(name, ".") != 0 && strcmp(name, "..") != 0 &&
+           strlen(name) < 64;
+}
+
 static int exec_as(int argc, char **argv) {
-    long uid, gid;
-    int i = 4, joins = 0;
+    long uid, gid, disk_size = 0, disk_inodes = 0;
+    int i = 4, joins = 0, n_dirs = 0;
     const char *join[MAX_JOINS];
+    const char *disk_mountpoint = NULL;
+    struct disk_dir dirs[MAX_DISK_DIRS];
     if (argc < 6 || parse_int(argv[2], 1, 0x7fffffffL, &uid) < 0 || parse_int(argv[3], 1, 0x7fffffffL, &gid) < 0)
         goto usage;
     for (; i + 1 < argc && strcmp(argv[i], "--join-cgroup") == 0; i += 2) {
@@ -1077,12 +1182,38 @@ static int exec_as(int argc, char **argv) {
             goto usage;
         join[joins++] = argv[i + 1];
     }
+    if (i + 3 < argc && strcmp(argv[i], "--disk-tmpfs") == 0) {
+        disk_mountpoint = argv[i + 1];
+        if (disk_mountpoint[0] != '/' || parse_int(argv[i + 2], 1, LONG_MAX, &disk_size) < 0 ||
+            parse_int(argv[i + 3], 1, LONG_MAX, &disk_inodes) < 0)
+            goto usage;
+        for (i += 4; i + 2 < argc && strcmp(argv[i], "--disk-dir") == 0; i += 3) {
+            if (n_dirs == MAX_DISK_DIRS || !is_plain_name(argv[i + 1]) ||
+                parse_mode(argv[i + 2], &dirs[n_dirs].mode) < 0)
+                goto usage;
+            dirs[n_dirs++].name = argv[i + 1];
+        }
+    }
     if (i + 1 >= argc || strcmp(argv[i], "--") != 0)
         goto usage; /* the whole command line is checked before anything changes */
+    int as_root = geteuid() == 0;
+    if (!as_root && (getuid() != (uid_t)uid || getgid() != (gid_t)gid)) {
+        dprintf(STDERR_FILENO, "contain-agent: only root may --exec-as another user (%ld:%ld)\n", uid, gid);
+        return EXIT_REFUSED;
+    }
     for (int j = 0; j < joins; j++)
         if (join_cgroup(join[j]) < 0)
             return EXIT_REFUSED;
-    if (setgroups(0, NULL) < 0 || setresgid((gid_t)gid, (gid_t)gid, (gid_t)gid) < 0 ||
+    if (disk_mountpoint != NULL) {
+        if (private_mount_namespace(as_root, uid, gid) < 0 ||
+            mount_disk_budget(disk_mountpoint, disk_size, disk_inodes, uid, gid) < 0) {
+            dprintf(STDERR_FILENO, "contain-agent: cannot mount the disk budget on %s: %s\n", disk_mountpoint,
+                    strerror(errno));
+            return EXIT_REFUSED;
+        }
+    }
+    /* In a user namespace of our own setgroups is denied (and there is no group to drop). */
+    if ((as_root && setgroups(0, NULL) < 0) || setresgid((gid_t)gid, (gid_t)gid, (gid_t)gid) < 0 ||
         setresuid((uid_t)uid, (uid_t)uid, (uid_t)uid) < 0) {
         dprintf(STDERR_FILENO, "contain-agent: cannot switch to %ld:%ld: %s\n", uid, gid, strerror(errno));
         return EXIT_REFUSED;
@@ -1091,11 +1222,15 @@ static int exec_as(int argc, char **argv) {
         dprintf(STDERR_FILENO, "contain-agent: the switch to %ld:%ld did not hold\n", uid, gid);
         return EXIT_REFUSED;
     }
+    if (disk_mountpoint != NULL && make_disk_dirs(disk_mountpoint, dirs, n_dirs) < 0)
+        return EXIT_REFUSED;
+    /* Capabilities held in our own user namespace end at this exec: the uid is not 0 there. */
     execv(argv[i + 1], &argv[i + 1]);
     dprintf(STDERR_FILENO, "contain-agent: cannot exec %s: %s\n", argv[i + 1], strerror(errno));
     return EXIT_REFUSED;
 usage:
-    dprintf(STDERR_FILENO, "contain-agent: usage: --exec-as UID GID [--join-cgroup DIR/tasks]... -- PROGRAM "
+    dprintf(STDERR_FILENO, "contain-agent: usage: --exec-as UID GID [--join-cgroup DIR/tasks]... "
+                           "[--disk-tmpfs MOUNTPOINT SIZE INODES [--disk-dir NAME MODE]...] -- PROGRAM "
                            "[ARGS...] (UID and GID must not be 0)\n");
     return EXIT_REFUSED;
 }
