@@ -136,5 +136,5 @@ def test_every_config_loader_that_takes_a_user_file_uses_the_strict_reader(tmp_p
     module, _, function = loader.partition(":")
     path = tmp_path / "config.yaml"
     path.write_text(text)
-    with pytest.raises(BoundaryInvalid, match="duplicate key|anchors and aliases|deeper than|nesting depth"):
+    with pytest.raises(BoundaryInvalid, match=r"duplicate key|anchors and aliases|deeper than|nesting depth"):
         getattr(importlib.import_module(module), function)(path)
