@@ -2,10 +2,10 @@
 
 Manifests (``contain.yaml``), ``gateway.yaml`` and ``broker.yaml`` are read by
 ``read_config_document``; the JSON inside capability tokens and grants is read by
-``parse_json_document``. Each input either becomes plain data (``dict`` with ``str`` keys,
-``list``, ``str``, ``int``, ``float``, ``bool``, ``None``) or raises ``UnreadableDocument``
-(a ``ValueError``) naming the line; no other exception leaves this module, and no input costs
-more than a pass over its bytes.
+``parse_json_document`` and their base64url by ``decode_base64url``. Each input either becomes
+plain data (``dict`` with ``str`` keys, ``list``, ``str``, ``int``, ``float``, ``bool``,
+``None``) or raises ``UnreadableDocument`` (a ``ValueError``) naming the line; no other
+exception leaves this module, and no input costs more than a few passes over its bytes.
 
 What is enforced (a fuzzed PyYAML once gave ValueError, OverflowError and RecursionError, and a
 1 KB alias bomb took minutes and half a gigabyte):
@@ -34,6 +34,7 @@ used (the token and grant decoders re-encode and compare bytes themselves).
 
 from __future__ import annotations
 
+import base64
 import json
 import math
 import os
@@ -53,6 +54,7 @@ __all__ = [
     "MAX_NUMBER_CHARS",
     "Document",
     "UnreadableDocument",
+    "decode_base64url",
     "parse_json_document",
     "parse_yaml_document",
     "read_config_document",
@@ -115,6 +117,29 @@ def read_config_document(path: str | os.PathLike[str], *, what: str) -> Document
     except UnreadableDocument as exc:
         raise BoundaryInvalid(f"{file}: {what} refused: {exc}", "fix the line shown") from exc
     return Document(data, node)
+
+
+# ---- base64url (tokens and grants) ------------------------------------------------------------
+
+_B64URL = re.compile(r"[A-Za-z0-9_-]*")
+
+
+def decode_base64url(text: str) -> bytes:
+    """Decode unpadded base64url (RFC 4648 section 5) in its one canonical spelling.
+
+    Refused: padding, whitespace, ``+`` or ``/``, any other character, a length that no encoder
+    produces (``len % 4 == 1``), and non-zero unused bits in the last character (``QR`` would
+    otherwise decode like ``QQ``), so exactly one text decodes to each byte string.
+
+    Raises:
+        UnreadableDocument: for any other spelling.
+    """
+    if not text or not _B64URL.fullmatch(text) or len(text) % 4 == 1:
+        raise UnreadableDocument("segment is not unpadded base64url")
+    data = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    if base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii") != text:
+        raise UnreadableDocument("segment is not canonical base64url (unused bits are set)")
+    return data
 
 
 # ---- JSON ------------------------------------------------------------------------------------
