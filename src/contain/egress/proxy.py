@@ -185,8 +185,11 @@ def parse_authority(text: str, *, default_port: int | None) -> tuple[str, int]:
     """Split ``host[:port]`` or ``[v6][:port]``; the host is returned without brackets.
 
     Raises:
-        BadRequest: empty host, userinfo, a bad port, or a stray colon.
+        BadRequest: empty host, userinfo, a bad port, a stray colon, or any byte that is not
+            visible ASCII (a Host header value may carry a tab the request line could not).
     """
+    if not text.isascii() or not _TARGET.fullmatch(text.encode("ascii")):
+        raise BadRequest("control, whitespace or non-ASCII characters in the authority", target=text)
     if "@" in text:
         raise BadRequest("userinfo (@) in the target is refused", target=text)
     if text.startswith("["):

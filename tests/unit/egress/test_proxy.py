@@ -251,3 +251,15 @@ def test_malformed_requests_get_4xx_and_a_record_never_a_decision(head: bytes) -
 def test_oversize_head_is_refused_with_431() -> None:
     response, _, asked = serve_once(b"GET http://a.test/ HTTP/1.1\r\nX: " + b"a" * (MAX_HEAD_BYTES + 10))
     assert response.startswith(b"HTTP/1.1 431") and asked == []
+
+
+@pytest.mark.parametrize("text", ["a.test\t:443", "a.test :443", "a.\x0btest", "a.t\u00e9st:443", "a.test\x7f"])
+def test_an_authority_with_whitespace_control_or_non_ascii_characters_is_refused(text: str) -> None:
+    with pytest.raises(BadRequest, match="control, whitespace or non-ASCII"):
+        parse_authority(text, default_port=443)
+
+
+def test_a_host_header_with_an_inner_tab_is_refused() -> None:
+    head = parse_request_head(b"CONNECT a.test:443 HTTP/1.1\r\nHost: a.test\t:443\r\n\r\n")
+    with pytest.raises(BadRequest, match="bad Host header"):
+        check_host_header(head, "a.test", 443, default_port=443)
