@@ -22,6 +22,8 @@ What is enforced (a fuzzed PyYAML once gave ValueError, OverflowError and Recurs
   reads an unquoted ``on`` or ``1`` key as a boolean or a number.
 * Numbers: integers fit in 64 bits (refused by length before any conversion, so a 5,000-digit
   integer is not parsed at all), floats are finite (``.inf``, ``.nan``, ``1e999`` are refused).
+* No raw NEL, LS or PS characters (U+0085, U+2028, U+2029): YAML 1.1 reads them as line breaks,
+  YAML 1.2 does not; an escape (``"\\x85"``) is accepted.
 * No YAML timestamps: ``2001-02-30`` stays the text that was written (no field is a date). Of the
   explicit tags only the JSON-like core tags are accepted (``!!str``, ``!!int``, ``!!float``,
   ``!!bool``, ``!!null``, ``!!seq``, ``!!map``); ``!!binary``, ``!!set``, ``!!timestamp`` and
@@ -68,6 +70,10 @@ _INT_RANGE = (-(2**63), 2**64 - 1)  # signed or unsigned 64-bit: every integer a
 _YAML_CORE = "tag:yaml.org,2002:"
 # Explicit tags that only restate what JSON can say. Anything else is refused.
 _ALLOWED_TAGS = frozenset(_YAML_CORE + name for name in ("str", "int", "float", "bool", "null", "seq", "map"))
+# NEL, LINE SEPARATOR and PARAGRAPH SEPARATOR: YAML 1.1 (PyYAML) reads them as line breaks, YAML
+# 1.2 as ordinary characters, so a value holding one means two things (found by tests/fuzz: an env
+# value "\x85" read back as " ").
+_YAML11_BREAKS = re.compile("[\x85\u2028\u2029]")
 # Text inside JSON strings cannot nest; what is left are the brackets that do.
 _JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
 _JSON_BRACKET = re.compile(r"[\[\]{}]")
@@ -256,6 +262,8 @@ def _strict_loader_class() -> type[yaml.SafeLoader]:
 
         def construct_yaml_int(self, node: yaml.ScalarNode) -> int:
             text = str(self.construct_scalar(node))
+            if not text.strip("_+-"):  # PyYAML indexes text[0] and raises IndexError (fuzzing: `!!int `)
+                raise UnreadableDocument(f"{_where(node)}an integer needs digits")
             if len(text) > MAX_NUMBER_CHARS:
                 raise UnreadableDocument(f"{_where(node)}integer is longer than {MAX_NUMBER_CHARS} characters")
             value: int = super().construct_yaml_int(node)
@@ -266,6 +274,8 @@ def _strict_loader_class() -> type[yaml.SafeLoader]:
 
         def construct_yaml_float(self, node: yaml.ScalarNode) -> float:
             text = str(self.construct_scalar(node))
+            if not text.strip("_+-."):
+                raise UnreadableDocument(f"{_where(node)}a number needs digits")
             if len(text) > MAX_NUMBER_CHARS:
                 raise UnreadableDocument(f"{_where(node)}number is longer than {MAX_NUMBER_CHARS} characters")
             value: float = super().construct_yaml_float(node)
@@ -331,6 +341,13 @@ def parse_yaml_document(text: str, *, max_depth: int = MAX_DEPTH) -> tuple[Any, 
 
     if len(text.encode("utf-8", "surrogatepass")) > MAX_DOCUMENT_BYTES:
         raise UnreadableDocument(f"document is larger than {MAX_DOCUMENT_BYTES} bytes")
+    found = _YAML11_BREAKS.search(text)
+    if found:
+        line = text.count("\n", 0, found.start()) + 1
+        raise UnreadableDocument(
+            f"line {line}: raw U+{ord(found.group()):04X} is a line break to YAML 1.1 and not to YAML 1.2; "
+            "write it as an escape in a double-quoted string"
+        )
     try:
         _check_events(text, max_depth=max_depth)
         loader = _loader()(text)
@@ -343,7 +360,7 @@ def parse_yaml_document(text: str, *, max_depth: int = MAX_DEPTH) -> tuple[Any, 
         raise
     except yaml.YAMLError as exc:
         raise UnreadableDocument(f"not valid YAML: {exc}") from exc
-    except (ValueError, TypeError, KeyError, OverflowError, RecursionError) as exc:
+    except (ValueError, TypeError, KeyError, IndexError, OverflowError, RecursionError) as exc:
         # A scalar a constructor cannot read (`!!int x`, `!!bool maybe`), translated here.
         raise UnreadableDocument(f"a value cannot be read: {type(exc).__name__}: {exc}") from exc
     return data, node

@@ -51,6 +51,11 @@ def test_an_alias_bomb_is_refused_at_once_without_expanding_it():
         ("x: !local 1\n", "tag"),
         ("x: !!bool maybe\n", "cannot be read"),
         ("x: !!int twelve\n", "cannot be read"),
+        ('x: "a\x85b"\n', "U\\+0085 is a line break"),  # found by tests/fuzz: read back as "a b"
+        ("a: 1\nx: a\u2028b\n", "line 2: raw U\\+2028"),
+        ("!!int \n", "needs digits"),  # found by tests/fuzz: PyYAML raised IndexError
+        ("x: !!int _\n", "needs digits"),
+        ("x: !!float .\n", "needs digits"),
         ("x: .inf\n", "not a finite number"),
         ("x: .nan\n", "not a finite number"),
         ("x: 1.0e+999\n", "not a finite number"),
@@ -66,6 +71,10 @@ def test_an_alias_bomb_is_refused_at_once_without_expanding_it():
 def test_yaml_that_could_be_read_two_ways_or_costs_too_much_is_refused_with_the_reason(text, fragment):
     with pytest.raises(UnreadableDocument, match=fragment):
         parse_yaml_document(text)
+
+
+def test_an_escaped_line_separator_is_read_as_the_character():
+    assert parse_yaml_document('x: "a\\x85b\\u2028"\n')[0] == {"x": "a\x85b\u2028"}
 
 
 def test_dates_stay_the_text_that_was_written():
