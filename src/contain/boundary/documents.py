@@ -310,7 +310,7 @@ def _check_events(text: str, *, max_depth: int) -> None:
 
     depth = 0
     for event in yaml.parse(text, Loader=_loader()):
-        mark = f"line {event.start_mark.line + 1}: "
+        mark = f"line {event.start_mark.line + 1}: " if event.start_mark is not None else ""
         if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None:
             raise UnreadableDocument(f"{mark}anchors and aliases (&, *) are not accepted; write the value out")
         tag = getattr(event, "tag", None)

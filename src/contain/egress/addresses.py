@@ -48,7 +48,6 @@ IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 
-
 class UnreadableLiteral(ValueError):
     """A host string that looks like an IP address but is not a valid one (e.g. 999.1.1.1)."""
 
