@@ -18,7 +18,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from contain.boundary import boundary_from_mapping
-from contain.boundary.hostnames import HostnameError, canonical_hostname, looks_like_ip_literal
+from contain.boundary.hostnames import HostnameError, canonical_hostname, canonical_pattern, looks_like_ip_literal
 from contain.egress.addresses import UnreadableLiteral, parse_ip_literal
 from contain.egress.policy import Destination, EgressPolicy, Via
 
@@ -66,6 +66,20 @@ def test_canonical_hostname_is_idempotent_and_never_an_address(raw: str) -> None
     assert canonical_hostname(name) == name
     assert not looks_like_ip_literal(name)
     assert not c_library_reads_as_address(name)
+
+
+@given(st.sampled_from(["", "*.", "*", "a.*."]), raw_names)
+@example("*.", "\uff11\uff12\uff17.\uff10.\uff10.\uff11")
+@example("*.", "0X7F.0.0.1")
+def test_canonical_pattern_is_idempotent_and_never_an_address_or_a_bare_tld_wildcard(prefix: str, raw: str) -> None:
+    try:
+        pattern = canonical_pattern(prefix + raw)
+    except HostnameError:
+        return
+    assert canonical_pattern(pattern) == pattern
+    name = pattern.removeprefix("*.")
+    assert CANONICAL.fullmatch(name) and not looks_like_ip_literal(name)
+    assert not pattern.startswith("*.") or "." in name
 
 
 @given(inet_text)

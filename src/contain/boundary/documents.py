@@ -37,6 +37,7 @@ used (the token and grant decoders re-encode and compare bytes themselves).
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import math
 import os
@@ -294,14 +295,9 @@ def _strict_loader_class() -> type[yaml.SafeLoader]:
     return StrictLoader
 
 
-_loader_class: type[yaml.SafeLoader] | None = None
-
-
+@functools.cache
 def _loader() -> type[yaml.SafeLoader]:
-    global _loader_class
-    if _loader_class is None:
-        _loader_class = _strict_loader_class()
-    return _loader_class
+    return _strict_loader_class()  # built on first use: `contain run` without a manifest never imports yaml
 
 
 def _check_events(text: str, *, max_depth: int) -> None:
