@@ -68,8 +68,8 @@ _CTL = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")  # header values: HTAB is legal 
 _TARGET = re.compile(rb"[\x21-\x7e]+")
 _PORT = re.compile(r"[0-9]{1,5}")
 # Content-Length is 1*DIGIT (RFC 9110 8.6), ASCII digits only: str.isdigit() and int() also take
-# "²" or "٣", which no upstream reads the same way. 19 digits is the largest 63-bit value, the
-# bound every HTTP server we forward to uses for a body size.
+# "²" or "٣", which no upstream reads the same way. 2^63-1 (19 digits) is the largest body size
+# Go's net/http (ParseUint(.., 10, 63)) and nginx (off_t) accept.
 _CONTENT_LENGTH = re.compile(r"[0-9]{1,19}")
 MAX_CONTENT_LENGTH = 2**63 - 1
 # Hop-by-hop headers (RFC 9110 section 7.6.1) and proxy credentials never go upstream.
