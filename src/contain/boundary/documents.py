@@ -4,8 +4,9 @@ Manifests (``contain.yaml``), ``gateway.yaml`` and ``broker.yaml`` are read by
 ``read_config_document``; the JSON inside capability tokens and grants is read by
 ``parse_json_document`` and their base64url by ``decode_base64url``. Each input either becomes
 plain data (``dict`` with ``str`` keys, ``list``, ``str``, ``int``, ``float``, ``bool``,
-``None``) or raises ``UnreadableDocument`` (a ``ValueError``) naming the line; no other
-exception leaves this module, and no input costs more than a few passes over its bytes.
+``None``) or raises ``UnreadableDocument`` (a ``ValueError``) naming the line, which
+``read_config_document`` turns into ``BoundaryInvalid``; no other exception leaves this module,
+and no input costs more than a few passes over its bytes.
 
 What is enforced (a fuzzed PyYAML once gave ValueError, OverflowError and RecursionError, and a
 1 KB alias bomb took minutes and half a gigabyte):
@@ -30,8 +31,9 @@ What is enforced (a fuzzed PyYAML once gave ValueError, OverflowError and Recurs
   local tags are refused.
 
 What is NOT done here: validating what the data means (the pydantic models do that, and a
-``BoundaryInvalid`` from them names the key path), or deciding whether a canonical encoding was
-used (the token and grant decoders re-encode and compare bytes themselves).
+``BoundaryInvalid`` from them names the key path), deciding whether JSON was written canonically
+(the token and grant decoders re-encode with ``canonical_json`` and compare bytes themselves), or
+bounding what a value costs later (a regular expression in a manifest is compiled, not run, here).
 """
 
 from __future__ import annotations
