@@ -41,7 +41,7 @@ __all__ = ["MAX_ENTRIES", "CachedBoundary", "load_run_boundary"]
 MAX_ENTRIES = 256
 _MAX_ENTRY_BYTES = 1 << 20
 # Modules whose code decides what a manifest validates to (and how it is read back).
-_VALIDATION_MODULES = ("model", "kinds", "units", "hostnames", "load", "extend", "plain", "cache")
+_VALIDATION_MODULES = ("model", "kinds", "units", "hostnames", "documents", "load", "extend", "plain", "cache")
 _source_digest: str | None = None
 
 

@@ -1,4 +1,8 @@
-"""Reading a manifest from YAML, with errors that name the file, key path and line.
+"""Reading a manifest from YAML (or JSON), with errors that name the file, key path and line.
+
+The bytes go through ``contain.boundary.documents`` (bounded size, depth and numbers; no
+duplicate keys, anchors, aliases, merge keys or dates), then through the pydantic model; every
+failure on the way is a ``BoundaryInvalid``, never a raw exception.
 
 Host paths in a manifest are relative to the manifest's directory; they are made absolute here so
 the rest of contain never depends on the caller's working directory. Whether they exist is a host
@@ -15,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
+from contain.boundary.documents import MAX_DOCUMENT_BYTES, read_config_document
 from contain.boundary.model import Boundary
 from contain.errors import BoundaryInvalid
 
@@ -23,7 +28,7 @@ if TYPE_CHECKING:
 
 __all__ = ["boundary_from_mapping", "boundary_json_schema", "load_boundary"]
 
-MAX_MANIFEST_BYTES = 1024 * 1024
+MAX_MANIFEST_BYTES = MAX_DOCUMENT_BYTES
 
 
 def load_boundary(path: str | os.PathLike[str]) -> Boundary:
@@ -36,28 +41,16 @@ def load_boundary(path: str | os.PathLike[str]) -> Boundary:
         The validated ``Boundary`` with host paths made absolute against the manifest's folder.
 
     Raises:
-        BoundaryInvalid: unreadable, oversize, not YAML, or failing validation; every problem
-            names the file, key path and line.
+        BoundaryInvalid: unreadable, oversize, not YAML, refused by the strict reader
+            (``contain.boundary.documents``: duplicate keys, anchors, aliases, merge keys, deep
+            nesting, huge numbers), or failing validation; every problem names the file and line.
     """
-    import yaml  # imported here: `contain run` without a manifest never pays for it
-
     manifest = Path(path)
-    try:
-        raw = manifest.read_bytes()
-    except OSError as exc:
-        raise BoundaryInvalid(f"cannot read manifest {manifest}: {exc.strerror}", "check the path") from exc
-    if len(raw) > MAX_MANIFEST_BYTES:
-        raise BoundaryInvalid(f"manifest {manifest} is larger than 1 MiB", "a boundary manifest is a short file")
-    try:
-        text = raw.decode("utf-8")
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
-    except (UnicodeDecodeError, yaml.YAMLError) as exc:
-        raise BoundaryInvalid(f"{manifest}: not valid YAML: {exc}", "fix the syntax at the line shown") from exc
-    if data is None:
-        data = {}
+    document = read_config_document(manifest, what="manifest")
+    data = {} if document.data is None else document.data
     if not isinstance(data, dict):
         raise BoundaryInvalid(f"{manifest}: the top level must be a mapping of keys", "start with `version: 1`")
+    node = document.node
     return boundary_from_mapping(data, source=str(manifest), base_dir=manifest.parent.resolve(), node=node)
 
 
@@ -71,18 +64,29 @@ def boundary_from_mapping(
     """Validate an already-parsed manifest mapping.
 
     Raises:
-        BoundaryInvalid: with one problem line per validation error.
+        BoundaryInvalid: with one problem line per validation error; any other error a validator
+            lets out (a bug) is refused as ``BoundaryInvalid`` too, never passed on raw.
     """
     data = _absolute_host_paths(dict(data), base_dir or Path.cwd())
     try:
         return Boundary.model_validate(data)
-    except ValidationError as exc:
-        problems = [_describe(error, source, node) for error in exc.errors()]
+    except (ValueError, TypeError, OverflowError, RecursionError) as exc:
+        if isinstance(exc, ValidationError):
+            raise _invalid(exc, source, node) from exc
+        # A validator that let a foreign error out is a bug, but the manifest is still refused.
         raise BoundaryInvalid(
-            f"{source}: {len(problems)} problem(s) in the boundary manifest:\n  " + "\n  ".join(problems),
-            "correct the keys named above; `contain schema` prints every allowed key",
-            problems=problems,
+            f"{source}: the boundary manifest could not be validated: {type(exc).__name__}: {str(exc)[:200]}",
+            "simplify the value named in the message; report this as a bug in contain",
         ) from exc
+
+
+def _invalid(exc: ValidationError, source: str, node: yaml.Node | None) -> BoundaryInvalid:
+    problems = [_describe(error, source, node) for error in exc.errors()]
+    return BoundaryInvalid(
+        f"{source}: {len(problems)} problem(s) in the boundary manifest:\n  " + "\n  ".join(problems),
+        "correct the keys named above; `contain schema` prints every allowed key",
+        problems=problems,
+    )
 
 
 def boundary_json_schema() -> dict[str, Any]:

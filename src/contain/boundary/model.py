@@ -295,8 +295,10 @@ class ArgConstraint(BaseModel):
         if value is not None:
             try:
                 re.compile(value)
-            except re.error as exc:
-                raise ValueError(f"pattern {value!r} is not a valid regular expression: {exc}") from exc
+            except (re.error, OverflowError, RecursionError) as exc:
+                # OverflowError: a repeat count past the engine's limit (a{99999999999});
+                # RecursionError: groups nested deeper than the compiler recurses.
+                raise ValueError(f"pattern {value[:80]!r} is not a usable regular expression: {exc}") from exc
         return value
 
     @model_validator(mode="after")

@@ -31,6 +31,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from contain.boundary.documents import read_config_document
 from contain.broker.actions import Action
 from contain.errors import BoundaryInvalid
 
@@ -161,7 +162,7 @@ def load_config(path: str | Path) -> BrokerConfig:
     """
     file = Path(path)
     try:
-        data = yaml.safe_load(file.read_text())
+        data = read_config_document(file, what="broker config").data
     except (OSError, yaml.YAMLError) as exc:
         raise BoundaryInvalid(f"cannot read broker config {file}: {exc}", "check the path and the YAML syntax") from exc
     try:

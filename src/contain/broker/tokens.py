@@ -11,6 +11,12 @@ canonical_json(caveat_i))``. This is the macaroon construction (Birgisson et al.
   * every caveat must hold, so adding one only narrows: principals and tasks must all agree,
     allowed actions are the intersection, the expiry is the earliest.
 
+Exactly one spelling of a token verifies: the body must be the canonical JSON of what it decodes
+to (so no whitespace, key order, duplicate key or number spelling can vary), both segments
+canonical unpadded base64url (no padding, whitespace, ``+``/``/`` or junk), the tag 32 bytes.
+Nesting, size and numbers are bounded by ``contain.boundary.documents`` before anything recurses,
+so a hostile token is a 401, never a RecursionError or OverflowError.
+
 Caveat kinds (anything else is refused, fail closed): ``{"task": T}``, ``{"principal": P}``,
 ``{"actions": [...]}``, ``{"expires_at": unix_seconds}``. ``mint_token`` always writes all four,
 so a token without a principal, task, action list or expiry cannot verify.
@@ -22,10 +28,9 @@ enter a sandbox only as a read-only file), and revocation (rotate the root key).
 from __future__ import annotations
 
 import base64
-import binascii
 import hashlib
 import hmac
-import json
+import logging
 import os
 import secrets
 import time
@@ -34,6 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from contain.boundary.documents import decode_base64url, parse_json_document
 from contain.gate.digests import canonical_json
 
 __all__ = [
@@ -47,11 +53,16 @@ __all__ = [
     "verify_token",
 ]
 
+log = logging.getLogger(__name__)
+
 TOKEN_PREFIX = "cbt1"
 # Domain separation from grant MACs ("contain-grant-v1\x00") made with a different key anyway.
 TOKEN_DOMAIN = b"contain-broker-token-v1\x00"
 CAVEAT_KINDS = ("task", "principal", "actions", "expires_at")
 MAX_TOKEN_BYTES = 8192
+MAX_TOKEN_DEPTH = 4  # body -> caveats -> caveat -> actions list
+TAG_BYTES = 32  # HMAC-SHA256 output
+MAX_EXPIRES_AT = 253402300799  # 9999-12-31T23:59:59Z: past it a timestamp is an error, not a time
 
 
 class TokenKey:
@@ -118,7 +129,7 @@ def _b64(data: bytes) -> str:
 
 
 def _unb64(text: str) -> bytes:
-    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    return decode_base64url(text)
 
 
 def _chain(tag: bytes, caveats: Sequence[Mapping[str, Any]]) -> bytes:
@@ -133,21 +144,36 @@ def _encode(token_id: str, caveats: Sequence[Mapping[str, Any]], tag: bytes) -> 
 
 
 def _decode(token: str) -> tuple[str, list[dict[str, Any]], bytes]:
+    """Read the one canonical encoding of a token; every other spelling is refused.
+
+    Canonical means: ASCII, three dot-separated segments, unpadded canonical base64url (no
+    whitespace, ``+``, ``/``, padding or junk), a 32-byte tag, and a body that is exactly
+    ``canonical_json`` of what it decodes to (sorted keys, no whitespace, no duplicate keys,
+    numbers within 64 bits). Re-encoding the decoded token reproduces the exact text.
+    """
+    if not isinstance(token, str):
+        raise TypeError("a token is a string")
     if len(token) > MAX_TOKEN_BYTES:
         raise ValueError("token is too long")
-    parts = token.strip().split(".")
+    if not token.isascii():
+        raise ValueError("token contains non-ASCII characters")
+    parts = token.split(".")
     if len(parts) != 3 or parts[0] != TOKEN_PREFIX:
         raise ValueError(f"token does not start with {TOKEN_PREFIX}. or has the wrong number of parts")
-    try:
-        body = json.loads(_unb64(parts[1]))
-        tag = _unb64(parts[2])
-    except (ValueError, binascii.Error) as exc:
-        raise ValueError(f"token is not valid base64url JSON ({exc})") from exc
-    if not isinstance(body, dict) or not isinstance(body.get("id"), str) or not isinstance(body.get("caveats"), list):
+    raw_body = _unb64(parts[1])
+    tag = _unb64(parts[2])
+    if len(tag) != TAG_BYTES:
+        raise ValueError(f"token tag is {len(tag)} bytes, not {TAG_BYTES}")
+    body = parse_json_document(raw_body, max_bytes=MAX_TOKEN_BYTES, max_depth=MAX_TOKEN_DEPTH)
+    if not isinstance(body, dict) or set(body) != {"id", "caveats"}:
+        raise ValueError("token body must be an object with exactly an id and a list of caveats")
+    if not isinstance(body["id"], str) or not isinstance(body["caveats"], list):
         raise ValueError("token body must be an object with an id and a list of caveats")
     caveats = body["caveats"]
     if not all(isinstance(c, dict) and len(c) == 1 for c in caveats):
         raise ValueError("every caveat must be an object with exactly one key")
+    if canonical_json(body) != raw_body:
+        raise ValueError("token body is not canonical JSON (sorted keys, no whitespace, one spelling per number)")
     return body["id"], caveats, tag
 
 
@@ -199,7 +225,7 @@ def _fold(caveats: Sequence[Mapping[str, Any]]) -> tuple[set[str], set[str], fro
             principals.add(value)
         elif kind == "actions" and isinstance(value, list) and all(isinstance(a, str) for a in value):
             actions = frozenset(value) if actions is None else actions & frozenset(value)
-        elif kind == "expires_at" and type(value) in (int, float):
+        elif kind == "expires_at" and type(value) in (int, float) and abs(value) <= MAX_EXPIRES_AT:
             expires = float(value) if expires is None else min(expires, float(value))
         else:
             raise ValueError(f"unknown or malformed caveat {kind!r}")
@@ -209,14 +235,23 @@ def _fold(caveats: Sequence[Mapping[str, Any]]) -> tuple[set[str], set[str], fro
 def verify_token(key: TokenKey, token: str, *, now: float | None = None) -> TokenCheck:
     """Rebuild the chain from the root key and fold the caveats into a scope.
 
-    Returns a ``TokenCheck``: 401 for malformed, forged (tag mismatch, including any removed or
-    edited caveat) or expired tokens; 403 for tokens whose caveats contradict each other (two
-    principals or tasks) or leave no action. Never raises.
+    Returns a ``TokenCheck``: 401 for malformed (any spelling but the canonical one, see
+    ``_decode``), forged (tag mismatch, including any removed or edited caveat) or expired
+    tokens; 403 for tokens whose caveats contradict each other (two principals or tasks) or leave
+    no action. Never raises: an unexpected error while checking is a 401 (fail closed).
     """
+    try:
+        return _verify(key, token, now=now)
+    except Exception:  # a bug in checking must deny, never escape to the caller's decision path
+        log.exception("token verification failed unexpectedly; refusing the token")
+        return TokenCheck(False, 401, "token could not be checked; refused")
+
+
+def _verify(key: TokenKey, token: str, *, now: float | None) -> TokenCheck:
     try:
         token_id, caveats, tag = _decode(token)
         expected = _chain(key.root_tag(token_id), caveats)
-    except (ValueError, TypeError) as exc:
+    except (ValueError, TypeError, OverflowError, RecursionError) as exc:
         return TokenCheck(False, 401, f"malformed token: {exc}")
     if not hmac.compare_digest(expected, tag):
         return TokenCheck(False, 401, "token signature does not match (forged, or a caveat was removed or edited)")

@@ -16,6 +16,10 @@ What this module enforces:
   unwrapped first), and ``local_interface_addresses`` reads this host's own addresses, which are
   refused like loopback.
 
+The shape test (``looks_like_ip_literal``) lives in ``contain.boundary.hostnames`` so that the
+manifest, the hostname canonicaliser and this module share one definition of "numeric"; it is
+re-exported here.
+
 What it does not do: decide policy (``policy.py``) or resolve names (``resolve.py``).
 """
 
@@ -23,9 +27,10 @@ from __future__ import annotations
 
 import contextlib
 import ipaddress
-import re
 from dataclasses import dataclass
 from pathlib import Path
+
+from contain.boundary.hostnames import looks_like_ip_literal
 
 __all__ = [
     "SPECIAL_RANGES",
@@ -41,9 +46,6 @@ __all__ = [
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
-
-_NUMERIC_PART = re.compile(r"^(0[xX][0-9a-fA-F]*|[0-9]+)$")
-_IPV6_SHAPE = re.compile(r"^[0-9a-fA-F:.]*:[0-9a-fA-F:.]*(%[^%\]]*)?$")
 
 
 class UnreadableLiteral(ValueError):
@@ -214,15 +216,6 @@ HOST_ADDRESS_ROW = SpecialRange(
 )
 
 
-def looks_like_ip_literal(text: str) -> bool:
-    """True when a resolver or socket layer could read ``text`` as an address, valid or not."""
-    body = text[:-1] if text.endswith(".") else text
-    if body.startswith("[") or _IPV6_SHAPE.match(body):
-        return True
-    parts = body.split(".")
-    return 1 <= len(parts) <= 4 and all(_NUMERIC_PART.match(p) for p in parts)
-
-
 def _inet_aton_part(part: str) -> int:
     if part[:2] in ("0x", "0X"):
         return int(part[2:] or "0", 16)
@@ -246,7 +239,7 @@ def parse_ip_literal(text: str) -> IPAddress | None:
     if not looks_like_ip_literal(text):
         return None
     body = text[:-1] if text.endswith(".") else text
-    if body.startswith("[") or _IPV6_SHAPE.match(body):
+    if body.startswith("[") or ":" in body:
         inner = body[1:-1] if body.startswith("[") and body.endswith("]") else body
         try:
             addr = ipaddress.IPv6Address(inner)

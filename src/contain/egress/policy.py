@@ -4,9 +4,11 @@ What this module enforces (pure, no I/O):
 
 * A target host is read once. Numeric spellings of every kind (see ``addresses.py``) are IP
   literals and pass only when an allow entry names that address or a range containing it, on
-  that port. Everything else must survive ``canonical_hostname`` (lower case, IDNA, one trailing
-  dot dropped; NUL, control characters, whitespace, ``@``, ``%``, ``\\``, empty labels refused),
-  the same function the manifest validator uses, so both sides compare one spelling.
+  that port. A name whose *canonical* form is numeric (``１２７.０.０.１``, full-width digits that
+  IDNA maps to ASCII) is refused as an IP literal; it never matches a name entry. Everything
+  else must survive ``canonical_hostname`` (lower case, IDNA, one trailing dot dropped; NUL,
+  control characters, whitespace, ``@``, ``%``, ``\\``, empty labels refused), the same function
+  the manifest validator uses, so both sides compare one spelling.
 * ``*.example.com`` matches proper subdomains only: ``a.example.com`` and ``a.b.example.com``,
   never ``example.com``, ``evilexample.com`` or ``example.com.evil.test``.
 * A matching host on an unlisted port is refused with its own rule id, so the message says which
@@ -24,7 +26,7 @@ import ipaddress
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from contain.boundary.hostnames import HostnameError, canonical_hostname
+from contain.boundary.hostnames import HostnameError, HostnameIsAddress, canonical_hostname
 from contain.boundary.plain import PlainBoundary
 from contain.egress.addresses import IPAddress, IPNetwork, UnreadableLiteral, parse_ip_literal
 
@@ -188,6 +190,8 @@ class EgressPolicy:
             return self._check_literal(raw, literal, port)
         try:
             name = canonical_hostname(raw)
+        except HostnameIsAddress as exc:  # 0X7F000001, full-width digits: an address, never a name
+            return deny("egress.ip_literal", f"{exc}; use a hostname listed in network.allow", host=raw, port=port)
         except HostnameError as exc:
             return deny(
                 "egress.hostname",

@@ -5,8 +5,10 @@ It knows HTTP and nothing about policy: it receives ``decide(Destination) -> Dec
 
 * The request head is read strictly, bounded (``MAX_HEAD_BYTES``) and timed
   (``HEAD_TIMEOUT_S``). Refused with 400: bare LF or CR, obsolete line folding, HTTP/0.9 or any
-  version but 1.0/1.1, malformed header names, control characters in values, more than one Host,
-  Content-Length together with Transfer-Encoding, several Content-Lengths, any
+  version but 1.0/1.1, malformed header names, control characters in values, any control byte,
+  whitespace (a tab included) or non-ASCII byte in the request target, more than one Host,
+  Content-Length together with Transfer-Encoding, several Content-Lengths, a Content-Length that
+  is not 1-19 ASCII digits (``²`` and ``٣`` are digits to Python, not to HTTP), any
   Transfer-Encoding on a forwarded request (bodies must be sized), origin-form or non-``http``
   targets (``cache_object://``, ``/squid-internal-mgr/`` and friends), userinfo in the target.
 * The target decides, never a header. A Host header that disagrees with the target (CONNECT or
@@ -60,8 +62,16 @@ HEAD_TIMEOUT_S = 10.0
 DIAL_TIMEOUT_S = 10.0
 _TOKEN = re.compile(rb"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
 _VERSION = re.compile(rb"^HTTP/1\.[01]$")
-_CTL = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")
-_PORT = re.compile(r"^[0-9]{1,5}$")
+_CTL = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")  # header values: HTAB is legal there (RFC 9110 5.5)
+# The request target: visible ASCII only. No control byte, no whitespace (a tab is not a
+# separator to us but is to some servers), nothing above 0x7E.
+_TARGET = re.compile(rb"[\x21-\x7e]+")
+_PORT = re.compile(r"[0-9]{1,5}")
+# Content-Length is 1*DIGIT (RFC 9110 8.6), ASCII digits only: str.isdigit() and int() also take
+# "²" or "٣", which no upstream reads the same way. 2^63-1 (19 digits) is the largest body size
+# Go's net/http (ParseUint(.., 10, 63)) and nginx (off_t) accept.
+_CONTENT_LENGTH = re.compile(r"[0-9]{1,19}")
+MAX_CONTENT_LENGTH = 2**63 - 1
 # Hop-by-hop headers (RFC 9110 section 7.6.1) and proxy credentials never go upstream.
 _HOP_BY_HOP = frozenset(
     {
@@ -97,6 +107,7 @@ class RequestHead:
     target: str
     version: str
     headers: tuple[tuple[str, str], ...]
+    content_length: int | None = None  # parsed and bounded by parse_request_head
 
     def values(self, name: str) -> list[str]:
         return [v for k, v in self.headers if k == name]
@@ -115,8 +126,8 @@ def parse_request_line(line: bytes) -> tuple[str, str, str]:
     method, target, version = parts
     if not _TOKEN.match(method) or not _VERSION.match(version):
         raise BadRequest("only HTTP/1.0 and HTTP/1.1 requests are accepted")
-    if _CTL.search(target) or any(b > 0x7E for b in target):
-        raise BadRequest("control or non-ASCII bytes in the request target")
+    if not _TARGET.fullmatch(target):
+        raise BadRequest("control, whitespace or non-ASCII bytes in the request target")
     return method.decode("ascii"), target.decode("ascii"), version.decode("ascii")
 
 
@@ -144,32 +155,41 @@ def parse_request_head(head: bytes) -> RequestHead:
             raise BadRequest(f"control bytes in header {name.decode()!r}", target=target)
         headers.append((name.decode("ascii").lower(), value.decode("latin-1")))
     parsed = RequestHead(method, target, version, tuple(headers))
-    _check_framing(parsed)
-    return parsed
+    return RequestHead(method, target, version, tuple(headers), _check_framing(parsed))
 
 
-def _check_framing(head: RequestHead) -> None:
+def _check_framing(head: RequestHead) -> int | None:
+    """Refuse ambiguous framing; return the Content-Length (``None`` when absent)."""
     if len(head.values("host")) > 1:
         raise BadRequest("more than one Host header", target=head.target)
     lengths = head.values("content-length")
     if lengths and head.values("transfer-encoding"):
         raise BadRequest("both Content-Length and Transfer-Encoding", target=head.target)
-    if len(lengths) > 1 or (lengths and not lengths[0].isdigit()):
-        raise BadRequest("Content-Length must appear once, as digits", target=head.target)
+    if len(lengths) > 1 or (lengths and not _CONTENT_LENGTH.fullmatch(lengths[0])):
+        raise BadRequest("Content-Length must appear once, as 1-19 ASCII digits", target=head.target)
     if head.method != "CONNECT" and head.values("transfer-encoding"):
         raise BadRequest(
             "Transfer-Encoding request bodies are not forwarded; send Content-Length",
             target=head.target,
             status=411,
         )
+    if not lengths:
+        return None
+    length = int(lengths[0])
+    if length > MAX_CONTENT_LENGTH:
+        raise BadRequest(f"Content-Length above {MAX_CONTENT_LENGTH}", target=head.target)
+    return length
 
 
 def parse_authority(text: str, *, default_port: int | None) -> tuple[str, int]:
     """Split ``host[:port]`` or ``[v6][:port]``; the host is returned without brackets.
 
     Raises:
-        BadRequest: empty host, userinfo, a bad port, or a stray colon.
+        BadRequest: empty host, userinfo, a bad port, a stray colon, or any byte that is not
+            visible ASCII (a Host header value may carry a tab the request line could not).
     """
+    if not text.isascii() or not _TARGET.fullmatch(text.encode("ascii")):
+        raise BadRequest("control, whitespace or non-ASCII characters in the authority", target=text)
     if "@" in text:
         raise BadRequest("userinfo (@) in the target is refused", target=text)
     if text.startswith("["):
@@ -194,7 +214,7 @@ def parse_authority(text: str, *, default_port: int | None) -> tuple[str, int]:
         if default_port is None:
             raise BadRequest("the target must name a port", target=text)
         return host, default_port
-    if not _PORT.match(port_text) or not 1 <= int(port_text) <= 65535:
+    if not _PORT.fullmatch(port_text) or not 1 <= int(port_text) <= 65535:
         raise BadRequest("the port must be a number in 1-65535", target=text)
     return host, int(port_text)
 
@@ -410,7 +430,7 @@ class ProxyServer:
         origin: str,
         extra: bytes,
     ) -> None:
-        length = int(head.values("content-length")[0]) if head.values("content-length") else 0
+        length = head.content_length or 0  # parsed and bounded before anything was dialled
         body, pipelined = extra[:length], extra[length:]
         upstream.writer.write(plan_forward_head(head, decision.host, decision.port, origin))
         upstream.writer.write(body)

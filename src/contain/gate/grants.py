@@ -23,10 +23,9 @@ and clock skew between machines (expiry uses the verifier's clock).
 from __future__ import annotations
 
 import base64
-import binascii
 import hashlib
 import hmac
-import json
+import logging
 import os
 import secrets
 import sqlite3
@@ -37,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from contain.boundary.documents import UnreadableDocument, decode_base64url, parse_json_document
 from contain.errors import GateError
 from contain.gate.digests import canonical_json
 
@@ -62,6 +62,14 @@ MAC_DOMAIN = b"contain-grant-v1\x00"
 KEY_BYTES = 32  # HMAC-SHA256 key as long as the hash output (RFC 2104 §3)
 DEFAULT_GRANT_TTL_S = 3600.0  # once / N-use grants that name no expiry lapse after an hour
 _SCOPE_KINDS = ("once", "uses", "until")
+MAX_GRANT_BYTES = 16384  # a grant carries a reason of a few lines; 16 KiB is generous
+MAX_GRANT_DEPTH = 4  # fields -> scope: anything deeper is not a grant
+MAX_TIMESTAMP = 253402300799  # 9999-12-31T23:59:59Z, the last second time.gmtime renders everywhere
+_GRANT_FIELDS = frozenset(
+    {"grant_id", "principal", "tool", "tool_digest", "argument_digest", "scope", "reviewer", "reason", "issued_at"}
+)
+_SCOPE_FIELDS = frozenset({"kind", "uses", "expires_at"})
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -229,12 +237,7 @@ def _b64encode(data: bytes) -> str:
 
 
 def _b64decode(text: str) -> bytes:
-    if not text or len(text) % 4 == 1 or any(c not in _B64_ALPHABET for c in text):
-        raise ValueError("segment is not unpadded base64url")
-    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
-
-
-_B64_ALPHABET = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")
+    return decode_base64url(text)  # canonical spelling only; UnreadableDocument is a ValueError
 
 
 def _grant_fields(grant: Grant) -> dict[str, Any]:
@@ -294,11 +297,16 @@ def mint_grant(
 def _split(token: str) -> tuple[str, bytes]:
     if not isinstance(token, str):
         raise ValueError("a grant token is a string")
+    if len(token) > MAX_GRANT_BYTES:
+        raise ValueError(f"a grant token is at most {MAX_GRANT_BYTES} characters")
     parts = token.split(".")
     if len(parts) != 3 or parts[0] != TOKEN_PREFIX:
         raise ValueError(f"a grant token has the form {TOKEN_PREFIX}.<payload>.<mac>")
     _b64decode(parts[1])  # format before signature: the payload must at least be base64url
-    return parts[1], _b64decode(parts[2])
+    mac = _b64decode(parts[2])
+    if len(mac) != hashlib.sha256().digest_size:
+        raise ValueError("a grant MAC is 32 bytes")
+    return parts[1], mac
 
 
 def _str_field(fields: dict[str, Any], name: str) -> str:
@@ -310,24 +318,34 @@ def _str_field(fields: dict[str, Any], name: str) -> str:
 
 def _time_field(fields: dict[str, Any], name: str) -> float:
     value: Any = fields.get(name)
-    if type(value) not in (int, float):
-        raise ValueError(f"grant field {name} is missing or not a number")
+    if type(value) not in (int, float) or not 0 <= value <= MAX_TIMESTAMP:
+        raise ValueError(f"grant field {name} is missing or not a unix time up to the year 9999")
     return float(value)
 
 
 def decode_grant(token: str) -> Grant:
     """Parse a token WITHOUT verifying its signature (for display only).
 
+    Only the canonical encoding is read: canonical unpadded base64url segments, a 32-byte MAC, and
+    a payload that is exactly ``canonical_json`` of its fields (no other key order, whitespace,
+    duplicate key or number spelling), nesting and numbers bounded before anything recurses.
+
     Raises:
-        ValueError: when the token is malformed.
+        ValueError: when the token is malformed or not canonical (never RecursionError or
+            OverflowError).
     """
     payload, _mac = _split(token)
+    raw = _b64decode(payload)
     try:
-        fields = json.loads(_b64decode(payload))
-    except (ValueError, binascii.Error) as exc:
+        fields = parse_json_document(raw, max_bytes=MAX_GRANT_BYTES, max_depth=MAX_GRANT_DEPTH)
+    except UnreadableDocument as exc:
         raise ValueError(f"grant payload is not base64url JSON: {exc}") from exc
     if not isinstance(fields, dict) or not isinstance(fields.get("scope"), dict):
         raise ValueError("grant payload is not an object with a scope")
+    if set(fields) != _GRANT_FIELDS or set(fields["scope"]) != _SCOPE_FIELDS:
+        raise ValueError("grant payload has missing or unknown fields")
+    if canonical_json(fields) != raw:
+        raise ValueError("grant payload is not canonical JSON (sorted keys, no whitespace, one spelling per number)")
     scope_fields = fields["scope"]
     uses = scope_fields.get("uses")
     if uses is not None and type(uses) is not int:
@@ -459,18 +477,16 @@ def verify_grant(
 
     Returns:
         GrantCheck(ok=True, ...) after consuming a use, else ok=False with the reason. Never raises
-        for a bad token.
+        for a bad token: an unexpected error while checking one refuses it (fail closed).
     """
     try:
-        payload, mac = _split(token)
-    except ValueError as exc:
-        return _refuse(f"grant is malformed: {exc}")
-    if not hmac.compare_digest(mac, key.sign(payload.encode("ascii"))):
-        return _refuse("grant signature does not match; it was forged, altered or signed with another key")
-    try:
-        grant = decode_grant(token)
-    except ValueError as exc:
-        return _refuse(f"grant is malformed: {exc}")
+        checked = _authentic_grant(key, token)
+    except Exception:  # a bug in reading a token must deny, never escape into a decision path
+        log.exception("grant verification failed unexpectedly; refusing the grant")
+        return _refuse("grant could not be checked; refused")
+    if isinstance(checked, GrantCheck):
+        return checked
+    grant = checked
     checks = (
         ("principal", grant.principal, principal),
         ("tool", grant.tool, tool),
@@ -492,3 +508,17 @@ def verify_grant(
     return GrantCheck(
         True, f"grant {grant.grant_id} approved by {grant.reviewer}: {describe_scope(grant.scope)}", grant
     )
+
+
+def _authentic_grant(key: GrantKey, token: str) -> Grant | GrantCheck:
+    """Format, then signature, then content: the grant, or the refusal that says why not."""
+    try:
+        payload, mac = _split(token)
+    except ValueError as exc:
+        return _refuse(f"grant is malformed: {exc}")
+    if not hmac.compare_digest(mac, key.sign(payload.encode("ascii"))):
+        return _refuse("grant signature does not match; it was forged, altered or signed with another key")
+    try:
+        return decode_grant(token)
+    except ValueError as exc:
+        return _refuse(f"grant is malformed: {exc}")

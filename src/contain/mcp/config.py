@@ -23,6 +23,7 @@ from urllib.parse import urlsplit
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from contain.boundary.documents import read_config_document
 from contain.boundary.model import ToolVerdict
 from contain.errors import BoundaryInvalid
 from contain.mcp.pins import NewToolPolicy
@@ -199,7 +200,7 @@ def load_gateway_config(path: str | os.PathLike[str]) -> GatewayConfig:
     """
     source = Path(path)
     try:
-        data = yaml.safe_load(source.read_text(encoding="utf-8"))
+        data = read_config_document(source, what="gateway config").data
     except OSError as exc:
         raise BoundaryInvalid(f"cannot read gateway config {source}: {exc.strerror}", "check the path") from exc
     except yaml.YAMLError as exc:

@@ -21,6 +21,7 @@ is pure and tested without an agent.
 from __future__ import annotations
 
 import os
+import re
 import select
 import socket
 import struct
@@ -231,9 +232,15 @@ def _lost(cause: str) -> SandboxLost:
     return SandboxLost(cause, _BUG_FIX)
 
 
+# How the agent prints a number (%llu / %d): ASCII digits, no sign, no leading zero, at most the
+# 20 digits of 2**64 - 1. Anything else is refused before int() sees it: int() takes "٣", "1_0"
+# and " 7", and raises ValueError past 4300 digits (a 5,000-digit pid once escaped that way).
+_DECIMAL = re.compile(r"0|[1-9][0-9]{0,19}")
+
+
 def _int(kind: str, key: str, text: str, *, low: int = 0, high: int = 2**64 - 1) -> int:
-    if not text.isascii() or not text.isdigit():
-        raise _lost(f"agent {kind} has a non-numeric {key}={text[:40]!r}")
+    if not _DECIMAL.fullmatch(text):
+        raise _lost(f"agent {kind} has a malformed number {key}={text[:40]!r}")
     value = int(text)
     if not low <= value <= high:
         raise _lost(f"agent {kind} has {key}={value}, outside {low}..{high}")

@@ -1,9 +1,10 @@
 import json
+import time
 from pathlib import Path
 
 import pytest
 
-from contain.boundary import boundary_json_schema, load_boundary
+from contain.boundary import boundary_from_mapping, boundary_json_schema, load_boundary
 from contain.errors import BoundaryInvalid
 
 EXAMPLES = sorted((Path(__file__).parents[3] / "examples" / "boundaries").glob("*.yaml"))
@@ -88,3 +89,62 @@ def test_a_bare_yaml_off_means_off_and_a_bare_on_is_refused(tmp_path):
     assert (boundary.hardening.landlock.value, boundary.hardening.cgroups.value) == ("off", "off")
     with pytest.raises(BoundaryInvalid, match="ambiguous"):
         load_boundary(write(tmp_path, "hardening: {landlock: on}\n"))
+
+
+# Issue 18 item 8: each of these once escaped as a raw ValueError, OverflowError or
+# RecursionError, or was silently accepted (duplicate keys, merge keys).
+FUZZ_FINDINGS = {
+    "yaml date that is not a date": "task: 2001-02-30\ntask: x\n",
+    "5000-digit integer": "resources:\n  pids_max: " + "9" * 5000 + "\n",
+    "400-digit memory_bytes": "resources:\n  memory_bytes: " + "9" * 400 + "\n",
+    "400-digit memory_bytes with a unit": "resources:\n  memory_bytes: '" + "9" * 400 + "MiB'\n",
+    "400-digit wall_s": "resources:\n  wall_s: " + "9" * 400 + "\n",
+    "huge regex repeat": "tools:\n- name: a\n  verdict: allow\n  args:\n    x: {pattern: 'a{99999999999}'}\n",
+    "regex nested past the compiler": "tools:\n- name: a\n  verdict: allow\n  args:\n    x: {pattern: '"
+    + "(" * 2000
+    + ")" * 2000
+    + "'}\n",
+    "deep nesting": "env: " + "[" * 5000 + "]" * 5000 + "\n",
+    "duplicate key": "task: a\ntask: b\n",
+    "merge key": "<<: {task: a}\n",
+    "alias bomb": "task: &t a\nprincipal: *t\n",
+}
+
+
+@pytest.mark.parametrize("name", sorted(FUZZ_FINDINGS))
+def test_every_fuzzing_finding_is_a_boundary_invalid_with_a_cause_and_a_fix(tmp_path, name):
+    started = time.monotonic()
+    with pytest.raises(BoundaryInvalid) as info:
+        load_boundary(write(tmp_path, FUZZ_FINDINGS[name]))
+    assert info.value.cause and info.value.fix
+    assert time.monotonic() - started < 2.0
+
+
+def test_a_yaml_date_in_a_string_field_is_the_text_that_was_written(tmp_path):
+    assert load_boundary(write(tmp_path, "task: 2001-02-03\n")).task == "2001-02-03"
+
+
+def test_sizes_past_one_exbibyte_are_refused_naming_the_key(tmp_path):
+    with pytest.raises(BoundaryInvalid) as info:
+        load_boundary(write(tmp_path, "resources:\n  memory_bytes: 4EiB\n  disk_bytes: 2000000000000000000\n"))
+    assert any("resources.disk_bytes" in p and "1 EiB" in p for p in info.value.problems)
+
+
+def test_a_json_manifest_is_read_as_strict_json(tmp_path):
+    path = tmp_path / "contain.json"
+    path.write_text('{"version": 1, "task": "a", "task": "b"}')
+    with pytest.raises(BoundaryInvalid, match="duplicate key 'task'"):
+        load_boundary(path)
+    path.write_text('{"version": 1, "task": "b"}')
+    assert load_boundary(path).task == "b"
+
+
+def test_a_validator_that_lets_a_foreign_error_out_still_gives_boundary_invalid(monkeypatch):
+    from contain.boundary import model
+
+    def explode(cls, value):
+        raise OverflowError("from a validator")
+
+    monkeypatch.setattr(model.Boundary, "model_validate", classmethod(lambda cls, data: explode(cls, data)))
+    with pytest.raises(BoundaryInvalid, match="OverflowError: from a validator"):
+        boundary_from_mapping({"task": "a"})

@@ -32,3 +32,23 @@ def test_parse_seconds_refuses_everything_else(bad):
 
 def test_format_bytes_uses_the_largest_exact_unit():
     assert [format_bytes(n) for n in (512 * 1024**2, 3 * 1024**3, 1536, 1000)] == ["512MiB", "3GiB", "1536B", "1000B"]
+
+
+@pytest.mark.parametrize("huge", [10**400, "9" * 400, "9" * 400 + "MiB", "99999999999999999999TiB", 2**61])
+def test_parse_bytes_refuses_sizes_past_one_exbibyte_without_overflowing(huge):
+    with pytest.raises(ValueError, match=r"not a size|1 EiB"):
+        parse_bytes(huge)
+
+
+@pytest.mark.parametrize("huge", [10**400, -(10**400), "9" * 400, float("inf"), float("nan"), "99999999999999999999h"])
+def test_parse_seconds_refuses_huge_and_non_finite_durations_with_a_value_error(huge):
+    with pytest.raises(ValueError):
+        parse_seconds(huge)
+
+
+@pytest.mark.parametrize("spelling", ["²", "٣s", "1²MiB", "10\n", "5s\n"])
+def test_sizes_and_durations_accept_ascii_digits_only(spelling):
+    with pytest.raises(ValueError):
+        parse_bytes(spelling)
+    with pytest.raises(ValueError):
+        parse_seconds(spelling)

@@ -144,3 +144,23 @@ def test_deny_refuses_rule_ids_that_are_not_table_rows() -> None:
     for rule in DENY_RULES:
         assert deny(rule.rule_id, "x", host="h", port=1).rule_id == rule.rule_id
         assert rule.why
+
+
+@pytest.mark.parametrize(
+    "host",
+    ["0X7F000001", "\uff11\uff12\uff17.\uff10.\uff10.\uff11", "\u00b9\u00b2\u2077.0.0.1"],
+)
+def test_spellings_that_canonicalise_to_an_address_are_refused_as_ip_literals_not_matched_as_names(host: str) -> None:
+    p = policy({"host": "127.0.0.1/32"}, {"host": "allowed.test"})
+    decision = check(p, host)
+    if decision.allowed:  # only an ASCII spelling a C resolver reads may reach the address entry
+        assert host.isascii() and decision.addresses == (ipaddress.ip_address("127.0.0.1"),)
+    else:
+        assert decision.rule_id == "egress.ip_literal"
+
+
+def test_a_manifest_cannot_name_an_address_in_full_width_digits_as_a_host_pattern() -> None:
+    from contain.errors import BoundaryInvalid
+
+    with pytest.raises(BoundaryInvalid, match="IP address"):
+        policy({"host": "\uff11\uff12\uff17.\uff10.\uff10.\uff11"})

@@ -35,6 +35,21 @@ BAD_HEADS = {
     "NUL in value": b"GET http://a.test/ HTTP/1.1\r\nHost: a.test\r\nX: a\x00b\r\n\r\n",
     "double space": b"GET  http://a.test/ HTTP/1.1\r\n\r\n",
     "incomplete": b"GET http://a.test/ HTTP/1.1\r\n",
+    # Issue 18 items 7 and 10 (fuzzing): each was accepted, and the Content-Length ones failed
+    # with ValueError after the upstream was dialled, with no event recorded.
+    # Header values are read as latin-1, where the byte 0xB2 is "²": str.isdigit() said yes.
+    "superscript CL": b"POST http://a.test/ HTTP/1.1\r\nHost: a.test\r\nContent-Length: \xb2\r\n\r\n",
+    "superscript CL after a digit": b"POST http://a.test/ HTTP/1.1\r\nHost: a.test\r\nContent-Length: 1\xb9\r\n\r\n",
+    "UTF-8 arabic-indic CL": "POST http://a.test/ HTTP/1.1\r\nHost: a.test\r\nContent-Length: \u0663\r\n\r\n".encode(),
+    "5000-digit CL": b"POST http://a.test/ HTTP/1.1\r\nHost: a.test\r\nContent-Length: " + b"9" * 5000 + b"\r\n\r\n",
+    "20-digit CL": b"POST http://a.test/ HTTP/1.1\r\nHost: a.test\r\nContent-Length: 99999999999999999999\r\n\r\n",
+    "CL past 2**63-1": b"POST http://a.test/ HTTP/1.1\r\nHost: a.test\r\nContent-Length: 9223372036854775808\r\n\r\n",
+    "empty CL": b"POST http://a.test/ HTTP/1.1\r\nHost: a.test\r\nContent-Length: \r\n\r\n",
+    "tab in target": b"GET http://a.test/\tx HTTP/1.1\r\nHost: a.test\r\n\r\n",
+    "tab in CONNECT target": b"CONNECT a.test\t:443 HTTP/1.1\r\n\r\n",
+    "vertical tab in target": b"GET http://a.test/\x0bx HTTP/1.1\r\nHost: a.test\r\n\r\n",
+    "DEL in target": b"GET http://a.test/\x7f HTTP/1.1\r\nHost: a.test\r\n\r\n",
+    "non-ASCII in target": "GET http://a.test/\u00e9 HTTP/1.1\r\nHost: a.test\r\n\r\n".encode(),
 }
 
 
@@ -42,6 +57,14 @@ BAD_HEADS = {
 def test_ambiguous_or_malformed_heads_are_refused(head: bytes) -> None:
     with pytest.raises(BadRequest):
         parse_request_head(head)
+
+
+def test_content_length_is_parsed_once_as_ascii_digits_and_kept_on_the_head() -> None:
+    head = parse_request_head(
+        b"POST http://a.test/ HTTP/1.1\r\nHost: a.test\r\nContent-Length: 9223372036854775807\r\n\r\n"
+    )
+    assert head.content_length == 2**63 - 1
+    assert parse_request_head(b"GET http://a.test/ HTTP/1.1\r\nHost: a.test\r\n\r\n").content_length is None
 
 
 def test_a_connect_head_parses_with_lower_case_header_names() -> None:
@@ -228,3 +251,15 @@ def test_malformed_requests_get_4xx_and_a_record_never_a_decision(head: bytes) -
 def test_oversize_head_is_refused_with_431() -> None:
     response, _, asked = serve_once(b"GET http://a.test/ HTTP/1.1\r\nX: " + b"a" * (MAX_HEAD_BYTES + 10))
     assert response.startswith(b"HTTP/1.1 431") and asked == []
+
+
+@pytest.mark.parametrize("text", ["a.test\t:443", "a.test :443", "a.\x0btest", "a.t\u00e9st:443", "a.test\x7f"])
+def test_an_authority_with_whitespace_control_or_non_ascii_characters_is_refused(text: str) -> None:
+    with pytest.raises(BadRequest, match="control, whitespace or non-ASCII"):
+        parse_authority(text, default_port=443)
+
+
+def test_a_host_header_with_an_inner_tab_is_refused() -> None:
+    head = parse_request_head(b"CONNECT a.test:443 HTTP/1.1\r\nHost: a.test\t:443\r\n\r\n")
+    with pytest.raises(BadRequest, match="bad Host header"):
+        check_host_header(head, "a.test", 443, default_port=443)

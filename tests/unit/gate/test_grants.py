@@ -1,5 +1,9 @@
 """Grants: signed, bound to the exact call, scoped, counted; every refusal says why."""
 
+import base64
+import hashlib
+import hmac as hmac_module
+import json
 import multiprocessing
 import os
 import threading
@@ -41,7 +45,12 @@ def test_a_minted_grant_verifies_for_the_exact_call_and_carries_its_fields():
     assert check.ok, check.reason
     grant = decode_grant(token)
     assert check.grant == grant
-    assert (grant.principal, grant.tool, grant.reviewer, grant.reason) == ("alice", "fs__write_file", "bob", "looks fine")
+    assert (grant.principal, grant.tool, grant.reviewer, grant.reason) == (
+        "alice",
+        "fs__write_file",
+        "bob",
+        "looks fine",
+    )
     assert grant.scope == GrantScope("once", 1, NOW + 3600)
     assert grant.issued_at == NOW
 
@@ -228,3 +237,76 @@ def test_parse_duration_refuses_odd_or_huge_values(text):
 
     with pytest.raises(ValueError):
         parse_duration(text)
+
+
+# ---- one canonical encoding, and nothing raised (issue 18 item 9) ------------------------------
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+def _signed(payload_text: str, key_bytes: bytes = b"k" * 32) -> str:
+    """A grant whose MAC is correct for ``payload_text``: only the content can make it fail."""
+    payload = _b64(payload_text.encode())
+    mac = hmac_module.new(key_bytes, b"contain-grant-v1\x00" + payload.encode(), hashlib.sha256).digest()
+    return f"cg1.{payload}.{_b64(mac)}"
+
+
+def _fields(token: str) -> dict:
+    payload = token.split(".")[1]
+    return json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+
+
+def test_deeply_nested_payloads_are_refused_by_decode_and_verify_without_recursion_error():
+    token = _signed('{"scope":' + "[" * 5000 + "]" * 5000 + "}")
+    with pytest.raises(ValueError, match="deeper"):
+        decode_grant(token)
+    check = _verify(token)
+    assert not check.ok and "deeper" in check.reason
+
+
+@pytest.mark.parametrize("value", ["1" + "0" * 400, str(2**64), "1e400", "1e300", "-1"])
+def test_huge_or_negative_times_are_refused_cleanly(value):
+    fields = _fields(_mint())
+    text = json.dumps(fields, sort_keys=True, separators=(",", ":")).replace(
+        f'"issued_at":{int(NOW)}', f'"issued_at":{value}'
+    )
+    assert value in text
+    with pytest.raises(ValueError):
+        decode_grant(_signed(text))
+    assert not _verify(_signed(text)).ok
+
+
+def test_signed_but_non_canonical_payloads_are_refused():
+    fields = _fields(_mint())
+    spaced = json.dumps(fields, sort_keys=True)
+    reordered = json.dumps(dict(reversed(list(fields.items()))), separators=(",", ":"))
+    duplicate = '{"reason":"other",' + json.dumps(fields, sort_keys=True, separators=(",", ":"))[1:]
+    for text in (spaced, reordered, duplicate):
+        with pytest.raises(ValueError):
+            decode_grant(_signed(text))
+        assert not _verify(_signed(text)).ok
+
+
+def test_only_the_canonical_base64url_of_the_mac_verifies():
+    token = _mint()
+    prefix, payload, mac = token.split(".")
+    raw = base64.urlsafe_b64decode(mac + "=")
+    # The same 32 bytes with the last character's 2 unused bits set: decoded alike before the fix.
+    last = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+    index = last.index(mac[-1])
+    variants = [mac[:-1] + last[index | bits] for bits in (1, 2, 3) if last[index | bits] != mac[-1]]
+    assert variants and all(base64.urlsafe_b64decode(v + "=") == raw for v in variants)
+    for variant in variants:
+        check = _verify(f"{prefix}.{payload}.{variant}")
+        assert not check.ok and "malformed" in check.reason
+    assert _verify(token).ok
+
+
+def test_unknown_or_missing_grant_fields_are_refused_even_when_signed():
+    fields = _fields(_mint())
+    extra = dict(fields, note="x")
+    missing = {k: v for k, v in fields.items() if k != "reason"}
+    for value in (extra, missing):
+        with pytest.raises(ValueError, match=r"fields|reason"):
+            decode_grant(_signed(json.dumps(value, sort_keys=True, separators=(",", ":"))))

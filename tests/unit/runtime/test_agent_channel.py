@@ -174,6 +174,16 @@ def test_parse_reply_builds_each_reply_type(items: list[str], expected: object) 
         ["STARTED", "pid=1", "extra=1"],
         ["STARTED", "pid"],
         ["STARTED", "pid=٣"],  # a non-ASCII digit
+        # Issue 18 item 10: a 5,000-digit pid raised a bare ValueError out of int().
+        ["STARTED", "pid=" + "9" * 5000],
+        ["EXITED", "status=0", "utime_us=" + "1" * 4301, "stime_us=0", "maxrss_kb=0"],
+        ["STARTED", "pid=007"],  # the agent prints %d: never a leading zero
+        ["STARTED", "pid=1_0"],  # int() accepts underscores
+        ["STARTED", "pid= 7"],  # and surrounding whitespace
+        ["STARTED", "pid=7\n"],
+        ["STARTED", "pid=+7"],
+        ["STARTED", "pid="],
+        ["EXITED", "status=0", "utime_us=" + "9" * 21, "stime_us=0", "maxrss_kb=0"],
         ["READY", "pid=1", "landlock=applied"],
         ["READY", "pid=1", "landlock=off:3"],
         ["READY", "pid=1", "landlock=maybe"],
