@@ -53,10 +53,18 @@ def _walk_error(parts: tuple[str, ...], depth: int, exc: OSError) -> UnsafeOnDis
     return UnsafeOnDisk(f"cannot open {where!r}: {exc.strerror}")
 
 
+def _check_components(parts: tuple[str, ...]) -> None:
+    """O_NOFOLLOW stops symlinks but not "..": refuse it here too, whatever the planner decided."""
+    for name in parts:
+        if name in ("", ".", "..") or "/" in name or "\x00" in name:
+            raise UnsafeOnDisk(f"path component {name!r} would not stay below the image root")
+
+
 @contextmanager
 def open_directory(root_fd: int, parts: tuple[str, ...], *, create: bool) -> Iterator[int]:
     """A descriptor of the directory ``parts`` under ``root_fd``, creating missing ones (0700) if
     ``create``; raises ``FileNotFoundError`` for a missing one otherwise."""
+    _check_components(parts)
     fd = os.dup(root_fd)
     try:
         for depth, name in enumerate(parts):
@@ -84,6 +92,7 @@ def _clear_directory(fd: int) -> None:
 
 def remove_entry(dir_fd: int, name: str) -> None:
     """Remove ``name`` (a whole tree for a directory) without following symlinks; absent is fine."""
+    _check_components((name,))
     try:
         info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
     except FileNotFoundError:
@@ -105,6 +114,7 @@ def _set_times(fd: int, mtime: int) -> None:
 
 def write_file(dir_fd: int, name: str, source: IO[bytes], *, size: int, mode: int, mtime: int) -> None:
     """Replace ``name`` with exactly ``size`` bytes from ``source``; the mode loses its write bits."""
+    _check_components((name,))
     remove_entry(dir_fd, name)
     fd = os.open(name, _NEW_FILE_FLAGS, 0o600, dir_fd=dir_fd)
     try:
@@ -125,6 +135,7 @@ def write_file(dir_fd: int, name: str, source: IO[bytes], *, size: int, mode: in
 
 def make_directory(dir_fd: int, name: str) -> None:
     """Make ``name`` a directory: an existing directory is kept (layers merge), anything else replaced."""
+    _check_components((name,))
     try:
         info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
     except FileNotFoundError:
@@ -137,6 +148,7 @@ def make_directory(dir_fd: int, name: str) -> None:
 
 def make_symlink(dir_fd: int, name: str, target: str, *, mtime: int) -> None:
     """Replace ``name`` with a symlink to ``target`` (never resolved here)."""
+    _check_components((name,))
     remove_entry(dir_fd, name)
     os.symlink(target, name, dir_fd=dir_fd)
     os.utime(name, (mtime, mtime), dir_fd=dir_fd, follow_symlinks=False)
@@ -144,6 +156,7 @@ def make_symlink(dir_fd: int, name: str, target: str, *, mtime: int) -> None:
 
 def make_hardlink(root_fd: int, target: tuple[str, ...], dir_fd: int, name: str) -> None:
     """Replace ``name`` with a hard link to the regular file ``target`` under the image root."""
+    _check_components((*target, name))
     with open_directory(root_fd, target[:-1], create=False) as source_dir:
         info = os.stat(target[-1], dir_fd=source_dir, follow_symlinks=False)
         if not stat.S_ISREG(info.st_mode):

@@ -181,24 +181,20 @@ def _mtime(member: tarfile.TarInfo) -> int:
 def _apply(
     root_fd: int, action: Action, tar: tarfile.TarFile, member: tarfile.TarInfo, tree: ImageTree, layer: int
 ) -> None:
-    """Carry out one planned action and record it in the tree model."""
+    """Carry out one planned action on disk (``_record`` then updates the tree model)."""
     if action.verdict is Verdict.WHITEOUT:
         try:
             with apply.open_directory(root_fd, action.path[:-1], create=False) as parent:
                 apply.remove_entry(parent, action.path[-1])
         except FileNotFoundError:
             pass  # nothing to hide: the parent was never created
-        tree.remove(action.path)
         return
     if action.verdict is Verdict.OPAQUE:
         for hidden in tree.opaque_removals(action.path, layer=layer):
             with apply.open_directory(root_fd, hidden[:-1], create=False) as parent:
                 apply.remove_entry(parent, hidden[-1])
-            tree.remove(hidden)
         with apply.open_directory(root_fd, action.path, create=True):
-            tree.ensure_directory(action.path, layer=layer)
-        return
-    mtime = _mtime(member)
+            return
     with apply.open_directory(root_fd, action.path[:-1], create=True) as parent:
         name = action.path[-1]
         if action.kind is MemberKind.DIRECTORY:
@@ -206,15 +202,26 @@ def _apply(
         elif action.kind is MemberKind.FILE:
             source = tar.extractfile(member)
             assert source is not None  # a regular member always has a data reader
-            apply.write_file(parent, name, source, size=member.size, mode=action.mode, mtime=mtime)
+            apply.write_file(parent, name, source, size=member.size, mode=action.mode, mtime=_mtime(member))
         elif action.kind is MemberKind.SYMLINK:
-            apply.make_symlink(parent, name, member.linkname, mtime=mtime)
+            apply.make_symlink(parent, name, member.linkname, mtime=_mtime(member))
         elif action.kind is MemberKind.HARDLINK:
             apply.make_hardlink(root_fd, action.link_path, parent, name)
         else:
             raise apply.UnsafeOnDisk(f"no apply step for a {action.kind.value}")  # the plan refuses these
-    recorded = MemberKind.FILE if action.kind is MemberKind.HARDLINK else action.kind
-    tree.add(action.path, recorded, layer=layer, mode=action.mode, mtime=mtime)
+
+
+def _record(action: Action, member: tarfile.TarInfo, tree: ImageTree, layer: int) -> None:
+    """Update the tree model with what ``action`` did (or, once a layer is refused, would do)."""
+    if action.verdict is Verdict.WHITEOUT:
+        tree.remove(action.path)
+    elif action.verdict is Verdict.OPAQUE:
+        for hidden in tree.opaque_removals(action.path, layer=layer):
+            tree.remove(hidden)
+        tree.ensure_directory(action.path, layer=layer)
+    else:
+        recorded = MemberKind.FILE if action.kind is MemberKind.HARDLINK else action.kind
+        tree.add(action.path, recorded, layer=layer, mode=action.mode, mtime=_mtime(member))
 
 
 def _report(sink: list[ReportEntry], layer: int, name: str, action: Action) -> None:
@@ -259,8 +266,11 @@ def _unpack_layer(
                         continue
                     added = facts.size if action.verdict is Verdict.EXTRACT and facts.kind is MemberKind.FILE else 0
                     usage = Usage(usage.entries + 1, usage.total_bytes + added)
-                    if not refused and action.verdict is not Verdict.SKIP:
+                    if action.verdict is Verdict.SKIP:
+                        continue
+                    if not refused:  # once refused, the rest is only planned, to list more offenders
                         _apply(root_fd, action, tar, member, tree, number)
+                    _record(action, member, tree, number)
             except (tarfile.TarError, StreamError) as exc:
                 if refused:
                     return usage, refused  # already refused: the rest of the stream does not matter
