@@ -99,11 +99,11 @@ def read_entry(root_fd: int, name: str) -> dict[str, Any] | None:
     try:
         try:
             marker = _read_json_in(entry_fd, MARKER)
-        except FileNotFoundError:
-            return None
-        if not isinstance(marker, dict) or marker.get("version") != MARKER_VERSION:
-            return None
-        metadata = _read_json_in(entry_fd, METADATA)
+            if not isinstance(marker, dict) or marker.get("version") != MARKER_VERSION:
+                return None
+            metadata = _read_json_in(entry_fd, METADATA)
+        except (OSError, ValueError):
+            return None  # absent, half-written or unreadable: the entry is unpacked again
         return metadata if isinstance(metadata, dict) else None
     finally:
         os.close(entry_fd)

@@ -30,10 +30,12 @@ set up the per-sandbox writable layer (the container backend does). See docs/ima
 
 from __future__ import annotations
 
+import math
 import os
 import platform
 import stat
 import tarfile
+import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
@@ -138,7 +140,9 @@ class UnpackedImage:
     tags: tuple[str, ...]
     report: UnpackReport
     reused: bool  # True when an existing cache entry was returned without unpacking
-    writable_dirs: tuple[str, ...] = field(default=())  # image dirs with group/other write (e.g. tmp), now 0555-ish
+    # Directories the image made writable by group or others (e.g. /tmp 1777); the cache removed
+    # those write bits, so a runtime that wants them back sets them in the writable layer.
+    writable_dirs: tuple[str, ...] = field(default=())
 
 
 def member_facts(member: tarfile.TarInfo) -> MemberFacts:
@@ -175,7 +179,9 @@ def member_facts(member: tarfile.TarInfo) -> MemberFacts:
 
 
 def _mtime(member: tarfile.TarInfo) -> int:
-    return min(max(int(member.mtime), 0), _CLAMP_MTIME)
+    """The member's mtime as whole seconds in [0, 2**33]; a pax mtime may be any float, even nan."""
+    value = member.mtime
+    return min(max(int(value), 0), _CLAMP_MTIME) if math.isfinite(value) else 0
 
 
 def _apply(
@@ -313,6 +319,9 @@ def _translated(image: str, sink: list[ReportEntry], where: list[str]) -> Iterat
         raise _fail(image, str(exc), "use a cache directory owned by you with mode 0700") from exc
     except OSError as exc:
         raise _fail(image, f"{' '.join(where)}: {exc}", "check the image file and free space in the cache") from exc
+    except (ValueError, EOFError, tarfile.TarError, zlib.error) as exc:  # malformed input past the checks
+        report = UnpackReport(image, tuple(sink))
+        raise _fail(image, f"{' '.join(where)}: malformed image data: {exc}", "rebuild the image", report) from exc
 
 
 def _unpack_into(
@@ -407,14 +416,19 @@ def _cached_or_unpacked(
     source: ImageSource, label: str, cache_root: Path, limits: UnpackLimits, sink: list[ReportEntry], where: list[str]
 ) -> UnpackedImage:
     name = cache.entry_name(source.digest)
-    rootfs = cache_root / name / "rootfs"
+    rootfs = cache_root.absolute() / name / "rootfs"
     root_fd = cache.open_cache_root(str(cache_root))
     try:
         with cache.entry_lock(root_fd, name):
             found = cache.read_entry(root_fd, name)
             if found is not None and found.get("format") == source.format.value:
-                log.debug("image %s: cache hit %s", label, name)
-                return _from_metadata(found, rootfs, reused=True)
+                try:
+                    hit = _from_metadata(found, rootfs, reused=True)
+                except (KeyError, TypeError, ValueError):
+                    log.warning("image cache entry %s has unreadable metadata; unpacking again", name)
+                else:
+                    log.debug("image %s: cache hit %s", label, name)
+                    return hit
             work = cache.new_work_dir(root_fd, name)
             try:
                 metadata = _build_entry(root_fd, work, source, label, limits, sink, where)

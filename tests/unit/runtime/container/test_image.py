@@ -700,3 +700,29 @@ def test_a_whiteout_and_an_opaque_marker_are_planned_on_their_targets() -> None:
         (Verdict.OPAQUE, ("a",)),
         (Verdict.WHITEOUT, ("link",)),
     ]
+
+
+def test_a_sparse_member_within_the_budget_is_written_at_its_apparent_size(tmp_path: Path, cache: Path) -> None:
+    image = unpack_image(
+        rootfs_tar(tmp_path / "s.tar", [sparse_member("holes", 1 << 20)]), cache_root=cache, host_machine="x86_64"
+    )
+    data = (image.rootfs / "holes").read_bytes()
+    assert len(data) == 1 << 20 and data[-512:] == b"x" * 512 and data[:-512].count(0) == (1 << 20) - 512
+
+
+def test_a_nan_mtime_is_unpacked_as_the_epoch(tmp_path: Path, cache: Path) -> None:
+    info, data = file_member("f")
+    info.pax_headers = {"mtime": "nan"}
+    image = unpack_image(rootfs_tar(tmp_path / "t.tar", [(info, data)]), cache_root=cache, host_machine="x86_64")
+    assert (image.rootfs / "f").stat().st_mtime == 0
+
+
+def test_an_entry_with_unreadable_metadata_is_unpacked_again(tmp_path: Path, cache: Path) -> None:
+    path = rootfs_tar(tmp_path / "r.tar", [file_member("f", b"v1")])
+    first = unpack_image(path, cache_root=cache, host_machine="x86_64")
+    metadata = first.rootfs.parent / "image.json"
+    os.chmod(first.rootfs.parent, 0o755)
+    metadata.unlink()
+    metadata.write_text("{not json")
+    again = unpack_image(path, cache_root=cache, host_machine="x86_64")
+    assert again.reused is False and (again.rootfs / "f").read_bytes() == b"v1"
