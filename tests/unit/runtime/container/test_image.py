@@ -726,3 +726,31 @@ def test_an_entry_with_unreadable_metadata_is_unpacked_again(tmp_path: Path, cac
     metadata.write_text("{not json")
     again = unpack_image(path, cache_root=cache, host_machine="x86_64")
     assert again.reused is False and (again.rootfs / "f").read_bytes() == b"v1"
+
+
+def test_later_members_replace_earlier_ones_of_another_kind_without_following_links(
+    tmp_path: Path, witness: Witness, cache: Path
+) -> None:
+    lower = [
+        file_member("d/x"),
+        file_member("f", b"file"),
+        link_member("s", str(witness.canary / "keep")),
+        link_member("abs", "/etc/shadow"),
+        file_member("g", b"first"),
+        file_member("g", b"second"),
+    ]
+    upper = [file_member("d", b"now a file"), dir_member("f"), file_member("s", b"replaced")]
+    image = unpack_image(oci_layout(tmp_path / "oci", [lower, upper]), cache_root=cache, host_machine="x86_64")
+    root = image.rootfs
+    assert (root / "d").read_bytes() == b"now a file"
+    assert (root / "f").is_dir()
+    assert not (root / "s").is_symlink() and (root / "s").read_bytes() == b"replaced"
+    assert os.readlink(root / "abs") == "/etc/shadow"
+    assert (root / "g").read_bytes() == b"second"
+    witness.assert_untouched()
+
+
+def test_the_package_exports_resolve() -> None:
+    import contain.runtime.container as package
+
+    assert all(getattr(package, name) is not None for name in package.__all__)
