@@ -754,3 +754,28 @@ def test_the_package_exports_resolve() -> None:
     import contain.runtime.container as package
 
     assert all(getattr(package, name) is not None for name in package.__all__)
+
+
+def test_a_truncated_gzip_layer_is_refused(tmp_path: Path, cache: Path) -> None:
+    data = gzip.compress(tar_bytes([file_member("f", os.urandom(100_000))]), mtime=0)
+    image = tmp_path / "cut.tar.gz"
+    image.write_bytes(data[: len(data) // 2])
+    refuse(image, cache)
+
+
+def test_a_layer_of_concatenated_gzip_members_is_read_whole(tmp_path: Path, cache: Path) -> None:
+    raw = tar_bytes([file_member("a", b"1"), file_member("b", b"2")])
+    image = tmp_path / "multi.tar.gz"
+    image.write_bytes(gzip.compress(raw[:1024], mtime=0) + gzip.compress(raw[1024:], mtime=0))
+    unpacked = unpack_image(image, cache_root=cache, host_machine="x86_64")
+    assert (unpacked.rootfs / "b").read_bytes() == b"2"
+
+
+def test_report_lines_show_control_characters_in_member_names_visibly(tmp_path: Path, cache: Path) -> None:
+    hostile = "bin/\x1b[2Jsu\u202e"
+    image = unpack_image(
+        rootfs_tar(tmp_path / "r.tar", [file_member(hostile, mode=0o4755)]), cache_root=cache, host_machine="x86_64"
+    )
+    assert image.report.entries[0].member == hostile  # the value stays exact
+    (line,) = image.report.lines()
+    assert "\x1b" not in line and "\u202e" not in line and "set-id-bits" in line
