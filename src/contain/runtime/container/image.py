@@ -250,6 +250,7 @@ def _unpack_layer(
     usage: Usage,
     limits: UnpackLimits,
     sink: list[ReportEntry],
+    where: list[str],
 ) -> tuple[Usage, list[str]]:
     """Plan and apply every member of one layer; returns the new usage and the refused members."""
     refused: list[str] = []
@@ -275,8 +276,10 @@ def _unpack_layer(
                     if action.verdict is Verdict.SKIP:
                         continue
                     if not refused:  # once refused, the rest is only planned, to list more offenders
+                        where[1:] = [f"member {facts.name!r}"]
                         _apply(root_fd, action, tar, member, tree, number)
                     _record(action, member, tree, number)
+                where[1:] = []
             except (tarfile.TarError, StreamError) as exc:
                 if refused:
                     return usage, refused  # already refused: the rest of the stream does not matter
@@ -333,7 +336,9 @@ def _unpack_into(
     tree, usage = ImageTree(), Usage()
     for number, layer in enumerate(source.layers):
         where[:] = [layer.label]
-        usage, refused = _unpack_layer(root_fd, layer, number, tree=tree, usage=usage, limits=limits, sink=sink)
+        usage, refused = _unpack_layer(
+            root_fd, layer, number, tree=tree, usage=usage, limits=limits, sink=sink, where=where
+        )
         if refused:
             report = UnpackReport(image, tuple(sink))
             names = ", ".join(repr(n) for n in refused)

@@ -779,3 +779,9 @@ def test_report_lines_show_control_characters_in_member_names_visibly(tmp_path: 
     assert image.report.entries[0].member == hostile  # the value stays exact
     (line,) = image.report.lines()
     assert "\x1b" not in line and "\u202e" not in line and "set-id-bits" in line
+
+
+def test_a_failure_while_applying_names_the_member(tmp_path: Path, cache: Path) -> None:
+    members = [file_member("a/b"), link_member("a", "a/b", hard=True)]  # replacing a/ deletes the link's target
+    error = refuse(rootfs_tar(tmp_path / "r.tar", members), cache)
+    assert "member 'a'" in error.cause
