@@ -9,6 +9,7 @@ The tree::
     ├── SandboxLost               a running sandbox died or stopped answering
     ├── FileTransferError         put_file / get_file / export refused or failed
     ├── GateError                 a grant key, the review store or a review request is unusable
+    ├── ImageError                a container image is refused (hostile member, bad digest) or unusable
     ├── LedgerInUse               another broker already serves this ledger
     └── LedgerAnchorError         a ledger anchor or checkpoint file cannot be written or read
 
@@ -23,6 +24,7 @@ __all__ = [
     "ContainError",
     "FileTransferError",
     "GateError",
+    "ImageError",
     "LedgerAnchorError",
     "LedgerInUse",
     "SandboxLost",
@@ -83,6 +85,21 @@ class GateError(ContainError):
     Examples: a key file readable by group or others, an unknown request id, approving a request
     that is no longer pending. A gate *decision* is never an exception: it is a ``Decision``.
     """
+
+
+class ImageError(ContainError):
+    """Raised when a local container image is refused or cannot be unpacked into the image cache.
+
+    Examples: a layer member with an absolute name, a ``..`` component, a path through a symlink
+    or a hard link out of the image; a device node; a blob whose sha256 or size differs from its
+    descriptor; a layer past the byte or entry budget; zstd layers. ``cause`` names the image path
+    and the member. ``report`` (a ``contain.runtime.container.UnpackReport``, or None when no
+    layer was read) lists every member refused or changed so far. Nothing is left in the cache.
+    """
+
+    def __init__(self, cause: str, fix: str = "", *, report: object | None = None) -> None:
+        super().__init__(cause, fix)
+        self.report = report
 
 
 class LedgerInUse(ContainError):
