@@ -213,9 +213,12 @@ def fs_52(ctx: ProbeContext) -> CaseResult:
     )
 
 
-_BOMB_BUDGET_BYTES = 1024**2
 _BOMB_DIRS = 5_000
 _BOMB_DEPTH = 1_500  # past Python's default recursion limit of 1000
+# The disk budget also caps inodes (disk_bytes / 4 KiB, runtime/disk_budget.py), so the budget must
+# leave room for the whole tree inside the sandbox: the case tests the export's own caps.
+_BOMB_BUDGET_BYTES = 32 * 1024**2
+assert _BOMB_BUDGET_BYTES // 4096 > _BOMB_DIRS + _BOMB_DEPTH + 16
 
 _EXPORT_BOMB = r"""
 os.chdir(P["out"])
