@@ -8,6 +8,8 @@ item 10) is an explicit ``@example`` and must be refused.
 
 from __future__ import annotations
 
+import itertools
+
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
@@ -26,13 +28,15 @@ FINDINGS = (
 )
 
 
-def _outcome(data: bytes, cuts: list[int]) -> tuple[list[tuple[str, str, tuple[tuple[str, str], ...], bytes]], int | None]:
+def _outcome(
+    data: bytes, cuts: list[int]
+) -> tuple[list[tuple[str, str, tuple[tuple[str, str], ...], bytes]], int | None]:
     """Feed ``data`` cut at ``cuts``; the requests taken, and the status of the refusal if any."""
     reader = RequestReader()
     taken = []
     bounds = [0, *sorted({c % (len(data) + 1) for c in cuts}), len(data)]
     try:
-        for start, end in zip(bounds, bounds[1:], strict=False):
+        for start, end in itertools.pairwise(bounds):
             reader.feed(data[start:end])
             while (request := reader.take()) is not None:
                 taken.append((request.method, request.path, tuple(sorted(request.headers.items())), request.body))
@@ -92,9 +96,7 @@ _REQUESTS = st.builds(
 
 @settings(max_examples=300, deadline=None)
 @given(requests=st.lists(_REQUESTS, min_size=1, max_size=4), cuts=st.lists(st.integers(0, 8192), max_size=6))
-@example(
-    requests=[HttpRequest("POST", "/v1/actions/a", {"authorization": "Bearer x"}, b"{}", True)], cuts=[1, 20, 40]
-)
+@example(requests=[HttpRequest("POST", "/v1/actions/a", {"authorization": "Bearer x"}, b"{}", True)], cuts=[1, 20, 40])
 def test_parse_render_parse_is_stable(requests: list[HttpRequest], cuts: list[int]) -> None:
     wire = b"".join(request_bytes(r) for r in requests)
     first, status = _outcome(wire, cuts)

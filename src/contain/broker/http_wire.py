@@ -6,19 +6,28 @@ order. The reader is strict on purpose: a proxy or a second parser in front of t
 never see a different request boundary than the broker does (request smuggling, RFC 9112 11.2),
 and a framing rule that guesses is a way to make one request look like two. So:
 
-| refused | status | why |
-|---|---|---|
-| a line not ended by CRLF (a bare LF, or a CR inside a line) | 400 | two parsers split lines differently (RFC 9112 2.2) |
-| more than ``MAX_LEADING_BLANK_LINES`` blank lines before a request | 400 | blank lines were a way to hold a connection without ever starting a request |
-| a request line other than ``TOKEN SP /visible-path SP HTTP/1.x`` | 400 | the path reaches the router verbatim |
-| a header line that starts with SP or HTAB (obs-fold) | 400 | RFC 9112 5.2: a server must reject or unfold; we reject |
-| a header name that is not an RFC 9110 token, or whitespace before the colon | 400 | RFC 9112 5.1: must be rejected with 400 |
-| a control character (other than HTAB) in a header value | 400 | CR, LF and NUL in values split or end headers in other parsers |
-| a header name given twice | 400 | "last wins" vs "first wins" is a smuggling primitive; the broker never combines values |
-| any Transfer-Encoding | 411 | only Content-Length bodies are read (TE with CL is the classic smuggling pair) |
-| Content-Length that is not 1-``MAX_CONTENT_LENGTH_DIGITS`` ASCII digits (``+3``, ``1_0``, ``-1``, `` 10 ``, a list) | 400 | Python's ``int()`` accepts all of those; HTTP accepts none |
-| Content-Length over ``MAX_BODY_BYTES`` | 413 | bounded memory per connection |
-| a line over ``MAX_LINE_BYTES``, more than ``MAX_HEADERS`` headers, a head over ``MAX_HEAD_BYTES`` | 431 | bounded memory per connection |
+Refused, with the status answered and why:
+
+- 400: a line not ended by CRLF (a bare LF, or a CR inside a line): two parsers would split
+  lines differently (RFC 9112 2.2).
+- 400: more than ``MAX_LEADING_BLANK_LINES`` blank lines before a request line: blank lines
+  were a way to hold a connection without ever starting a request.
+- 400: a request line other than ``TOKEN SP /visible-ASCII-path SP HTTP/1.x``: the path reaches
+  the router verbatim.
+- 400: a header line starting with SP or HTAB (obs-fold; RFC 9112 5.2 allows reject or unfold).
+- 400: a header name that is not an RFC 9110 token, or whitespace before the colon (RFC 9112
+  5.1: "MUST reject" with 400).
+- 400: a control character other than HTAB in a header value (CR, LF, NUL split or end headers
+  in other parsers).
+- 400: a header name given twice: "last wins" against "first wins" is a smuggling primitive, and
+  the broker never combines values.
+- 411: any Transfer-Encoding: only Content-Length bodies are read (TE next to CL is the classic
+  smuggling pair).
+- 400: a Content-Length that is not 1 to ``MAX_CONTENT_LENGTH_DIGITS`` ASCII digits (``+3``,
+  ``1_0``, ``-1``, a list, a non-ASCII digit: Python's ``int()`` accepts several, HTTP none).
+- 413: a Content-Length over ``MAX_BODY_BYTES``.
+- 431: a line over ``MAX_LINE_BYTES``, more than ``MAX_HEADERS`` headers, or a head over
+  ``MAX_HEAD_BYTES`` (bounded memory per connection).
 
 Each refusal raises ``HttpError`` with the status to answer; the connection is then closed.
 What is not done here: timing. The reader does not know how long bytes took to arrive; the

@@ -42,7 +42,9 @@ def test_a_request_fed_one_byte_at_a_time_comes_out_whole_once() -> None:
 def test_pipelined_requests_come_out_in_order_and_headers_are_lower_cased() -> None:
     reader = RequestReader()
     reader.feed(
-        b"\r\n" + POST + b"GET /v1/health HTTP/1.0\r\nX-Y: z\r\n\r\nGET /v1/health HTTP/1.1\r\nConnection: close\r\n\r\n"
+        b"\r\n"
+        + POST
+        + b"GET /v1/health HTTP/1.0\r\nX-Y: z\r\n\r\nGET /v1/health HTTP/1.1\r\nConnection: close\r\n\r\n"
     )
     first = reader.take()
     assert first is not None and first.headers["authorization"] == "Bearer t"
