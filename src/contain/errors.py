@@ -9,7 +9,8 @@ The tree::
     ├── SandboxLost               a running sandbox died or stopped answering
     ├── FileTransferError         put_file / get_file / export refused or failed
     ├── GateError                 a grant key, the review store or a review request is unusable
-    └── LedgerInUse               another broker already serves this ledger
+    ├── LedgerInUse               another broker already serves this ledger
+    └── BrokerStateUnsafe         the broker's database or socket sits where others could change it
 
 The CLI renders these in one place (``contain.cli.main``); library code never prints or exits.
 Foreign exceptions are translated where they enter, with ``raise ... from exc``.
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 __all__ = [
     "BoundaryInvalid",
+    "BrokerStateUnsafe",
     "ContainError",
     "FileTransferError",
     "GateError",
@@ -88,4 +90,11 @@ class LedgerInUse(ContainError):
 
     Two brokers on one ledger would each reconcile the other's writes in flight as crashed (and
     a write reconciled as not applied is executed again on retry), so the second one refuses.
+    """
+
+
+class BrokerStateUnsafe(ContainError):
+    """Raised when the broker's database or socket would live in a directory that other users
+    can change (replace ``broker.db`` or its WAL, swap the socket for a symlink), or when the
+    socket it bound was replaced before its mode was set. The broker refuses to start.
     """

@@ -24,6 +24,7 @@ import functools
 import json
 import os
 import socket
+import stat
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -34,14 +35,18 @@ from contain.broker.config import BrokerConfig, load_actions
 from contain.broker.core import Broker, BrokerReply, BrokerRequest, Steps
 from contain.broker.http_wire import HttpRequest
 from contain.broker.ledger import Checkpointer, load_checkpoint_key
-from contain.broker.server_loop import ServerLoop
-from contain.broker.storage import open_store
+from contain.broker.server_loop import ServerLimits, ServerLoop
+from contain.broker.storage import check_private_directory, open_store
 from contain.broker.tokens import TokenKey
+from contain.errors import BrokerStateUnsafe
 from contain.gate.grants import GrantKey
 
 __all__ = ["BrokerServer", "build_broker", "openapi_document", "route_steps"]
 
-IDLE_TIMEOUT_S = 60.0
+# The socket file must be connectable by "other": sandboxes bind it by path and connect as a host
+# uid leased when they start (runtime.host_ids), which no group or ACL set here could name. Who
+# may use a connection is decided per connection instead, from SO_PEERCRED (``peers``).
+SOCKET_MODE = 0o666
 
 
 def build_broker(config: BrokerConfig) -> Broker:
@@ -141,8 +146,14 @@ def openapi_document(broker: Broker) -> dict[str, Any]:
     }
 
 
-def route_steps(broker: Broker, request: HttpRequest, spec: Callable[[], dict[str, Any]]) -> BrokerReply | Steps:
-    """Map one parsed HTTP request to a reply, or to the path (steps) that will make it."""
+def route_steps(
+    broker: Broker, request: HttpRequest, peer: str = "-", *, spec: Callable[[], dict[str, Any]]
+) -> BrokerReply | Steps:
+    """Map one parsed HTTP request from ``peer`` to a reply, or to the path (steps) that will make it.
+
+    Never raises for anything in the request: a body that is not a JSON object (including one
+    nested too deep to parse, or with a number too long to read) becomes a recorded 400.
+    """
     method, path = request.method, request.path
     auth = request.headers.get("authorization", "")
     token = auth[7:].strip() if auth.startswith("Bearer ") else None
@@ -153,7 +164,7 @@ def route_steps(broker: Broker, request: HttpRequest, spec: Callable[[], dict[st
     if method == "GET" and path == "/v1/actions":
         check = broker.verify(token or "")
         if not check.ok or check.scope is None:
-            return broker.refusal_steps(check.status, "token", check.reason)
+            return broker.refusal_steps(check.status, "token", check.reason, peer=peer)
         allowed = [
             {
                 "name": n,
@@ -168,13 +179,14 @@ def route_steps(broker: Broker, request: HttpRequest, spec: Callable[[], dict[st
         return BrokerReply(200, {"principal": check.scope.principal, "task": check.scope.task, "actions": allowed})
     prefix = "/v1/actions/"
     if method != "POST" or not path.startswith(prefix):
-        return broker.refusal_steps(404, "not_found", f"{method} {path[:200]}", token=token)
+        return broker.refusal_steps(404, "not_found", f"{method} {path[:200]}", token=token, peer=peer)
+    body_error: str | None = None
     try:
         data = json.loads(request.body or b"{}")
-        if not isinstance(data, dict):
-            raise ValueError("body must be a JSON object")
-    except ValueError:
-        data = {"arguments": None}  # the broker refuses it (400) and records the refusal
+    except (ValueError, RecursionError) as exc:  # RecursionError: JSON nested some 100k deep
+        data, body_error = {}, f"the body is not JSON ({type(exc).__name__})"
+    if not isinstance(data, dict):
+        data, body_error = {}, "the body must be a JSON object"
     return broker.steps(
         BrokerRequest(
             token=token,
@@ -182,8 +194,26 @@ def route_steps(broker: Broker, request: HttpRequest, spec: Callable[[], dict[st
             arguments=data.get("arguments"),
             idempotency_key=data.get("idempotency_key"),
             grant=data.get("grant"),
+            peer=peer,
+            body_error=body_error,
         )
     )
+
+
+def _set_socket_mode(path: Path, mode: int) -> None:
+    """Set the mode of the socket just bound at ``path`` through a descriptor of that very inode
+    (O_PATH|O_NOFOLLOW), so a symlink swapped in after ``bind`` cannot redirect the chmod."""
+    fd = os.open(path, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISSOCK(info.st_mode) or info.st_uid != os.geteuid():
+            raise BrokerStateUnsafe(
+                f"{path} is not the socket the broker just bound (replaced before its mode was set)",
+                "keep the socket in a directory only the broker's user can change",
+            )
+        os.chmod(f"/proc/self/fd/{fd}", mode)  # chmod through an O_PATH descriptor (proc(5))
+    finally:
+        os.close(fd)
 
 
 # An accept backlog of 5 (socketserver's default, which an earlier version used) made a burst of
@@ -201,13 +231,20 @@ class BrokerServer:
         *,
         socket_path: str,
         tcp_port: int | None = None,
-        socket_mode: int = 0o666,
+        socket_mode: int = SOCKET_MODE,
         executor_threads: int = 64,
-        idle_timeout_s: float = IDLE_TIMEOUT_S,
-        max_connections: int = 1024,
+        limits: ServerLimits | None = None,
     ):
+        """Bind and listen (serving starts with ``start``).
+
+        Raises:
+            BrokerStateUnsafe: the socket's directory may be changed by other users, or the path
+                that was bound is no longer the socket (replaced before its mode was set).
+            OSError: the socket or the TCP port cannot be bound.
+        """
         self.broker = broker
         path = Path(socket_path)
+        check_private_directory(path.parent, what="the broker socket's directory")
         with contextlib.suppress(FileNotFoundError):
             if path.is_socket():
                 path.unlink()
@@ -215,7 +252,7 @@ class BrokerServer:
         listeners = [unix]
         try:
             unix.bind(str(path))
-            os.chmod(path, socket_mode)
+            _set_socket_mode(path, socket_mode)
             unix.listen(_BACKLOG)
             self.socket_path = str(path)
             self.tcp_address: tuple[str, int] | None = None
@@ -235,8 +272,7 @@ class BrokerServer:
             listeners,
             functools.partial(route_steps, broker, spec=spec),
             executor_threads=executor_threads,
-            idle_timeout_s=idle_timeout_s,
-            max_connections=max_connections,
+            limits=limits,
         )
         self._thread: threading.Thread | None = None
 

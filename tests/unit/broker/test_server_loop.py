@@ -29,6 +29,7 @@ from contain.broker import (
     mint_token,
 )
 from contain.broker.ledger import verify_entries
+from contain.broker.server_loop import ServerLimits
 from contain.gate.grants import GrantKey
 
 
@@ -235,8 +236,8 @@ def test_pipelined_requests_are_answered_in_order(served: BrokerServer) -> None:
     assert data.rstrip().endswith(b'{"ok": true}')
 
 
-def test_idle_and_stalled_connections_are_closed_after_the_idle_timeout(broker: Broker, tmp_path: Path) -> None:
-    server = _serve(broker, tmp_path, idle_timeout_s=0.3)
+def test_idle_and_stalled_connections_are_closed_after_their_timeouts(broker: Broker, tmp_path: Path) -> None:
+    server = _serve(broker, tmp_path, limits=ServerLimits(idle_timeout_s=0.3, request_timeout_s=0.3))
     try:
         silent, stalled, busy = _connect(server), _connect(server), _connect(server)
         stalled.sendall(b"POST /v1/actions/count HTTP/1.1\r\nContent-Length: 50\r\n\r\n{")
@@ -244,21 +245,26 @@ def test_idle_and_stalled_connections_are_closed_after_the_idle_timeout(broker: 
         for sock in (silent, stalled):
             sock.setblocking(False)
         closed: set[socket.socket] = set()
+        received = {silent: b"", stalled: b""}
         while len(closed) < 2 and time.monotonic() - began < 5:
             busy.sendall(b"GET /v1/health HTTP/1.1\r\n\r\n")  # a connection in use stays open
             assert b"200 OK" in busy.recv(65536)
             time.sleep(0.05)
             for sock in (silent, stalled):
                 with contextlib.suppress(BlockingIOError):
-                    if sock.recv(1) == b"":
+                    data = sock.recv(65536)
+                    received[sock] += data
+                    if data == b"":
                         closed.add(sock)
         assert len(closed) == 2 and 0.25 < time.monotonic() - began < 5
+        assert received[silent] == b""  # idle: closed without a word
+        assert received[stalled].startswith(b"HTTP/1.1 408 ")  # mid-request: told why, then closed
     finally:
         server.shutdown()
 
 
 def test_connections_over_the_cap_are_closed_at_once(broker: Broker, tmp_path: Path) -> None:
-    server = _serve(broker, tmp_path, max_connections=2)
+    server = _serve(broker, tmp_path, limits=ServerLimits(max_connections=2))
     try:
         held = [_connect(server), _connect(server)]
         for sock in held:
