@@ -41,7 +41,7 @@ from contain.broker.tokens import TokenKey
 from contain.errors import BrokerStateUnsafe
 from contain.gate.grants import GrantKey
 
-__all__ = ["BrokerServer", "build_broker", "openapi_document", "route_steps"]
+__all__ = ["BrokerServer", "build_broker", "openapi_document", "route_steps", "server_limits"]
 
 # The socket file must be connectable by "other": sandboxes bind it by path and connect as a host
 # uid leased when they start (runtime.host_ids), which no group or ACL set here could name. Who
@@ -59,6 +59,16 @@ def build_broker(config: BrokerConfig) -> Broker:
         secrets=SecretStore.load(config.secrets_file),
         checkpointer=Checkpointer(load_checkpoint_key(config.checkpoint_key_file), config.ledger_checkpoints),
         checkpoint_every=config.checkpoint_every_entries,
+        refusal_window_s=config.refusal_window_s,
+    )
+
+
+def server_limits(config: BrokerConfig) -> ServerLimits:
+    """The server loop's limits named by ``config`` (the rest keep ``ServerLimits`` defaults)."""
+    return ServerLimits(
+        request_timeout_s=config.request_timeout_s,
+        max_connections_per_peer=config.max_connections_per_peer,
+        allowed_peer_uids=tuple(config.allowed_peer_uids),
     )
 
 
