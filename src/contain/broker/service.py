@@ -12,9 +12,13 @@ One thread serves every connection (``server_loop``) and drives the decision pat
 requests it holds together: their ledger writes share one transaction and their executors run on
 executor threads. ``http_wire`` frames requests (Content-Length bodies only, keep-alive, hard limits).
 
-What is enforced: the TCP listener binds 127.0.0.1 only; request bodies are capped at 1 MiB; the
-token is read from the Authorization header only. What is not: TLS (the Unix socket is the
-intended transport; the socket file's mode and the sandbox bind decide who can connect).
+What is enforced: the TCP listener binds 127.0.0.1 only; who may hold a connection is decided per
+connection from SO_PEERCRED (``peers``), with per-peer caps, deadlines and body budgets
+(``server_loop``); request bodies are capped at 1 MiB; the token is read from the Authorization
+header only; the socket's directory must not be writable by others, and its mode is set through
+a descriptor of the bound socket. What is not: TLS (the Unix socket is the intended transport);
+keeping other local users from connect() itself: the socket file must stay connectable by
+"other" (mode 0666) because sandboxes connect as a uid leased at their start (see ``SOCKET_MODE``).
 """
 
 from __future__ import annotations
