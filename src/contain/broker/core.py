@@ -197,7 +197,10 @@ class Broker:
 
     def close(self) -> None:
         """Write the summaries of refusals still counted, sign the head, close the store."""
-        self.flush_refusals(everything=True)
+        try:
+            self.flush_refusals(everything=True)
+        except Exception:  # the store is broken: closing it still matters more than the counts
+            log.exception("broker could not write the summaries of refusals still counted; they are lost")
         self.checkpoint()
         self.store.close()
 
