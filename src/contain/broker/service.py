@@ -106,6 +106,8 @@ def openapi_document(broker: Broker) -> dict[str, Any]:
             (422, "idempotency key reused with different arguments, or a business rule refused"),
             (500, "the outcome of an earlier attempt is unknown"),
             (502, "the executor failed (stored and replayed)"),
+            (408, "the request did not arrive whole within the broker's request timeout"),
+            (503, "no room for another unfinished body, or the store failed: retry later"),
         )
     }
     paths: dict[str, Any] = {
