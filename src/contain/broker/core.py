@@ -1,5 +1,5 @@
 """The broker's decision path: token → action → arguments → key → authorize → validate → grant →
-intent → execute → outcome, each refusal with its ledger entry. Transport-free (``service`` speaks HTTP).
+intent → execute → outcome, each refusal recorded. Transport-free (``service`` speaks HTTP).
 
 ``Broker.handle(request)`` is the orchestrator, an ordered checklist; the order matters:
   1. verify the capability token (401 forged/expired, 403 contradictory): the principal and task
@@ -19,7 +19,15 @@ On start, ``reconcile`` settles intents left in flight by a crash through the ac
 hook: applied → the outcome is recorded and replayed; not applied → the key is released so a
 retry executes; otherwise the outcome is declared unknown and never retried blindly.
 
-Any exception inside a decision (authorize, validate) is a deny (fail closed).
+Any exception inside a decision (authorize, validate) is a deny (fail closed). A token or body
+that fails to parse (a caveat of ``10**400``, JSON nested too deep) is a recorded 400, never an
+exception out of the path.
+
+Refusals: once a token is valid, each refusal has its own ``denial`` entry. A refusal no valid
+token vouches for (no token, a bad token, and the server's framing, timeout and capacity
+refusals) goes through the peer's refusal window (``refusals``): the first in a window gets its
+own entry, the others one summary entry, so that nobody without a token can buy an fsync per
+request. Caller-chosen names are stored bounded (``bounded_text``).
 
 The path from step 1 to step 9 is a generator of steps (``StoreWrite``: a function to run in a
 store transaction; ``ExecutorCall``: a call that may block, such as the executor), and ``handle``
