@@ -11,7 +11,8 @@ The tree::
     ├── GateError                 a grant key, the review store or a review request is unusable
     ├── ImageError                a container image is refused (hostile member, bad digest) or unusable
     ├── LedgerInUse               another broker already serves this ledger
-    └── LedgerAnchorError         a ledger anchor or checkpoint file cannot be written or read
+    ├── LedgerAnchorError         a ledger anchor or checkpoint file cannot be written or read
+    └── BrokerStateUnsafe         the broker's database or socket sits where others could change it
 
 The CLI renders these in one place (``contain.cli.main``); library code never prints or exits.
 Foreign exceptions are translated where they enter, with ``raise ... from exc``.
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 __all__ = [
     "BoundaryInvalid",
+    "BrokerStateUnsafe",
     "ContainError",
     "FileTransferError",
     "GateError",
@@ -114,4 +116,11 @@ class LedgerAnchorError(ContainError):
     """Raised when the ledger's external anchor cannot take a checkpoint (a required anchor at the
     broker's start), or when a checkpoint, anchor or key file a verifier was told to use cannot be
     read. Never raised for a ledger that fails verification: that is a result, not an error.
+    """
+
+
+class BrokerStateUnsafe(ContainError):
+    """Raised when the broker's database or socket would live in a directory that other users
+    can change (replace ``broker.db`` or its WAL, swap the socket for a symlink), or when the
+    socket it bound was replaced before its mode was set. The broker refuses to start.
     """

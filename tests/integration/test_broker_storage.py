@@ -393,3 +393,78 @@ def test_run_all_interleaves_with_callers_on_other_threads(store_factory: Any) -
     rows = store.raw_rows()
     assert [r["seq"] for r in rows] == list(range(1, 201)) and verify_entries(rows) == []
     assert all(len(seqs) == 5 and seqs == sorted(seqs) for seqs in done)
+
+
+# -- file modes (SQLite) ---------------------------------------------------------------------------
+
+
+def _mode(path: Path) -> int:
+    return os.lstat(path).st_mode & 0o7777
+
+
+def test_the_database_its_wal_and_shm_are_0600_whatever_the_umask_and_a_new_directory_is_0700(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "state" / "broker.db"
+    old = os.umask(0o022)  # the red team found broker.db and its WAL at 0644 under this umask
+    try:
+        store = SqliteStore(str(db))
+        store.start()
+        store.run(lambda t: t.put_record(IdempotencyRecord("p", "k", "a", "d", "done", 200, {}, 1)))
+        names = {p.name: _mode(p) for p in db.parent.iterdir()}
+        store.close()
+    finally:
+        os.umask(old)
+    assert _mode(db.parent) == 0o700
+    assert names == {n: 0o600 for n in ("broker.db", "broker.db-wal", "broker.db-shm", "broker.db-broker.lock")}
+
+
+def test_existing_files_left_readable_by_others_are_made_0600_on_start(tmp_path: Path) -> None:
+    db = tmp_path / "broker.db"
+    store = SqliteStore(str(db))
+    store.start()
+    store.close()
+    for path in (db, Path(f"{db}-wal")):
+        path.touch()
+        path.chmod(0o644)
+    again = SqliteStore(str(db))
+    again.start()
+    try:
+        assert _mode(db) == 0o600 and _mode(Path(f"{db}-wal")) == 0o600
+    finally:
+        again.close()
+
+
+@pytest.mark.parametrize("mode", [0o777, 0o775, 0o1777])
+def test_a_database_directory_others_can_write_is_refused(tmp_path: Path, mode: int) -> None:
+    from contain.errors import BrokerStateUnsafe
+
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(mode)
+    with pytest.raises(BrokerStateUnsafe) as raised:
+        SqliteStore(str(shared / "broker.db")).start()
+    assert str(shared) in raised.value.cause and "chmod go-w" in raised.value.fix
+    assert not (shared / "broker.db").exists()  # refused before anything was created there
+
+
+def test_a_database_that_is_a_symlink_is_refused(tmp_path: Path) -> None:
+    from contain.errors import BrokerStateUnsafe
+
+    target = tmp_path / "elsewhere.db"
+    target.write_bytes(b"")
+    (tmp_path / "broker.db").symlink_to(target)
+    with pytest.raises(BrokerStateUnsafe):
+        SqliteStore(str(tmp_path / "broker.db")).start()
+
+
+def test_the_socket_is_refused_in_a_directory_others_can_write(tmp_path: Path) -> None:
+    from contain.broker import BrokerServer
+    from contain.errors import BrokerStateUnsafe
+
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    with pytest.raises(BrokerStateUnsafe):
+        BrokerServer(None, socket_path=str(shared / "broker.sock"))  # type: ignore[arg-type]
+    assert not (shared / "broker.sock").exists()

@@ -6,6 +6,10 @@ the config file's directory, and every error names the file and key path. Exampl
     storage: {sqlite: ./broker.db}            # or {postgres: "host=/run/pg dbname=broker"}
     socket_path: ./broker.sock
     tcp_port: null                            # optional, loopback only
+    allowed_peer_uids: []                     # uids admitted besides root, yours and sandboxes'
+    max_connections_per_peer: 128
+    request_timeout_s: 10
+    refusal_window_s: 5
     token_key_file: ./token.key               # capability-token root key (0600, created)
     grant_key_file: ./grant.key               # the gate's grant key (0600)
     checkpoint_key_file: ./checkpoint.key     # Ed25519 ledger checkpoint key (0600, created)
@@ -94,7 +98,19 @@ class BrokerConfig(BaseModel):
     checkpoint_anchor: CheckpointAnchorConfig | None = Field(
         default=None, description="Also send each checkpoint outside the state dir, e.g. {file: /mnt/a/anchors}."
     )
-    socket_mode: int = Field(default=0o666, description="Socket file mode; sandboxes connect as nobody, e.g. 0o666.")
+    socket_mode: int = Field(
+        default=0o666, description="Socket file mode; sandboxes connect as a leased uid, so other needs w, e.g. 0o666."
+    )
+    allowed_peer_uids: tuple[int, ...] = Field(
+        default=(), description="Uids admitted besides root, the broker's, sandboxes' (peers.PEER_RULES), e.g. [1000]."
+    )
+    max_connections_per_peer: int = Field(default=128, ge=1, description="Connections one uid may hold, e.g. 128.")
+    request_timeout_s: float = Field(
+        default=10.0, gt=0, description="First byte to whole request, and reply queued to taken, e.g. 10."
+    )
+    refusal_window_s: float = Field(
+        default=5.0, gt=0, description="Refusals without a valid token: one entry, then a summary per window, e.g. 5."
+    )
 
     @field_validator("storage")
     @classmethod

@@ -1,5 +1,5 @@
 """The broker's decision path: token → action → arguments → key → authorize → validate → grant →
-intent → execute → outcome, each refusal with its ledger entry. Transport-free (``service`` speaks HTTP).
+intent → execute → outcome, each refusal recorded. Transport-free (``service`` speaks HTTP).
 
 ``Broker.handle(request)`` is the orchestrator, an ordered checklist; the order matters:
   1. verify the capability token (401 forged/expired, 403 contradictory): the principal and task
@@ -21,7 +21,15 @@ On start, ``reconcile`` settles intents left in flight by a crash through the ac
 hook: applied → the outcome is recorded and replayed; not applied → the key is released so a
 retry executes; otherwise the outcome is declared unknown and never retried blindly.
 
-Any exception inside a decision (authorize, validate) is a deny (fail closed).
+Any exception inside a decision (authorize, validate) is a deny (fail closed). A token or body
+that fails to parse (a caveat of ``10**400``, JSON nested too deep) is a recorded 400, never an
+exception out of the path.
+
+Refusals: once a token is valid, each refusal has its own ``denial`` entry. A refusal no valid
+token vouches for (no token, a bad token, and the server's framing, timeout and capacity
+refusals) goes through the peer's refusal window (``refusals``): the first in a window gets its
+own entry, the others one summary entry, so that nobody without a token can buy an fsync per
+request. Caller-chosen names are stored bounded (``bounded_text``).
 
 The path from step 1 to step 9 is a generator of steps (``StoreWrite``: a function to run in a
 store transaction; ``ExecutorCall``: a call that may block, such as the executor), and ``handle``
@@ -64,6 +72,7 @@ from contain.broker.idempotency import (
     split_record_key,
 )
 from contain.broker.ledger import Checkpointer, EntryDraft, EntrySubject, chain, draft_entry, entry_subject
+from contain.broker.refusals import RefusalTally, RefusalWindow, bounded_text
 from contain.broker.storage import Store, Txn
 from contain.broker.tokens import TokenCheck, TokenKey, TokenScope, verify_token
 from contain.gate.digests import DIGEST_PREFIX, canonical_json
@@ -73,17 +82,22 @@ __all__ = ["Broker", "BrokerReply", "BrokerRequest", "ExecutorCall", "Steps", "S
 
 log = logging.getLogger(__name__)
 _TOKEN_CACHE_SIZE = 1024
+_REASON_LIMIT = 300  # characters of a refusal's reason kept in its entry and reply
 
 
 @dataclass(frozen=True)
 class BrokerRequest:
-    """One call as it arrived: the bearer token, the action, raw JSON arguments, optional key and grant."""
+    """One call as it arrived: the bearer token, the action, raw JSON arguments, optional key and
+    grant; ``peer`` names who connected (``uid:N``, ``tcp``; ``-`` in process) for refusals without
+    a valid token (``refusals``); ``body_error`` says why the body was not a JSON object, if it was not."""
 
     token: str | None
     action: str
     arguments: Any
     idempotency_key: str | None = None
     grant: str | None = None
+    peer: str = "-"
+    body_error: str | None = None
 
 
 @dataclass(frozen=True)
@@ -156,6 +170,7 @@ class StoreWrite:
 
     fn: Callable[[Txn], Any]
     records: Sequence[tuple[str, str]] = ()
+    on_failure: Callable[[], None] | None = None  # called when the write did not happen
 
 
 @dataclass(frozen=True)
@@ -183,6 +198,7 @@ class Broker:
         checkpointer: Checkpointer | None = None,
         checkpoint_every: int = 256,
         clock: Callable[[], float] = time.time,
+        refusal_window_s: float = 5.0,
     ) -> None:
         self.actions = dict(actions)
         self.store = store
@@ -196,6 +212,7 @@ class Broker:
         self._cp_lock = threading.Lock()
         self.tool_digests = {name: _tool_digest(a) for name, a in self.actions.items()}
         self._token_cache: dict[str, TokenCheck] = {}
+        self.refusals = RefusalTally(window_s=refusal_window_s)
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -208,6 +225,11 @@ class Broker:
         return report
 
     def close(self) -> None:
+        """Write the summaries of refusals still counted, sign the head, close the store."""
+        try:
+            self.flush_refusals(everything=True)
+        except Exception:  # the store is broken: closing it still matters more than the counts
+            log.exception("broker could not write the summaries of refusals still counted; they are lost")
         self.checkpoint()
         if self._checkpointer is not None:
             self._checkpointer.close()  # the stop checkpoint reaches the external anchor too
@@ -229,6 +251,10 @@ class Broker:
             self._checkpointer.append(head, now=self._clock())
             self._last_checkpoint = head[0]
 
+    def now(self) -> float:
+        """The broker's clock (what ledger entries and token expiry are judged by)."""
+        return self._clock()
+
     def verify(self, token: str) -> TokenCheck:
         """Verify a capability token against this broker's key and clock.
 
@@ -242,7 +268,10 @@ class Broker:
             if now < cached.scope.expires_at:
                 return cached
             self._token_cache.pop(token, None)
-        check = verify_token(self._token_key, token, now=now)
+        try:
+            check = verify_token(self._token_key, token, now=now)
+        except Exception as exc:  # verify_token promises never to raise; a caveat of 10**400 once did
+            check = TokenCheck(False, 400, f"malformed token ({type(exc).__name__})")
         if check.ok:
             if len(self._token_cache) >= _TOKEN_CACHE_SIZE:
                 self._token_cache.clear()
@@ -270,10 +299,19 @@ class Broker:
         return self._chain(txn, self._draft(ctx, kind, detail))
 
     def _refuse(
-        self, ctx: _Ctx, status: int, code: str, reason: str, *, store: bool = False, settle: bool = False
+        self,
+        ctx: _Ctx,
+        status: int,
+        code: str,
+        reason: str,
+        *,
+        store: bool = False,
+        settle: bool = False,
+        summaries: bool = False,
     ) -> Steps:
         """Record a denial (and with ``store``, keep it under the key); with ``store`` or ``settle``
         a record already under the key answers instead (see the module docstring)."""
+        reason = reason[:_REASON_LIMIT]
         body = {
             "status": "refused",
             "error": {"code": code, "reason": reason},
@@ -283,35 +321,95 @@ class Broker:
         }
 
         denial = self._draft(ctx, "denial", {"status": status, "code": code, "reason": reason})
+        # a refusal without a token takes the summaries that are due along (one commit, not two)
+        due = self.refusals.take_due(now=self._clock()) if summaries else []
+        earlier = self._summary_drafts(due)
 
         def write(txn: Txn) -> BrokerReply:
             if store or settle:  # what is stored under the key answers instead
                 raced = self._settle_existing(txn, ctx)
                 if raced is not None:
                     return raced
-            seq = self._chain(txn, denial)
+            seq = self._chain(txn, *earlier, denial)
             if store:
                 txn.put_record(
                     IdempotencyRecord(ctx.principal, ctx.record_key, ctx.action, ctx.digest, "done", status, body, seq)
                 )
             return BrokerReply(status, {**body, "ledger_seq": seq, "replayed": False})
 
-        reply: BrokerReply = yield StoreWrite(write, ctx.slots() if store or settle else [])
+        keys = ctx.slots() if store or settle else []
+        undo = functools.partial(self.refusals.give_back, due) if due else None
+        reply: BrokerReply = yield StoreWrite(write, keys, on_failure=undo)
         return reply
 
-    def record_refusal(self, status: int, code: str, reason: str, *, token: str | None = None) -> BrokerReply:
-        """Record a refusal made before the decision path (malformed HTTP, unknown path, a bad
-        token on a read endpoint), so that every refusal has its ledger entry."""
-        return self.drive(self.refusal_steps(status, code, reason, token=token))
+    def _refuse_unvouched(self, ctx: _Ctx, status: int, code: str, reason: str, *, peer: str) -> Steps:
+        """A refusal no valid token vouches for: its own entry when it is the first of its peer's
+        window, else counted for the window's summary entry (``refusals``); the reply says which."""
+        reason = reason[:_REASON_LIMIT]
+        if self.refusals.note(peer, now=self._clock(), status=status, code=code, reason=reason, action=ctx.action):
+            ctx.extra = {**ctx.extra, "peer": peer}
+            return (yield from self._refuse(ctx, status, code, reason, summaries=True))
+        body = {
+            "status": "refused",
+            "error": {"code": code, "reason": reason},
+            "action": ctx.action,
+            "idempotency_key": None,
+            "argument_digest": None,
+            "ledger_seq": None,
+            "recorded": f"counted in the summary entry of {peer}'s refusals (window {self.refusals.window_s:g} s)",
+            "replayed": False,
+        }
+        return BrokerReply(status, body)
 
-    def refusal_steps(self, status: int, code: str, reason: str, *, token: str | None = None) -> Steps:
+    def _summary_drafts(self, windows: Sequence[RefusalWindow]) -> list[EntryDraft]:
+        return [self._draft(_Ctx(), "denial", window.summary(self.refusals.window_s)) for window in windows]
+
+    def refusal_summary_write(self, *, everything: bool = False) -> StoreWrite | None:
+        """The write of every summary of refusals whose window is over (all with ``everything``),
+        or None. A server runs it from its loop; ``on_failure`` hands the windows back."""
+        windows = self.refusals.take_due(now=self._clock(), everything=everything)
+        if not windows:
+            return None
+        drafts = self._summary_drafts(windows)
+
+        def write(txn: Txn) -> int:
+            return self._chain(txn, *drafts)
+
+        return StoreWrite(write, (), on_failure=functools.partial(self.refusals.give_back, windows))
+
+    def flush_refusals(self, *, everything: bool = False) -> None:
+        """Write the summaries that are due now (every one with ``everything``) and wait for them.
+
+        Raises:
+            Exception: whatever the store raised (the windows are kept for the next attempt).
+        """
+        step = self.refusal_summary_write(everything=everything)
+        if step is None:
+            return
+        try:
+            self.store.run(step.fn)
+        except Exception:
+            if step.on_failure is not None:
+                step.on_failure()
+            raise
+
+    def record_refusal(
+        self, status: int, code: str, reason: str, *, token: str | None = None, peer: str = "-"
+    ) -> BrokerReply:
+        """Record a refusal made before the decision path (malformed HTTP, unknown path, a bad
+        token on a read endpoint): its own entry, or without a valid token possibly a count in
+        its peer's summary (``refusals``)."""
+        return self.drive(self.refusal_steps(status, code, reason, token=token, peer=peer))
+
+    def refusal_steps(self, status: int, code: str, reason: str, *, token: str | None = None, peer: str = "-") -> Steps:
         """``record_refusal`` as steps, for a server that drives many paths at once."""
         ctx = _Ctx()
         if token:
             check = self.verify(token)
             if check.scope is not None:
                 ctx.task, ctx.principal = check.scope.task, check.scope.principal
-        return self._refuse(ctx, status, code, reason[:300])
+                return self._refuse(ctx, status, code, reason)
+        return self._refuse_unvouched(ctx, status, code, reason, peer=peer)
 
     # -- the decision path -----------------------------------------------------------------------
 
@@ -335,7 +433,12 @@ class Broker:
                 return cast(BrokerReply, done.value)
             sent, failed = None, None
             if isinstance(step, StoreWrite):
-                sent = self.store.run(step.fn, records=step.records)
+                try:
+                    sent = self.store.run(step.fn, records=step.records)
+                except BaseException:
+                    if step.on_failure is not None:
+                        step.on_failure()
+                    raise
             else:
                 try:
                     sent = step.call()
@@ -344,13 +447,15 @@ class Broker:
 
     def steps(self, request: BrokerRequest) -> Steps:
         """The decision path for ``request`` as a generator of steps (see the module docstring)."""
-        ctx = _Ctx(action=request.action if isinstance(request.action, str) else "-")
+        name = request.action if isinstance(request.action, str) else "-"
+        ctx = _Ctx(action=name if name in self.actions else bounded_text(name))  # an unknown name can be 8 KiB
         # 1. token
         if not request.token:
-            return (yield from self._refuse(ctx, 401, "no_token", "no capability token (Authorization: Bearer ...)"))
+            reason = "no capability token (Authorization: Bearer ...)"
+            return (yield from self._refuse_unvouched(ctx, 401, "no_token", reason, peer=request.peer))
         check = self.verify(request.token)
         if not check.ok or check.scope is None:
-            return (yield from self._refuse(ctx, check.status, "token", check.reason))
+            return (yield from self._refuse_unvouched(ctx, check.status, "token", check.reason, peer=request.peer))
         scope = check.scope
         ctx.task, ctx.principal = scope.task, scope.principal
         ctx.extra = {"token_id": scope.token_id}
@@ -362,6 +467,10 @@ class Broker:
             allowed = f"the token allows {sorted(scope.actions)}, not {ctx.action}"
             return (yield from self._refuse(ctx, 403, "out_of_scope", allowed))
         # 3. arguments
+        if request.body_error is not None:
+            return (yield from self._refuse(ctx, 400, "bad_body", request.body_error))
+        if request.grant is not None and not isinstance(request.grant, str):
+            return (yield from self._refuse(ctx, 400, "bad_grant", "grant must be a string (cg1....)"))
         if not isinstance(request.arguments, dict):
             return (yield from self._refuse(ctx, 400, "bad_arguments", "arguments must be a JSON object"))
         try:
@@ -369,7 +478,7 @@ class Broker:
             canonical = canonical_json(args.model_dump(mode="json"))
             arguments = json.loads(canonical)
             ctx.digest = DIGEST_PREFIX + hashlib.sha256(canonical).hexdigest()  # == argument_digest(arguments)
-        except (ValidationError, ValueError) as exc:
+        except (ValidationError, ValueError, RecursionError) as exc:  # deep JSON: RecursionError
             return (yield from self._refuse(ctx, 400, "bad_arguments", _short(exc)))
         # 4. idempotency key: the client's key for this logical call, or a fresh one (never derived
         # from the arguments: two deliberate calls are two writes; see ``idempotency``)

@@ -7,7 +7,10 @@ bound in) and /.contain/broker-client (the stdlib client script, read-only).
 
 What is enforced: no token for a boundary without a principal (writes must be on someone's
 behalf) or without records. What is not: the broker must be running and listening on
-``socket_path``; the sandbox user must be able to connect (the broker sets the socket mode).
+``socket_path``. The sandbox connects as its host uid (a leased uid, or nobody with write
+binds): bubblewrap binds the socket by path as that uid, so the socket's directory must be
+traversable by it (not the broker's 0700 state directory), and the broker admits the uid by its
+peer table (``peers.PEER_RULES``), not by the file's mode.
 """
 
 from __future__ import annotations

@@ -16,11 +16,28 @@ write at 32 clients; on a small machine each hand-off waits for a CPU, and that 
 or fsync, bounded throughput. Here it is about 9, and the broker alone (an executor that writes
 nothing) went from about 0.5x to about 1x raw SQLite (docs/broker.md, "Benchmark").
 
-Limits: the HTTP framing of ``http_wire``; a connection idle for ``idle_timeout_s`` (no request
-in progress and no bytes moving) is closed; at most ``max_connections`` are held, and one more is
-accepted and closed at once. A connection's next request is taken only once the reply to the last
-one is sent, and at most ``_READ_AHEAD_BYTES`` are read ahead of it, so a client that pipelines
-without reading its replies gets backpressure, not memory in the broker.
+Limits (each one a way one client could otherwise hold the broker for everyone else):
+
+- who: a connection is admitted by the peer table of ``peers`` (SO_PEERCRED uid) and closed at
+  accept otherwise; each peer holds at most ``max_connections_per_peer`` connections, and all
+  together at most ``max_connections`` (one more is accepted and closed at once);
+- time: a request must arrive whole within ``request_timeout_s`` of its first byte (blank lines
+  before it count: their number is bounded by ``http_wire`` too), however its bytes trickle in,
+  else it is answered 408 and the connection closed; a reply must be taken by the client within
+  ``request_timeout_s`` of being queued, else the connection is closed; a connection with no
+  request in progress and no bytes moving for ``idle_timeout_s`` is closed;
+- memory: the framing of ``http_wire`` (1 MiB bodies, bounded heads); body bytes announced by
+  heads and not yet read are reserved against ``max_body_bytes_in_flight`` in total and
+  ``max_body_bytes_per_peer`` per peer, and a head whose body does not fit is answered 503
+  (retry later) and its connection closed; a connection's next request is taken only once the
+  reply to the last one is sent, and at most ``_READ_AHEAD_BYTES`` are read ahead of it, so a
+  client that pipelines without reading its replies gets backpressure, not memory in the broker;
+- the ledger: refusals no token vouches for (framing, timeouts, no room, no or bad token) go
+  through the broker's per-peer refusal windows (``refusals``), and the loop writes the windows'
+  summaries within a second of their end; refused connections are counted there too.
+
+Not bounded here: how long an admitted request's executor runs (that is the action's own
+business; it holds one executor thread and one connection of its peer's cap).
 """
 
 from __future__ import annotations
@@ -35,16 +52,18 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from contain.broker.core import Broker, BrokerReply, ExecutorCall, Steps, StoreWrite
 from contain.broker.http_wire import HttpError, HttpRequest, RequestReader, reply_bytes
+from contain.broker.peers import PeerDecision, broker_uid, decide_peer, peer_uid
 
-__all__ = ["ServerLoop"]
+__all__ = ["ServerLimits", "ServerLoop"]
 
 log = logging.getLogger(__name__)
 
-Route = Callable[[HttpRequest], "BrokerReply | Steps"]
+Route = Callable[[HttpRequest, str], "BrokerReply | Steps"]  # (request, peer)
 _LISTEN, _WAKE = object(), object()
 _SWEEP_EVERY_S = 1.0
 _READ_AHEAD_BYTES = 1 << 16  # read this far past a request in progress, then stop reading
@@ -60,11 +79,41 @@ def _unavailable() -> BrokerReply:
     )
 
 
-class _Conn:
-    __slots__ = ("active", "closed", "closing", "eof", "events", "last", "out", "reader", "sock")
+@dataclass(frozen=True)
+class ServerLimits:
+    """What one connection, one peer and all of them together may hold (module docstring)."""
 
-    def __init__(self, sock: socket.socket, now: float) -> None:
+    idle_timeout_s: float = 60.0  # no request in progress and no bytes moving
+    request_timeout_s: float = 10.0  # first byte to whole request; reply queued to reply taken
+    max_connections: int = 1024
+    max_connections_per_peer: int = 128  # a peer is a uid (SO_PEERCRED), or every TCP client together
+    max_body_bytes_in_flight: int = 64 << 20  # announced by heads, not yet read, all connections
+    max_body_bytes_per_peer: int = 16 << 20
+    allowed_peer_uids: tuple[int, ...] = ()  # admitted besides the rows of peers.PEER_RULES
+    sweep_every_s: float = _SWEEP_EVERY_S  # how often deadlines are checked and summaries written
+
+
+class _Conn:
+    __slots__ = (
+        "active",
+        "closed",
+        "closing",
+        "deadline",
+        "eof",
+        "events",
+        "last",
+        "out",
+        "peer",
+        "reader",
+        "reserved",
+        "sock",
+    )
+
+    def __init__(self, sock: socket.socket, now: float, peer: str) -> None:
         self.sock = sock
+        self.peer = peer
+        self.deadline: float | None = None  # a request being read, or a reply being sent, must be done by then
+        self.reserved = 0  # body bytes reserved for the head read last
         self.reader = RequestReader()
         self.out = bytearray()
         self.active = False  # a request of this connection is on its path
@@ -93,16 +142,27 @@ class ServerLoop:
         listeners: Sequence[socket.socket],
         route: Route,
         *,
+        limits: ServerLimits | None = None,
         executor_threads: int = 64,
-        idle_timeout_s: float = 60.0,
-        max_connections: int = 1024,
         drain_timeout_s: float = 10.0,
     ) -> None:
         self._broker = broker
         self._route = route
-        self._idle_timeout_s = idle_timeout_s
-        self._max_connections = max_connections
+        self._limits = limits = limits or ServerLimits()
+        self._idle_timeout_s = limits.idle_timeout_s
+        self._request_timeout_s = limits.request_timeout_s
+        self._max_connections = limits.max_connections
+        self._max_per_peer = limits.max_connections_per_peer
+        self._max_body_bytes = limits.max_body_bytes_in_flight
+        self._max_body_bytes_per_peer = limits.max_body_bytes_per_peer
+        self._allowed_uids = frozenset(limits.allowed_peer_uids)
+        self._broker_uid = broker_uid()
         self._drain_timeout_s = drain_timeout_s
+        self._sweep_every_s = limits.sweep_every_s
+        self._per_peer: collections.Counter[str] = collections.Counter()  # connections held
+        self._body_bytes = 0  # reserved by all connections
+        self._body_bytes_of: collections.Counter[str] = collections.Counter()  # reserved, per peer
+        self._refused_peers: set[str] = set()  # logged once each (bounded)
         self._selector = selectors.DefaultSelector()
         self._listeners = list(listeners)
         for listener in self._listeners:
@@ -123,6 +183,7 @@ class ServerLoop:
         self._paths = 0  # paths started and not yet answered
         self._stopping = False
         self._refusing = False  # at max_connections
+        self._summary_failed = False  # the last refusal summary could not be written (logged once)
 
     # -- control (any thread) ----------------------------------------------------------------------
 
@@ -145,10 +206,10 @@ class ServerLoop:
 
     def run(self) -> None:
         drain_deadline: float | None = None
-        next_sweep = time.monotonic() + _SWEEP_EVERY_S
+        next_sweep = time.monotonic() + self._sweep_every_s
         try:
             while True:
-                for key, mask in self._selector.select(timeout=_SWEEP_EVERY_S):
+                for key, mask in self._selector.select(timeout=self._sweep_every_s):
                     if key.data is _LISTEN:
                         self._accept(key.fileobj)  # type: ignore[arg-type]
                     elif key.data is _WAKE:
@@ -171,7 +232,9 @@ class ServerLoop:
                 now = time.monotonic()
                 if now >= next_sweep:
                     self._sweep(now)
-                    next_sweep = now + _SWEEP_EVERY_S
+                    self._write_refusal_summaries()
+                    self._take_ready()
+                    next_sweep = now + self._sweep_every_s
                 if self._stopping:
                     if drain_deadline is None:
                         drain_deadline = now + self._drain_timeout_s
@@ -208,17 +271,46 @@ class ServerLoop:
             except OSError as exc:  # out of descriptors: leave the rest in the backlog for now
                 log.warning("broker cannot accept a connection: %s", exc)
                 return
-            if len(self._conns) >= self._max_connections:
-                if not self._refusing:  # once per episode, not once per connection
-                    log.warning("broker holds %d connections; refusing more until some close", len(self._conns))
-                self._refusing = True
+            decision = self._admit(sock)
+            if decision is None:
                 sock.close()
                 continue
             self._refusing = False
             sock.setblocking(False)
-            conn = _Conn(sock, time.monotonic())
+            conn = _Conn(sock, time.monotonic(), decision.peer)
+            self._per_peer[conn.peer] += 1
             self._conns.add(conn)
             self._interest(conn)
+
+    def _admit(self, sock: socket.socket) -> PeerDecision | None:
+        """The peer of a new connection, or None when it is refused (the caller closes it)."""
+        try:
+            decision = decide_peer(peer_uid(sock), broker_uid=self._broker_uid, allowed_uids=self._allowed_uids)
+        except OSError:  # no credentials to judge: fail closed
+            return None
+        if not decision.admitted:
+            self._refuse_connection(decision.peer, "peer_refused", f"{decision.rule}: not admitted (peer table)")
+            return None
+        if len(self._conns) >= self._max_connections:
+            if not self._refusing:  # once per episode, not once per connection
+                log.warning("broker holds %d connections; refusing more until some close", len(self._conns))
+            self._refusing = True
+            self._refuse_connection(decision.peer, "too_many_connections", "the broker holds all it may")
+            return None
+        if self._per_peer[decision.peer] >= self._max_per_peer:
+            reason = f"{decision.peer} holds {self._max_per_peer} connections already"
+            self._refuse_connection(decision.peer, "too_many_connections", reason)
+            return None
+        return decision
+
+    def _refuse_connection(self, peer: str, code: str, reason: str) -> None:
+        """Count a refused connection in its peer's refusal window (summarized, never an fsync each)."""
+        self._broker.refusals.note(
+            peer, now=self._broker.now(), status=503, code=code, reason=reason, action="-", own_entry=False
+        )
+        if peer not in self._refused_peers and len(self._refused_peers) < 4096:
+            self._refused_peers.add(peer)
+            log.warning("broker refused a connection from %s (%s): %s", peer, code, reason)
 
     def _interest(self, conn: _Conn) -> None:
         """Watch for reads unless input ended or is read far enough ahead; for writes only while a
@@ -248,7 +340,31 @@ class ServerLoop:
             conn.events = 0
         conn.closed = True
         conn.sock.close()
+        self._release_body(conn)
         self._conns.discard(conn)
+        self._per_peer[conn.peer] -= 1
+        if not self._per_peer[conn.peer]:
+            del self._per_peer[conn.peer]
+
+    def _release_body(self, conn: _Conn) -> None:
+        if conn.reserved:
+            self._body_bytes -= conn.reserved
+            self._body_bytes_of[conn.peer] -= conn.reserved
+            if not self._body_bytes_of[conn.peer]:
+                del self._body_bytes_of[conn.peer]
+            conn.reserved = 0
+
+    def _reserve_body(self, conn: _Conn, length: int) -> bool:
+        """Reserve ``length`` body bytes for the head just read; False when there is no room."""
+        if (
+            self._body_bytes + length > self._max_body_bytes
+            or self._body_bytes_of[conn.peer] + length > self._max_body_bytes_per_peer
+        ):
+            return False
+        conn.reserved = length
+        self._body_bytes += length
+        self._body_bytes_of[conn.peer] += length
+        return True
 
     def _read(self, conn: _Conn) -> None:
         try:
@@ -262,6 +378,8 @@ class ServerLoop:
             conn.eof = True
         else:
             conn.last = time.monotonic()
+            if conn.deadline is None and not conn.active and not conn.out:  # the first byte of a request
+                conn.deadline = conn.last + self._request_timeout_s
             conn.reader.feed(data)
         self._next_request(conn)
         self._interest(conn)  # stop reading at the end of input, or past the read-ahead
@@ -279,6 +397,8 @@ class ServerLoop:
                 del conn.out[:sent]
                 conn.last = time.monotonic()
                 if not conn.out:
+                    # the reply is out; bytes already read ahead are the next request's first
+                    conn.deadline = conn.last + self._request_timeout_s if conn.reader.buffered else None
                     self._ready.append(conn)  # a pipelined request may be waiting for this reply to go
         if not conn.out and conn.closing:
             self._close(conn)
@@ -287,8 +407,38 @@ class ServerLoop:
 
     def _sweep(self, now: float) -> None:
         for conn in list(self._conns):
-            if not conn.active and now - conn.last > self._idle_timeout_s:
-                self._close(conn)  # silent, stalled mid-request, or not reading its reply
+            if conn.active or conn.closed:
+                continue
+            if conn.deadline is not None and now >= conn.deadline:
+                if conn.out or conn.closing:  # a reply (or a refusal) the client did not take in time
+                    self._close(conn)
+                else:  # a request that did not arrive whole in time, however its bytes trickled in
+                    reason = f"the request did not arrive whole within {self._request_timeout_s:g} s"
+                    conn.reader = RequestReader()  # what it sent so far is dropped
+                    self._release_body(conn)
+                    self._refuse(conn, 408, "request_timeout", reason)
+            elif now - conn.last > self._idle_timeout_s:
+                self._close(conn)  # silent between requests
+
+    def _write_refusal_summaries(self) -> None:
+        """Commit the summaries of refusal windows that are over (at most once per sweep)."""
+        step = self._broker.refusal_summary_write()
+        if step is None:
+            return
+        try:
+            self._broker.store.run(step.fn)
+            self._summary_failed = False
+        except Exception:
+            if step.on_failure is not None:
+                step.on_failure()  # kept for the next sweep
+            if not self._summary_failed:
+                log.exception("broker cannot write the summary of refusals (kept, retried)")
+            self._summary_failed = True
+
+    def _refuse(self, conn: _Conn, status: int, code: str, reason: str) -> None:
+        """Answer a refusal made by the loop itself (framing, deadline, no room) and close after it."""
+        conn.deadline = time.monotonic() + self._request_timeout_s  # for sending the refusal
+        self._start(conn, self._broker.refusal_steps(status, code, reason, peer=conn.peer), keep=False)
 
     # -- paths --------------------------------------------------------------------------------------
 
@@ -300,17 +450,25 @@ class ServerLoop:
         try:
             request = conn.reader.take()
         except HttpError as exc:
-            self._start(conn, self._broker.refusal_steps(exc.status, "bad_http", exc.reason), keep=False)
+            self._release_body(conn)
+            self._refuse(conn, exc.status, "bad_http", exc.reason)
             return
         if request is None:
             if conn.eof:  # a request cut off by the end of input is dropped with the connection
                 conn.closing = True
                 self._flush(conn)
-            else:
-                self._interest(conn)
+                return
+            expecting = conn.reader.expecting
+            if expecting and not conn.reserved and not self._reserve_body(conn, expecting):
+                reason = "the broker holds as many unfinished request bodies as it may; retry later"
+                self._refuse(conn, 503, "busy", reason)
+                return
+            self._interest(conn)
             return
+        self._release_body(conn)
+        conn.deadline = None  # the request is whole; the path's own time is the action's business
         try:
-            routed = self._route(request)
+            routed = self._route(request, conn.peer)
         except Exception:
             log.exception("broker failed to route a request")
             routed = _unavailable()
@@ -379,10 +537,12 @@ class ServerLoop:
             results = self._broker.store.run_all([(step.fn, step.records) for _, step in writes])
         except Exception as exc:  # the store is closed or broken: nothing was written
             results = [(None, exc)] * len(writes)
-        for (path, _), (value, error) in zip(writes, results, strict=True):
+        for (path, step), (value, error) in zip(writes, results, strict=True):
             if error is None:
                 self._advance(path, value, None)
                 continue
+            if step.on_failure is not None:
+                step.on_failure()
             # Not thrown into the path: a write that did not happen is not a step the path can
             # take back; the request did not complete (a claim left in flight is reconciled).
             log.error("broker failed to record a request", exc_info=error)
@@ -399,6 +559,7 @@ class ServerLoop:
             return
         keep = keep and not self._stopping
         conn.out += reply_bytes(reply.status, reply.body, keep_alive=keep)
+        conn.deadline = time.monotonic() + self._request_timeout_s  # the client must take its reply
         if not keep:
             conn.closing = True
         self._flush(conn)

@@ -12,9 +12,13 @@ One thread serves every connection (``server_loop``) and drives the decision pat
 requests it holds together: their ledger writes share one transaction and their executors run on
 executor threads. ``http_wire`` frames requests (Content-Length bodies only, keep-alive, hard limits).
 
-What is enforced: the TCP listener binds 127.0.0.1 only; request bodies are capped at 1 MiB; the
-token is read from the Authorization header only. What is not: TLS (the Unix socket is the
-intended transport; the socket file's mode and the sandbox bind decide who can connect).
+What is enforced: the TCP listener binds 127.0.0.1 only; who may hold a connection is decided per
+connection from SO_PEERCRED (``peers``), with per-peer caps, deadlines and body budgets
+(``server_loop``); request bodies are capped at 1 MiB; the token is read from the Authorization
+header only; the socket's directory must not be writable by others, and its mode is set through
+a descriptor of the bound socket. What is not: TLS (the Unix socket is the intended transport);
+keeping other local users from connect() itself: the socket file must stay connectable by
+"other" (mode 0666) because sandboxes connect as a uid leased at their start (see ``SOCKET_MODE``).
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import functools
 import json
 import os
 import socket
+import stat
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -35,14 +40,18 @@ from contain.broker.config import BrokerConfig, load_actions
 from contain.broker.core import Broker, BrokerReply, BrokerRequest, Steps
 from contain.broker.http_wire import HttpRequest
 from contain.broker.ledger import Checkpointer, load_checkpoint_key
-from contain.broker.server_loop import ServerLoop
-from contain.broker.storage import open_store
+from contain.broker.server_loop import ServerLimits, ServerLoop
+from contain.broker.storage import check_private_directory, open_store
 from contain.broker.tokens import TokenKey
+from contain.errors import BrokerStateUnsafe
 from contain.gate.grants import GrantKey
 
-__all__ = ["BrokerServer", "build_broker", "openapi_document", "route_steps"]
+__all__ = ["BrokerServer", "build_broker", "openapi_document", "route_steps", "server_limits"]
 
-IDLE_TIMEOUT_S = 60.0
+# The socket file must be connectable by "other": sandboxes bind it by path and connect as a host
+# uid leased when they start (runtime.host_ids), which no group or ACL set here could name. Who
+# may use a connection is decided per connection instead, from SO_PEERCRED (``peers``).
+SOCKET_MODE = 0o666
 
 
 def build_broker(config: BrokerConfig) -> Broker:
@@ -59,6 +68,16 @@ def build_broker(config: BrokerConfig) -> Broker:
             anchor=publisher_for(config.checkpoint_anchor),
         ),
         checkpoint_every=config.checkpoint_every_entries,
+        refusal_window_s=config.refusal_window_s,
+    )
+
+
+def server_limits(config: BrokerConfig) -> ServerLimits:
+    """The server loop's limits named by ``config`` (the rest keep ``ServerLimits`` defaults)."""
+    return ServerLimits(
+        request_timeout_s=config.request_timeout_s,
+        max_connections_per_peer=config.max_connections_per_peer,
+        allowed_peer_uids=tuple(config.allowed_peer_uids),
     )
 
 
@@ -92,6 +111,8 @@ def openapi_document(broker: Broker) -> dict[str, Any]:
             (422, "idempotency key reused with different arguments, or a business rule refused"),
             (500, "the outcome of an earlier attempt is unknown"),
             (502, "the executor failed (stored and replayed)"),
+            (408, "the request did not arrive whole within the broker's request timeout"),
+            (503, "no room for another unfinished body, or the store failed: retry later"),
         )
     }
     paths: dict[str, Any] = {
@@ -146,8 +167,14 @@ def openapi_document(broker: Broker) -> dict[str, Any]:
     }
 
 
-def route_steps(broker: Broker, request: HttpRequest, spec: Callable[[], dict[str, Any]]) -> BrokerReply | Steps:
-    """Map one parsed HTTP request to a reply, or to the path (steps) that will make it."""
+def route_steps(
+    broker: Broker, request: HttpRequest, peer: str = "-", *, spec: Callable[[], dict[str, Any]]
+) -> BrokerReply | Steps:
+    """Map one parsed HTTP request from ``peer`` to a reply, or to the path (steps) that will make it.
+
+    Never raises for anything in the request: a body that is not a JSON object (including one
+    nested too deep to parse, or with a number too long to read) becomes a recorded 400.
+    """
     method, path = request.method, request.path
     auth = request.headers.get("authorization", "")
     token = auth[7:].strip() if auth.startswith("Bearer ") else None
@@ -158,7 +185,7 @@ def route_steps(broker: Broker, request: HttpRequest, spec: Callable[[], dict[st
     if method == "GET" and path == "/v1/actions":
         check = broker.verify(token or "")
         if not check.ok or check.scope is None:
-            return broker.refusal_steps(check.status, "token", check.reason)
+            return broker.refusal_steps(check.status, "token", check.reason, peer=peer)
         allowed = [
             {
                 "name": n,
@@ -173,13 +200,14 @@ def route_steps(broker: Broker, request: HttpRequest, spec: Callable[[], dict[st
         return BrokerReply(200, {"principal": check.scope.principal, "task": check.scope.task, "actions": allowed})
     prefix = "/v1/actions/"
     if method != "POST" or not path.startswith(prefix):
-        return broker.refusal_steps(404, "not_found", f"{method} {path[:200]}", token=token)
+        return broker.refusal_steps(404, "not_found", f"{method} {path[:200]}", token=token, peer=peer)
+    body_error: str | None = None
     try:
         data = json.loads(request.body or b"{}")
-        if not isinstance(data, dict):
-            raise ValueError("body must be a JSON object")
-    except ValueError:
-        data = {"arguments": None}  # the broker refuses it (400) and records the refusal
+    except (ValueError, RecursionError) as exc:  # RecursionError: JSON nested some 100k deep
+        data, body_error = {}, f"the body is not JSON ({type(exc).__name__})"
+    if not isinstance(data, dict):
+        data, body_error = {}, "the body must be a JSON object"
     return broker.steps(
         BrokerRequest(
             token=token,
@@ -187,8 +215,26 @@ def route_steps(broker: Broker, request: HttpRequest, spec: Callable[[], dict[st
             arguments=data.get("arguments"),
             idempotency_key=data.get("idempotency_key"),
             grant=data.get("grant"),
+            peer=peer,
+            body_error=body_error,
         )
     )
+
+
+def _set_socket_mode(path: Path, mode: int) -> None:
+    """Set the mode of the socket just bound at ``path`` through a descriptor of that very inode
+    (O_PATH|O_NOFOLLOW), so a symlink swapped in after ``bind`` cannot redirect the chmod."""
+    fd = os.open(path, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISSOCK(info.st_mode) or info.st_uid != os.geteuid():
+            raise BrokerStateUnsafe(
+                f"{path} is not the socket the broker just bound (replaced before its mode was set)",
+                "keep the socket in a directory only the broker's user can change",
+            )
+        os.chmod(f"/proc/self/fd/{fd}", mode)  # chmod through an O_PATH descriptor (proc(5))
+    finally:
+        os.close(fd)
 
 
 # An accept backlog of 5 (socketserver's default, which an earlier version used) made a burst of
@@ -206,13 +252,20 @@ class BrokerServer:
         *,
         socket_path: str,
         tcp_port: int | None = None,
-        socket_mode: int = 0o666,
+        socket_mode: int = SOCKET_MODE,
         executor_threads: int = 64,
-        idle_timeout_s: float = IDLE_TIMEOUT_S,
-        max_connections: int = 1024,
+        limits: ServerLimits | None = None,
     ):
+        """Bind and listen (serving starts with ``start``).
+
+        Raises:
+            BrokerStateUnsafe: the socket's directory may be changed by other users, or the path
+                that was bound is no longer the socket (replaced before its mode was set).
+            OSError: the socket or the TCP port cannot be bound.
+        """
         self.broker = broker
         path = Path(socket_path)
+        check_private_directory(path.parent, what="the broker socket's directory")
         with contextlib.suppress(FileNotFoundError):
             if path.is_socket():
                 path.unlink()
@@ -220,7 +273,7 @@ class BrokerServer:
         listeners = [unix]
         try:
             unix.bind(str(path))
-            os.chmod(path, socket_mode)
+            _set_socket_mode(path, socket_mode)
             unix.listen(_BACKLOG)
             self.socket_path = str(path)
             self.tcp_address: tuple[str, int] | None = None
@@ -240,8 +293,7 @@ class BrokerServer:
             listeners,
             functools.partial(route_steps, broker, spec=spec),
             executor_threads=executor_threads,
-            idle_timeout_s=idle_timeout_s,
-            max_connections=max_connections,
+            limits=limits,
         )
         self._thread: threading.Thread | None = None
 

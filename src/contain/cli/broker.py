@@ -56,14 +56,14 @@ def execute(args: argparse.Namespace) -> int:
 
 def _serve(config: object) -> int:
     from contain.broker.config import BrokerConfig
-    from contain.broker.service import BrokerServer, build_broker
+    from contain.broker.service import BrokerServer, build_broker, server_limits
 
     assert isinstance(config, BrokerConfig)
     broker = build_broker(config)
     for line in reconciled_lines(broker.start()):
         print(line, file=sys.stderr)
     server = BrokerServer(broker, socket_path=config.socket_path, tcp_port=config.tcp_port,
-                          socket_mode=config.socket_mode)
+                          socket_mode=config.socket_mode, limits=server_limits(config))
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())

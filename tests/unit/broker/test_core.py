@@ -473,3 +473,31 @@ def test_a_retry_is_answered_from_the_store_even_when_a_new_decision_would_diffe
         assert (status, body["replayed"], body["result"]) == (200, True, first[1]["result"])
         assert last_entry(broker)["kind"] == "request" and last_entry(broker)["detail"]["replayed"] is True
     assert amount(invoices_db, "INV-1") == 30000 and applied_count(invoices_db) == 2
+
+
+@pytest.mark.parametrize(
+    ("case", "status", "code"),
+    [
+        # float(10**400) once raised inside token verification: 503, no entry. A token that cannot
+        # be read is a malformed credential: 401 (RFC 6750 invalid_token), recorded like a forged one.
+        ("huge_expiry_caveat", 401, "token"),
+        ("grant_not_a_string", 400, "bad_grant"),
+        ("body_not_json", 400, "bad_body"),
+    ],
+)
+def test_input_that_fails_to_parse_is_a_recorded_4xx(
+    broker: Broker, clock: Clock, case: str, status: int, code: str
+) -> None:
+    token = tok(clock)
+    request = BrokerRequest(token, "update_invoice", OK_ARGS)
+    if case == "huge_expiry_caveat":
+        request = BrokerRequest(attenuate(token, {"expires_at": 10**400}), "update_invoice", OK_ARGS)
+    elif case == "grant_not_a_string":
+        request = BrokerRequest(token, "update_invoice", OK_ARGS, grant={"forged": 10**400})  # type: ignore[arg-type]
+    elif case == "body_not_json":
+        request = BrokerRequest(token, "update_invoice", None, body_error="the body is not JSON (RecursionError)")
+    reply = broker.handle(request)
+    assert (reply.status, reply.body["error"]["code"]) == (status, code)
+    entry = last_entry(broker)
+    assert (entry["kind"], entry["detail"]["status"], entry["detail"]["code"]) == ("denial", status, code)
+    assert entry["seq"] == reply.body["ledger_seq"]

@@ -29,6 +29,7 @@ from contain.broker import (
     mint_token,
 )
 from contain.broker.ledger import verify_entries
+from contain.broker.server_loop import ServerLimits
 from contain.gate.grants import GrantKey
 
 
@@ -235,8 +236,8 @@ def test_pipelined_requests_are_answered_in_order(served: BrokerServer) -> None:
     assert data.rstrip().endswith(b'{"ok": true}')
 
 
-def test_idle_and_stalled_connections_are_closed_after_the_idle_timeout(broker: Broker, tmp_path: Path) -> None:
-    server = _serve(broker, tmp_path, idle_timeout_s=0.3)
+def test_idle_and_stalled_connections_are_closed_after_their_timeouts(broker: Broker, tmp_path: Path) -> None:
+    server = _serve(broker, tmp_path, limits=ServerLimits(idle_timeout_s=0.3, request_timeout_s=0.3))
     try:
         silent, stalled, busy = _connect(server), _connect(server), _connect(server)
         stalled.sendall(b"POST /v1/actions/count HTTP/1.1\r\nContent-Length: 50\r\n\r\n{")
@@ -244,21 +245,26 @@ def test_idle_and_stalled_connections_are_closed_after_the_idle_timeout(broker: 
         for sock in (silent, stalled):
             sock.setblocking(False)
         closed: set[socket.socket] = set()
+        received = {silent: b"", stalled: b""}
         while len(closed) < 2 and time.monotonic() - began < 5:
             busy.sendall(b"GET /v1/health HTTP/1.1\r\n\r\n")  # a connection in use stays open
             assert b"200 OK" in busy.recv(65536)
             time.sleep(0.05)
             for sock in (silent, stalled):
                 with contextlib.suppress(BlockingIOError):
-                    if sock.recv(1) == b"":
+                    data = sock.recv(65536)
+                    received[sock] += data
+                    if data == b"":
                         closed.add(sock)
         assert len(closed) == 2 and 0.25 < time.monotonic() - began < 5
+        assert received[silent] == b""  # idle: closed without a word
+        assert received[stalled].startswith(b"HTTP/1.1 408 ")  # mid-request: told why, then closed
     finally:
         server.shutdown()
 
 
 def test_connections_over_the_cap_are_closed_at_once(broker: Broker, tmp_path: Path) -> None:
-    server = _serve(broker, tmp_path, max_connections=2)
+    server = _serve(broker, tmp_path, limits=ServerLimits(max_connections=2))
     try:
         held = [_connect(server), _connect(server)]
         for sock in held:
@@ -322,3 +328,122 @@ def test_shutdown_finishes_a_write_in_progress_and_refuses_new_connections(
     assert [r["kind"] for r in broker.store.raw_rows()][-1] == "outcome"
     with pytest.raises(OSError):
         _connect(server)
+
+
+def _read_to_end(sock: socket.socket) -> bytes:
+    data = b""
+    with contextlib.suppress(ConnectionResetError):
+        while chunk := sock.recv(65536):
+            data += chunk
+    return data
+
+
+@pytest.mark.parametrize(
+    ("trickle", "status"),
+    [
+        (b"\r\n", b"400"),  # blank lines: refused at the third, long before the deadline
+        (b"POST /v1/actions/count HTTP/1.1\r\nX-Pad: " + b"a" * 4000, b"408"),
+        (b"GET /v1/health HTTP/1.1\r\nX: y\r\n", b"408"),  # headers that never end
+        (b"POST /v1/actions/count HTTP/1.1\r\nContent-Length: 900\r\n\r\n" + b" " * 900, b"408"),
+    ],
+    ids=["blank-lines", "one-long-header", "headers-never-ending", "a-slow-body"],
+)
+def test_a_request_that_trickles_in_is_refused_by_its_deadline_from_the_first_byte(
+    broker: Broker, tmp_path: Path, trickle: bytes, status: bytes
+) -> None:
+    # Before, every byte restarted the idle timer and blank lines were skipped without limit.
+    server = _serve(broker, tmp_path, limits=ServerLimits(request_timeout_s=0.5, idle_timeout_s=60, sweep_every_s=0.05))
+    try:
+        sock = _connect(server)
+        sock.settimeout(0.1)  # one byte per 0.1 s: each recv that times out is the pause
+        began = time.monotonic()
+        data = b""
+        for position in range(200):
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                sock.sendall(trickle[position % len(trickle) : position % len(trickle) + 1])
+            try:
+                data = sock.recv(65536)
+            except TimeoutError:
+                continue
+            break
+        elapsed = time.monotonic() - began
+        sock.settimeout(5)
+        data += _read_to_end(sock)
+        assert data.startswith(b"HTTP/1.1 " + status + b" ") and b"Connection: close" in data
+        assert elapsed < 3 and (status == b"400" or elapsed > 0.4)
+    finally:
+        server.shutdown()
+
+
+def test_connections_of_one_peer_over_its_cap_are_closed_at_once_and_others_are_served(
+    broker: Broker, tmp_path: Path
+) -> None:
+    server = _serve(broker, tmp_path, limits=ServerLimits(max_connections_per_peer=3))
+    try:
+        held = [_connect(server) for _ in range(3)]
+        for sock in held:
+            sock.sendall(b"GET /v1/health HTTP/1.1\r\n\r\n")
+            assert b"200 OK" in sock.recv(65536)
+        extra = _connect(server)
+        assert _closed_by_peer(extra)  # this uid holds its three already
+        held[0].close()
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:  # its slot is free again once the broker saw the close
+            sock = _connect(server)
+            with contextlib.suppress(OSError):
+                sock.sendall(b"GET /v1/health HTTP/1.1\r\n\r\n")
+                if b"200 OK" in sock.recv(65536):
+                    break
+        else:
+            pytest.fail("a freed slot of the peer was not reused")
+        refused = [r for r in server.broker.refusals.take_due(now=time.time(), everything=True)]
+        assert refused and sum(w.by_code["503 too_many_connections"] for w in refused) >= 1
+    finally:
+        server.shutdown()
+
+
+def test_body_bytes_announced_and_unread_are_capped_across_connections(broker: Broker, tmp_path: Path) -> None:
+    server = _serve(broker, tmp_path, limits=ServerLimits(max_body_bytes_in_flight=1000, max_body_bytes_per_peer=1000))
+    try:
+        head = b"POST /v1/actions/count HTTP/1.1\r\nContent-Length: 600\r\n\r\n"
+        first = _connect(server)
+        first.sendall(head + b"{")  # 600 reserved, one byte read
+        second = _connect(server)
+        second.sendall(head)  # 600 more would pass the 1000 in flight
+        second.settimeout(5)
+        reply = _read_to_end(second)
+        assert reply.startswith(b"HTTP/1.1 503 ") and b'"busy"' in reply
+        first.sendall(b" " * 599)  # the first body completes: its reservation ends
+        first.settimeout(5)
+        assert first.recv(65536).startswith(b"HTTP/1.1 401 ")  # no token: refused, but read whole
+        third = _connect(server)
+        third.sendall(head + b" " * 600)
+        third.settimeout(5)
+        assert third.recv(65536).startswith(b"HTTP/1.1 401 ")
+    finally:
+        server.shutdown()
+
+
+def test_a_reply_the_client_does_not_take_in_time_closes_its_connection(broker: Broker, tmp_path: Path) -> None:
+    # Before, a client that never read its replies held its connection until the 60 s idle timer.
+    server = _serve(broker, tmp_path, limits=ServerLimits(request_timeout_s=0.3, sweep_every_s=0.05))
+    try:
+        hog = _connect(server)
+        hog.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        hog.settimeout(0.2)
+        with pytest.raises(TimeoutError):  # until the broker stops reading it: its replies back up
+            for _ in range(5000):
+                hog.sendall(b"GET /openapi.json HTTP/1.1\r\nHost: x\r\n\r\n")
+        began = time.monotonic()
+        hog.settimeout(0.1)
+        closed = False
+        while not closed and time.monotonic() - began < 5:
+            try:
+                hog.send(b"x")  # fails with EPIPE once the broker has closed its end
+            except TimeoutError:
+                continue
+            except (BrokenPipeError, ConnectionResetError):
+                closed = True
+        assert closed and time.monotonic() - began < 3
+    finally:
+        server.shutdown()

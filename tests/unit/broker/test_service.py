@@ -142,3 +142,38 @@ def test_unknown_path_is_404_and_recorded(served: BrokerServer) -> None:
 def test_bad_token_on_the_action_list_is_401_and_recorded(served: BrokerServer) -> None:
     assert BrokerClient(served.socket_path, "cbt1.x.y").actions().status == 401
     assert served.broker.store.raw_rows()[-1]["detail"]["code"] == "token"
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"[" * 200_000 + b"]" * 200_000,  # RecursionError in json.loads: it was a 503 with no entry
+        b'{"arguments": {"n": ' + b"9" * 5000 + b"}}",  # past Python's int digit limit
+        b"\xff\xfe{",
+        b"[1, 2]",
+    ],
+    ids=["200k-deep", "5000-digit-number", "not-utf8", "not-an-object"],
+)
+def test_a_body_that_is_not_a_json_object_is_a_recorded_400(
+    served: BrokerServer, broker: Broker, clock: Clock, body: bytes
+) -> None:
+    import socket
+
+    from contain.broker.http_wire import HttpRequest, request_bytes
+
+    clock.now = time.time()
+    token = mint_token(TokenKey(b"t" * 32), task="t1", principal="alice", actions=["update_invoice"], ttl_s=3600)
+    headers = {"authorization": f"Bearer {token}", "connection": "close"}
+    request = HttpRequest("POST", "/v1/actions/update_invoice", headers, body, False)
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.settimeout(30)
+        sock.connect(served.socket_path)
+        sock.sendall(request_bytes(request))
+        data = b""
+        while chunk := sock.recv(65536):
+            data += chunk
+    head, _, payload = data.partition(b"\r\n\r\n")
+    reply = json.loads(payload)
+    assert head.startswith(b"HTTP/1.1 400 ") and reply["error"]["code"] == "bad_body"
+    entry = broker.store.raw_rows()[-1]
+    assert (entry["kind"], entry["detail"]["code"], entry["seq"]) == ("denial", "bad_body", reply["ledger_seq"])
