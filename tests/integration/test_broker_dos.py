@@ -194,6 +194,9 @@ def served(host_tmp: Path) -> Iterator[dict[str, Any]]:
     settings = {
         "storage": {"sqlite": str(state / "broker.db")},
         "socket_path": str(host_tmp / "broker.sock"),  # host_tmp is 0755: nobody can reach it
+        # The admission layer under test sits behind the file mode: 0666 is the setting for hosts
+        # whose sandboxes fall back to nobody; the default 0600 refuses these attackers at connect().
+        "socket_mode": 0o666,
         "token_key_file": str(state / "token.key"),
         "grant_key_file": str(state / "grant.key"),
         "checkpoint_key_file": str(state / "checkpoint.key"),

@@ -99,7 +99,7 @@ class BrokerConfig(BaseModel):
         default=None, description="Also send each checkpoint outside the state dir, e.g. {file: /mnt/a/anchors}."
     )
     socket_mode: int = Field(
-        default=0o666, description="Socket file mode; sandboxes connect as a leased uid, so other needs w, e.g. 0o666."
+        default=0o600, description="Socket file mode; sandboxes reach it through an idmapped view, e.g. 0o600."
     )
     allowed_peer_uids: tuple[int, ...] = Field(
         default=(), description="Uids admitted besides root, the broker's, sandboxes' (peers.PEER_RULES), e.g. [1000]."

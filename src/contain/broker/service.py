@@ -16,9 +16,13 @@ What is enforced: the TCP listener binds 127.0.0.1 only; who may hold a connecti
 connection from SO_PEERCRED (``peers``), with per-peer caps, deadlines and body budgets
 (``server_loop``); request bodies are capped at 1 MiB; the token is read from the Authorization
 header only; the socket's directory must not be writable by others, and its mode is set through
-a descriptor of the bound socket. What is not: TLS (the Unix socket is the intended transport);
-keeping other local users from connect() itself: the socket file must stay connectable by
-"other" (mode 0666) because sandboxes connect as a uid leased at their start (see ``SOCKET_MODE``).
+a descriptor of the bound socket, 0600 by default: no other local user can connect() at all.
+Sandboxes still can: when contain runs as root it stages the socket for each sandbox as an
+idmapped mount that shows its owner as the sandbox's leased uid (``runtime.idmap``); an
+unprivileged contain runs its sandboxes as itself. What is not enforced: TLS (the Unix socket is
+the intended transport); a sandbox that falls back to uid nobody (its write bind cannot be
+idmapped) cannot reach a 0600 socket, and needs ``socket_mode: 0o666`` (then the per-connection
+SO_PEERCRED admission is what keeps other users out).
 """
 
 from __future__ import annotations
@@ -48,10 +52,10 @@ from contain.gate.grants import GrantKey
 
 __all__ = ["BrokerServer", "build_broker", "openapi_document", "route_steps", "server_limits"]
 
-# The socket file must be connectable by "other": sandboxes bind it by path and connect as a host
-# uid leased when they start (runtime.host_ids), which no group or ACL set here could name. Who
-# may use a connection is decided per connection instead, from SO_PEERCRED (``peers``).
-SOCKET_MODE = 0o666
+# Owner only: sandboxes reach the socket through an idmapped view of it (runtime.idmap), in which
+# its owner is the sandbox's own leased uid; who may use a connection is still decided per
+# connection from SO_PEERCRED (``peers``).
+SOCKET_MODE = 0o600
 
 
 def build_broker(config: BrokerConfig) -> Broker:

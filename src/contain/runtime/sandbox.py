@@ -320,18 +320,30 @@ class Sandbox:
         return self._ids
 
     def _stage_idmapped_binds(self) -> None:
-        """Stage each present read/write bind as an idmapped view (``self._staged.staged``)."""
-        for rule in self.boundary.files:
-            if rule.access not in (FileAccess.READ, FileAccess.WRITE) or rule.host is None:
-                continue
+        """Stage each present read/write bind, and each attached host socket, as an idmapped view
+        (``self._staged.staged``): the broker's socket can then be 0600 to its owner and still be
+        connectable by this sandbox, and by no other local user."""
+        sources = [
+            (rule.host, rule.access is FileAccess.READ)
+            for rule in self.boundary.files
+            if rule.access in (FileAccess.READ, FileAccess.WRITE) and rule.host is not None
+        ]
+        sources += [(a.host_path, True) for a in self._attachments if a.host_path is not None]
+        for host, read_only in sources:
             try:
-                real = os.path.realpath(rule.host, strict=True)
+                real = os.path.realpath(host, strict=True)
             except OSError:  # missing: gather_path_facts skips it or names it in the error
                 continue
             if self._staged is None:
                 assert self._lease is not None
                 self._staged = StagedBinds.create(leased_uid=self._lease.uid, leased_gid=self._lease.gid)
-            self._staged.stage(real, read_only=rule.access is FileAccess.READ)
+            self._staged.stage(real, read_only=read_only)
+
+    def _bind_source(self, host_path: str) -> str:
+        """Where bubblewrap binds ``host_path`` from: its idmapped view when one was staged."""
+        if self._staged is None:
+            return host_path
+        return self._staged.staged.get(os.path.realpath(host_path), host_path)
 
     def _spawn(
         self, facts: HostFacts, agent: str, bpf: bytes, uid: int, gid: int, layers: LayerPlan, resolv: str
@@ -356,7 +368,9 @@ class Sandbox:
         etc = generated_etc_files(home=default_scratch_paths(self.boundary)[0], resolv_conf=resolv)
         etc_tree = ensure_etc_tree(Path(agent).parent, etc, (e.path for e in ETC_PASSTHROUGH))
         data_fds = {a.sandbox_path: data_fd(a.data) for a in self._attachments if a.data is not None}
-        socket_binds = tuple((a.host_path, a.sandbox_path) for a in self._attachments if a.host_path is not None)
+        socket_binds = tuple(
+            (self._bind_source(a.host_path), a.sandbox_path) for a in self._attachments if a.host_path is not None
+        )
         empties = {
             m.sandbox_path: data_fd(b"")
             for b in self._paths.binds

@@ -86,8 +86,8 @@ def test_openapi_document_names_every_action_and_status(served: BrokerServer, br
     assert op["requestBody"]["content"]["application/json"]["schema"]["properties"]["arguments"]["properties"]["invoice_id"]
 
 
-def test_socket_is_created_with_the_configured_mode(served: BrokerServer) -> None:
-    assert Path(served.socket_path).stat().st_mode & 0o777 == 0o666
+def test_socket_is_created_owner_only_by_default(served: BrokerServer) -> None:
+    assert Path(served.socket_path).stat().st_mode & 0o777 == 0o600
 
 
 def test_client_script_is_standalone_stdlib() -> None:
