@@ -18,7 +18,7 @@ import pytest
 
 from contain.boundary.model import Resources
 from contain.errors import UnsupportedHost
-from contain.host.facts import HostFacts, probe_host
+from contain.host.facts import HostFacts, detect_host
 from contain.runtime.cgroups import CONTROLLER_ROWS, SandboxCgroup, plan_cgroup_hierarchies
 
 pytestmark = pytest.mark.needs_root
@@ -47,7 +47,7 @@ MakeCgroup = Callable[..., SandboxCgroup]
 
 @pytest.fixture(scope="module")
 def facts() -> HostFacts:
-    facts = probe_host()
+    facts = detect_host()
     try:
         plan_cgroup_hierarchies(facts, delegated_root=os.environ.get("CONTAIN_CGROUP_ROOT"))
     except UnsupportedHost:

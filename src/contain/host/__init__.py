@@ -1,4 +1,4 @@
-"""What this host offers: ``probe_host`` (cheap, on every sandbox start) and ``contain doctor``
+"""What this host offers: ``detect_host`` (cheap, on every sandbox start) and ``contain doctor``
 (slow, real tries: user namespaces, cgroup children, a KVM guest) with a fix for every gap.
 
 Names are imported on first use so that the sandbox start-up path, which needs only
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
         render_json,
         render_text,
     )
-    from contain.host.facts import CgroupMount, HostFacts, probe_host
+    from contain.host.facts import CgroupMount, HostFacts, detect_host
     from contain.host.kvm import KvmGuestResult, KvmStatus, check_kvm_guest
 
 _WHERE = {
@@ -37,7 +37,7 @@ _WHERE = {
     "render_text": "contain.host.doctor",
     "CgroupMount": "contain.host.facts",
     "HostFacts": "contain.host.facts",
-    "probe_host": "contain.host.facts",
+    "detect_host": "contain.host.facts",
     "KvmGuestResult": "contain.host.kvm",
     "KvmStatus": "contain.host.kvm",
     "check_kvm_guest": "contain.host.kvm",
@@ -56,7 +56,7 @@ __all__ = [
     "check_kvm_guest",
     "observe_agent",
     "observe_host",
-    "probe_host",
+    "detect_host",
     "render_json",
     "render_text",
 ]

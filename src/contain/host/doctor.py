@@ -2,7 +2,7 @@
 
 Three steps, kept apart so the decisions can be tested without a host:
 
-1. ``observe_host(facts)`` does the I/O ``probe_host`` deliberately skips because it is too slow
+1. ``observe_host(facts)`` does the I/O ``detect_host`` deliberately skips because it is too slow
    or too intrusive for every sandbox start: it *tries* a user namespace (bwrap or unshare, as
    nobody when we are root, 5 s timeout), creates and removes a ``contain-doctor-<pid>`` cgroup
    in each hierarchy, runs the KVM test guests (``host/kvm.py``, 3 s hard timeout), asks QEMU
@@ -52,7 +52,7 @@ __all__ = [
     "Observations",
     "Report",
     "Status",
-    "ToolProbe",
+    "DetectedTool",
     "Trial",
     "build_report",
     "cgroup_layout",
@@ -119,7 +119,7 @@ class Trial:
 
 
 @dataclass(frozen=True)
-class ToolProbe:
+class DetectedTool:
     """An executable and the first line of its ``--version`` (None when absent or broken)."""
 
     name: str
@@ -169,10 +169,10 @@ class Observations:
     kvm_present: bool
     kvm_api: Trial | None  # detail is the version number when ok
     kvm_guest: KvmGuestResult | None
-    qemu: ToolProbe
+    qemu: DetectedTool
     qemu_microvm: bool | None  # None: QEMU absent or `-machine help` failed
     kernel_images: tuple[str, ...]
-    oci: tuple[ToolProbe, ...]
+    oci: tuple[DetectedTool, ...]
     agent: AgentProbe
 
 
@@ -438,19 +438,19 @@ def _check_qemu(facts: HostFacts, obs: Observations) -> Check:
 
 def _oci_row(runtime: str, install: str) -> CheckRow:
     def judge(facts: HostFacts, obs: Observations) -> Check:
-        probe = next((p for p in obs.oci if p.name == runtime), ToolProbe(runtime, None))
-        if probe.path is None:
+        tool = next((p for p in obs.oci if p.name == runtime), DetectedTool(runtime, None))
+        if tool.path is None:
             return Check(runtime, Status.WARN, "not installed", install)
-        if probe.version is None:
-            return Check(runtime, Status.WARN, f"{probe.path} --version failed: {probe.error}", install)
+        if tool.version is None:
+            return Check(runtime, Status.WARN, f"{tool.path} --version failed: {tool.error}", install)
         if runtime == "crun" and cgroup_layout(facts.cgroups) == "hybrid":
             return Check(
                 runtime,
                 Status.WARN,
-                f"{probe.version}; crun refuses hybrid cgroup layouts like this host's",
+                f"{tool.version}; crun refuses hybrid cgroup layouts like this host's",
                 "use runc, or boot with systemd.unified_cgroup_hierarchy=1 (pure cgroup v2)",
             )
-        return Check(runtime, Status.OK, f"{probe.path}, {probe.version}")
+        return Check(runtime, Status.OK, f"{tool.path}, {tool.version}")
 
     return CheckRow(runtime, "OCI runtime for the container backend", judge)
 
@@ -670,7 +670,7 @@ def render_json(report: Report) -> str:
     return json.dumps(report_to_dict(report), sort_keys=False) + "\n"
 
 
-# ------------------------------------------------------------------------------- I/O probes
+# ---------------------------------------------------------------------------- observing (I/O)
 
 
 def _read(path: str) -> str | None:
@@ -788,18 +788,18 @@ def _swap_bytes() -> int:
     return 0
 
 
-def probe_tool(name: str, *args: str) -> ToolProbe:
+def detect_tool(name: str, *args: str) -> DetectedTool:
     """``name --version`` (or ``args``): path and first line of output."""
     path = shutil.which(name)
     if path is None:
-        return ToolProbe(name, None)
+        return DetectedTool(name, None)
     trial = _run([path, *(args or ("--version",))], timeout_s=_VERSION_TIMEOUT_S)
     if not trial.ok:
-        return ToolProbe(name, path, None, trial.detail)
-    return ToolProbe(name, path, trial.detail or "(no version output)")
+        return DetectedTool(name, path, None, trial.detail)
+    return DetectedTool(name, path, trial.detail or "(no version output)")
 
 
-def _qemu_microvm(qemu: ToolProbe) -> bool | None:
+def _qemu_microvm(qemu: DetectedTool) -> bool | None:
     if qemu.path is None or qemu.version is None:
         return None
     try:
@@ -865,13 +865,13 @@ def observe_agent(*, build: bool) -> AgentProbe:
 
 
 def observe_host(facts: HostFacts, *, build_agent: bool = False) -> Observations:
-    """Do the slow, real tries ``probe_host`` skips. Takes about a second on a healthy host."""
+    """Do the slow, real tries ``detect_host`` skips. Takes about a second on a healthy host."""
     from contain.host.kvm import check_kvm_guest
 
     root_override = os.environ.get(CGROUP_ROOT_ENV) or None
     trials = try_cgroup_children(facts, root_override=root_override, pid=os.getpid())
     kvm_present = os.path.exists(KVM_DEVICE)
-    qemu = probe_tool(QEMU)
+    qemu = detect_tool(QEMU)
     return Observations(
         userns_trial=try_user_namespace(facts),
         bwrap_version=bwrap_version(facts.bwrap_path),
@@ -887,6 +887,6 @@ def observe_host(facts: HostFacts, *, build_agent: bool = False) -> Observations
         qemu=qemu,
         qemu_microvm=_qemu_microvm(qemu),
         kernel_images=tuple(sorted(p for g in KERNEL_IMAGE_GLOBS for p in glob.glob(g))),
-        oci=tuple(probe_tool(name) for name, _ in OCI_RUNTIMES),
+        oci=tuple(detect_tool(name) for name, _ in OCI_RUNTIMES),
         agent=observe_agent(build=build_agent),
     )

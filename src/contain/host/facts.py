@@ -1,7 +1,7 @@
-"""What this host offers, probed once and returned as a frozen value.
+"""What this host offers, detected once and returned as a frozen value.
 
 Planning functions take ``HostFacts`` as an argument, so every decision that depends on the host is
-a pure function that tests can drive with a constructed value. Probing is cheap on purpose (a few
+a pure function that tests can drive with a constructed value. Detection is cheap on purpose (a few
 /proc reads and one syscall): it runs on the start-up path of every sandbox.
 
 Does not decide anything: whether a missing layer is fatal is the runtime's decision
@@ -24,8 +24,8 @@ __all__ = [
     "HostFacts",
     "parse_cgroup_mounts",
     "parse_own_cgroups",
-    "probe_host",
-    "probe_landlock_abi",
+    "detect_host",
+    "detect_landlock_abi",
 ]
 
 # landlock_create_ruleset(NULL, 0, LANDLOCK_CREATE_RULESET_VERSION) returns the ABI version.
@@ -66,7 +66,7 @@ class HostFacts:
         return None
 
 
-def probe_landlock_abi(arch: str | None = None) -> int:
+def detect_landlock_abi(arch: str | None = None) -> int:
     """Ask the kernel for its Landlock ABI version; 0 when Landlock is absent or disabled."""
     number = _SYS_LANDLOCK_CREATE_RULESET.get(arch or os.uname().machine)
     if number is None:
@@ -166,7 +166,7 @@ def _cgroup_mounts() -> tuple[CgroupMount, ...]:
 
 @functools.cache
 def bwrap_version(path: str | None) -> str | None:
-    """``bwrap --version`` (for doctor and reports). Not part of ``probe_host``: running bwrap
+    """``bwrap --version`` (for doctor and reports). Not part of ``detect_host``: running bwrap
     costs a process start on every sandbox start, and nothing there depends on the version."""
     if path is None:
         return None
@@ -191,7 +191,7 @@ def _find_libseccomp() -> str | None:
 
 
 @functools.cache
-def probe_host() -> HostFacts:
+def detect_host() -> HostFacts:
     """Probe this host once per process (cached); cheap enough for every sandbox start."""
     arch = os.uname().machine
     bwrap = shutil.which("bwrap")
@@ -203,7 +203,7 @@ def probe_host() -> HostFacts:
         bwrap_path=bwrap,
         user_namespaces=_user_namespaces_enabled(),
         seccomp=_seccomp_available(),
-        landlock_abi=probe_landlock_abi(arch),
+        landlock_abi=detect_landlock_abi(arch),
         cgroups=_cgroup_mounts(),
         libseccomp_path=_find_libseccomp(),
     )

@@ -646,10 +646,10 @@ def fs_15(ctx: ProbeContext) -> CaseResult:
     from contain.boundary import Boundary
     from contain.boundary.plain import plain_boundary
     from contain.errors import UnsupportedHost
-    from contain.host.facts import probe_host
+    from contain.host.facts import detect_host
     from contain.runtime.plan import plan_layers
 
-    facts = probe_host()
+    facts = detect_host()
     low = dataclasses.replace(facts, landlock_abi=0)
     required = plain_boundary(Boundary.model_validate({"hardening": {"landlock": "required"}}))
     auto = plain_boundary(Boundary.model_validate({"hardening": {"landlock": "auto"}}))

@@ -478,7 +478,7 @@ def _sy12(ctx: ProbeContext) -> CaseResult:
     breaches: list[str] = []
     failures: list[str] = []
     from contain.errors import ContainError
-    from contain.host.facts import probe_host
+    from contain.host.facts import detect_host
     from contain.runtime.seccomp import compile_filter, seccomp_arch
 
     for label, attempt in (
@@ -491,7 +491,7 @@ def _sy12(ctx: ProbeContext) -> CaseResult:
             checks[label] = "accepted"
         except ContainError as exc:
             checks[label] = f"refused: {exc.cause[:120]}"
-    facts = probe_host()
+    facts = detect_host()
     bwrap = facts.bwrap_path or shutil.which("bwrap")
     if bwrap is None:
         failures.append("bwrap not found: the malformed-filter check cannot run")

@@ -222,7 +222,7 @@ def plan_cgroup_hierarchies(facts: HostFacts, *, delegated_root: str | None) -> 
     """Decide which hierarchies a sandbox cgroup spans and where its shared parent goes.
 
     Args:
-        facts: the probed host; only ``facts.cgroups`` is used.
+        facts: the detected host; only ``facts.cgroups`` is used.
         delegated_root: ``CONTAIN_CGROUP_ROOT`` (a cgroup path such as ``/user.slice/x``), or None.
 
     Returns:
@@ -403,7 +403,7 @@ class SandboxCgroup:
         Args:
             name: short label for the directory, ``[a-z0-9][a-z0-9_.-]{0,31}``.
             resources: the limits to enforce.
-            facts: the probed host (``facts.cgroups``).
+            facts: the detected host (``facts.cgroups``).
             ops: mkdir/rmdir/kill; the kernel's by default.
             swap_bytes: host swap size; read from /proc/meminfo when None and it matters.
             launcher_joins: the caller starts bwrap through the root launcher, which can join
@@ -802,7 +802,7 @@ def sweep_stale_cgroups(
     """Remove empty ``contain-*`` cgroups whose owner process is dead.
 
     Args:
-        facts: the probed host; every mounted hierarchy is swept, supported layout or not.
+        facts: the detected host; every mounted hierarchy is swept, supported layout or not.
         ops: rmdir (the kernel's by default).
 
     Returns:

@@ -19,7 +19,7 @@ def hostile_host(monkeypatch):
         checks=(Check("bwrap", Status.FAIL, f"bwrap said: {HOSTILE}", fix=f"reinstall {HOSTILE}"),),
         verdicts=(Check(PROCESS_BACKEND, Status.FAIL, f"needs bwrap ({HOSTILE})", fix="install bubblewrap"),),
     )
-    monkeypatch.setattr(contain.host.facts, "probe_host", lambda: None)
+    monkeypatch.setattr(contain.host.facts, "detect_host", lambda: None)
     monkeypatch.setattr(contain.host.doctor, "observe_host", lambda facts: None)
     monkeypatch.setattr(contain.host.doctor, "build_report", lambda facts, obs: report)
     monkeypatch.setattr(contain.host.doctor, "observe_agent",

@@ -21,7 +21,7 @@ from contain.host.doctor import (
     Observations,
     Report,
     Status,
-    ToolProbe,
+    DetectedTool,
     Trial,
     build_report,
     cgroup_layout,
@@ -70,10 +70,10 @@ OBS = Observations(
     kvm_present=True,
     kvm_api=Trial(True, "12"),
     kvm_guest=KvmGuestResult(KvmStatus.RUNS, "guest ran"),
-    qemu=ToolProbe("qemu-system-x86_64", None),
+    qemu=DetectedTool("qemu-system-x86_64", None),
     qemu_microvm=None,
     kernel_images=(),
-    oci=(ToolProbe("runc", "/usr/bin/runc", "runc version 1.1.12"),),
+    oci=(DetectedTool("runc", "/usr/bin/runc", "runc version 1.1.12"),),
     agent=AgentProbe("/var/cache/contain/contain-agent-0123", compiler="/usr/bin/cc"),
 )
 
@@ -354,7 +354,7 @@ def test_no_kvm_device_is_a_warning_for_every_kvm_row():
 
 
 def test_qemu_without_microvm_machine_is_a_warning():
-    qemu = ToolProbe("qemu-system-x86_64", "/usr/bin/qemu-system-x86_64", "QEMU emulator 4.0")
+    qemu = DetectedTool("qemu-system-x86_64", "/usr/bin/qemu-system-x86_64", "QEMU emulator 4.0")
     report = build_report(FACTS, replace(OBS, qemu=qemu, qemu_microvm=False))
     check = _by_name(report.checks)["qemu"]
     assert check == Check(
@@ -366,7 +366,7 @@ def test_qemu_without_microvm_machine_is_a_warning():
 
 
 def test_crun_on_a_hybrid_host_is_a_warning_naming_the_refusal():
-    obs = replace(OBS, oci=(ToolProbe("crun", "/usr/bin/crun", "crun version 1.14"),))
+    obs = replace(OBS, oci=(DetectedTool("crun", "/usr/bin/crun", "crun version 1.14"),))
     check = _by_name(build_report(FACTS, obs).checks)["crun"]
     assert check.status is Status.WARN
     assert "crun refuses hybrid cgroup layouts" in check.detail
