@@ -61,7 +61,6 @@ from contain.runtime.bwrap import (
     generated_etc_files,
     plan_bwrap_argv,
 )
-from contain.runtime.cgroups import ROOT_ENV as CGROUP_ROOT_ENV
 from contain.runtime.cgroups import CgroupUsage, SandboxCgroup
 from contain.runtime.disk_budget import check_disk_mounts, ensure_disk_mountpoint, plan_launcher_disk_args
 from contain.runtime.etc_tree import ensure_etc_tree
@@ -221,12 +220,7 @@ class Sandbox:
         began = time.perf_counter()
         facts = self._facts or detect_host()
         egress = _egress_module() if self.boundary.allows_network else None
-        layers = plan_layers(
-            self.boundary,
-            facts,
-            egress_available=egress is not None,
-            delegated_root=os.environ.get(CGROUP_ROOT_ENV) or None,
-        )
+        layers = plan_layers(self.boundary, facts, egress_available=egress is not None)
         agent = str(ensure_agent_binary())
         bpf = filter_for(arch=facts.arch, libseccomp_path=facts.libseccomp_path, cache_dir=Path(agent).parent)
         try:

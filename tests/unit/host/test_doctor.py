@@ -140,7 +140,7 @@ def test_every_check_row_yields_a_check_of_its_own_name():
 
 
 def test_doctor_controller_table_matches_the_runtime_cgroup_table():
-    from contain.runtime.cgroups import CONTROLLER_ROWS
+    from contain.runtime.cgroup_plan import CONTROLLER_ROWS
 
     assert [(c, v) for c, v, _ in CGROUP_CONTROLLERS] == [(row.controller, row.versions) for row in CONTROLLER_ROWS]
 
