@@ -23,10 +23,10 @@ __all__ = [
     "CGROUP_ROOT_ENV",
     "CgroupMount",
     "HostFacts",
-    "parse_cgroup_mounts",
-    "parse_own_cgroups",
     "detect_host",
     "detect_landlock_abi",
+    "parse_cgroup_mounts",
+    "parse_own_cgroups",
     "read_host_file",
 ]
 

@@ -45,6 +45,7 @@ __all__ = [
     "PARENT_NAME",
     "CgroupHierarchy",
     "ControllerRow",
+    "plan_base_dir",
     "plan_cgroup_hierarchies",
     "plan_cgroup_limits",
     "plan_parent_dirs",
@@ -159,9 +160,8 @@ def plan_cgroup_hierarchies(facts: HostFacts) -> tuple[CgroupHierarchy, ...]:
             v1 and v2, or ``cgroup_root`` is not a normalised absolute cgroup path, or contain is
             not root and no cgroup is delegated to it.
     """
-    delegated_root = facts.cgroup_root
-    if delegated_root is not None:
-        _check_cgroup_path(delegated_root)
+    if facts.cgroup_root is not None:
+        _check_cgroup_path(facts.cgroup_root)
     core = [row.controller for row in CONTROLLER_ROWS if 2 in row.versions]
     v1 = {
         row.controller: mount
@@ -169,7 +169,7 @@ def plan_cgroup_hierarchies(facts: HostFacts) -> tuple[CgroupHierarchy, ...]:
         if (mount := facts.cgroup_for(row.controller)) is not None and mount.version == 1
     }
     if all(controller in v1 for controller in core):
-        return _check_owner(facts, _plan_v1(v1, delegated_root))
+        return _check_owner(facts, _plan_v1(facts, v1))
     unified = next((m for m in facts.cgroups if m.version == 2), None)
     if unified is None or any(c not in unified.controllers for c in core):
         raise UnsupportedHost(
@@ -178,12 +178,12 @@ def plan_cgroup_hierarchies(facts: HostFacts) -> tuple[CgroupHierarchy, ...]:
             "boot with all of them on one version (e.g. systemd.unified_cgroup_hierarchy=1), "
             "or set hardening.cgroups: off to run without cgroup limits",
         )
-    base = delegated_root or _v2_default_base(unified.own_path)
+    base = plan_base_dir(facts, unified)
     hierarchy = CgroupHierarchy(
         version=2,
         mountpoint=unified.mountpoint,
-        base=_join(unified.mountpoint, base),
-        parent=_join(unified.mountpoint, base, PARENT_NAME),
+        base=base,
+        parent=posixpath.join(base, PARENT_NAME),
         controllers=tuple(core),
     )
     return _check_owner(facts, (hierarchy,))
@@ -199,7 +199,7 @@ def _check_owner(facts: HostFacts, plan: tuple[CgroupHierarchy, ...]) -> tuple[C
     return plan
 
 
-def _plan_v1(v1: dict[str, CgroupMount], delegated_root: str | None) -> tuple[CgroupHierarchy, ...]:
+def _plan_v1(facts: HostFacts, v1: dict[str, CgroupMount]) -> tuple[CgroupHierarchy, ...]:
     missing = [row for row in CONTROLLER_ROWS if 1 in row.versions and row.controller not in v1]
     if missing:
         raise UnsupportedHost(
@@ -212,17 +212,27 @@ def _plan_v1(v1: dict[str, CgroupMount], delegated_root: str | None) -> tuple[Cg
         by_mount.setdefault(v1[row.controller].mountpoint, []).append(row.controller)
     plans = []
     for mountpoint, controllers in by_mount.items():
-        base = delegated_root or v1[controllers[0]].own_path
+        base = plan_base_dir(facts, v1[controllers[0]])
         plans.append(
             CgroupHierarchy(
                 version=1,
                 mountpoint=mountpoint,
-                base=_join(mountpoint, base),
-                parent=_join(mountpoint, base, PARENT_NAME),
+                base=base,
+                parent=posixpath.join(base, PARENT_NAME),
                 controllers=tuple(controllers),
             )
         )
     return tuple(plans)
+
+
+def plan_base_dir(facts: HostFacts, mount: CgroupMount) -> str:
+    """The existing cgroup directory in ``mount`` that the shared ``contain`` parent goes in:
+    the delegated root when there is one, else our own cgroup (v1) or its parent (v2).
+
+    ``contain doctor`` tries to create a child exactly here.
+    """
+    base = facts.cgroup_root or (_v2_default_base(mount.own_path) if mount.version == 2 else mount.own_path)
+    return _join(mount.mountpoint, base)
 
 
 def _v2_default_base(own_path: str) -> str:
@@ -255,9 +265,4 @@ def plan_parent_dirs(facts: HostFacts) -> tuple[str, ...]:
     """The shared ``contain`` parent directory in every mounted hierarchy, whether or not the
     layout is one ``plan_cgroup_hierarchies`` accepts (the sweep looks everywhere a sandbox
     cgroup could have been made)."""
-    root = facts.cgroup_root
-    parents = []
-    for mount in facts.cgroups:
-        base = root or (_v2_default_base(mount.own_path) if mount.version == 2 else mount.own_path)
-        parents.append(_join(mount.mountpoint, base, PARENT_NAME))
-    return tuple(parents)
+    return tuple(posixpath.join(plan_base_dir(facts, mount), PARENT_NAME) for mount in facts.cgroups)
