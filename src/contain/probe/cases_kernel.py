@@ -278,7 +278,7 @@ KERNEL_PROBES: dict[str, tuple[KernelProbe, ...]] = {
     ),
 }
 
-# Recorded, not judged: contain's policy does not filter these (see runtime/seccomp.py).
+# Recorded, not judged: contain's policy does not filter these (see runtime/seccomp_rules.py).
 _RECORDED: dict[str, tuple[str, ...]] = {"SY-11": ("wx_record",)}
 
 # --- the static helpers -----------------------------------------------------------------------
@@ -479,7 +479,8 @@ def _sy12(ctx: ProbeContext) -> CaseResult:
     failures: list[str] = []
     from contain.errors import ContainError
     from contain.host.facts import detect_host
-    from contain.runtime.seccomp import compile_filter, seccomp_arch
+    from contain.runtime.seccomp import compile_filter
+    from contain.runtime.seccomp_rules import seccomp_arch
 
     for label, attempt in (
         ("unsupported arch i386", lambda: seccomp_arch("i386")),
