@@ -26,7 +26,7 @@ import pytest
 
 from contain.boundary import LayerRequirement
 from contain.errors import SandboxLost, SandboxStartError, UnsupportedHost
-from contain.host.facts import probe_landlock_abi
+from contain.host.facts import detect_landlock_abi
 from contain.runtime.agent_build import ensure_agent_binary, expected_agent_path
 from contain.runtime.agent_channel import (
     AgentChannel,
@@ -178,7 +178,7 @@ def pids_in_namespace_of(pid: int) -> list[int]:
 
 
 def _landlock_abi_or_skip(minimum: int) -> int:
-    abi = probe_landlock_abi()
+    abi = detect_landlock_abi()
     if abi < minimum:
         pytest.skip(f"kernel Landlock ABI {abi} < {minimum} (CONFIG_SECURITY_LANDLOCK / lsm=)")
     return abi

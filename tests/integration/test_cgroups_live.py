@@ -18,8 +18,9 @@ import pytest
 
 from contain.boundary.model import Resources
 from contain.errors import UnsupportedHost
-from contain.host.facts import HostFacts, probe_host
-from contain.runtime.cgroups import CONTROLLER_ROWS, SandboxCgroup, plan_cgroup_hierarchies
+from contain.host.facts import HostFacts, detect_host
+from contain.runtime.cgroup_plan import CONTROLLER_ROWS, plan_cgroup_hierarchies
+from contain.runtime.cgroups import SandboxCgroup
 
 pytestmark = pytest.mark.needs_root
 
@@ -47,17 +48,17 @@ MakeCgroup = Callable[..., SandboxCgroup]
 
 @pytest.fixture(scope="module")
 def facts() -> HostFacts:
-    facts = probe_host()
+    facts = detect_host()
+    if not facts.is_root and facts.cgroup_root is None:
+        pytest.skip("creating cgroups needs root or a delegated CONTAIN_CGROUP_ROOT")
     try:
-        plan_cgroup_hierarchies(facts, delegated_root=os.environ.get("CONTAIN_CGROUP_ROOT"))
+        plan_cgroup_hierarchies(facts)
     except UnsupportedHost:
         rows = CONTROLLER_ROWS
         missing = [row.controller for row in rows if facts.cgroup_for(row.controller) is None]
         if missing:
             pytest.skip(f"cgroup controllers missing on this host: {', '.join(missing)}")
         raise
-    if os.geteuid() != 0 and "CONTAIN_CGROUP_ROOT" not in os.environ:
-        pytest.skip("creating cgroups needs root or a delegated CONTAIN_CGROUP_ROOT")
     return facts
 
 

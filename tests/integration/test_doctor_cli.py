@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from contain.host.facts import probe_host
+from contain.host.facts import detect_host
 from contain.host.kvm import KvmGuestResult, KvmStatus, check_kvm_guest, run_checker
 
 CONTAIN = str(Path(sys.executable).with_name("contain"))
@@ -59,7 +59,7 @@ def test_json_report_has_checks_verdicts_and_a_matching_exit_code(doctor_json):
 
 
 def test_this_host_has_bwrap_userns_seccomp_and_landlock(doctor_json):
-    facts = probe_host()
+    facts = detect_host()
     if facts.bwrap_path is None:
         pytest.skip("bubblewrap is not installed")
     if not facts.user_namespaces:

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from contain.boundary import Boundary
-from contain.host.facts import probe_host
+from contain.host.facts import detect_host
 from contain.runtime import Sandbox
 from contain.runtime.container.oci_seccomp import render_oci_seccomp
 
@@ -102,7 +102,7 @@ def runc(host_tmp: Path) -> Path:
 
 
 def test_runc_with_the_rendered_profile_refuses_what_the_process_sandbox_refuses(host_tmp: Path, runc: Path):
-    profile = render_oci_seccomp(arch=probe_host().arch)
+    profile = render_oci_seccomp(arch=detect_host().arch)
     in_container = _run_runc(_runc_bundle(host_tmp / "with", seccomp=profile), runc)
     with Sandbox(Boundary()) as sandbox:
         result = sandbox.run(["python3", "-c", ATTACK])

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from contain.host.facts import probe_host
+from contain.host.facts import detect_host
 from contain.runtime.seccomp import compile_filter
 
 pytestmark = pytest.mark.needs_bwrap
@@ -179,7 +179,7 @@ def _no_core_dumps() -> None:
 @pytest.fixture(scope="module")
 def run_in_sandbox() -> Runner:
     """``run(argv, *, filtered, binds=())``: run argv in bwrap, with or without the filter."""
-    facts = probe_host()
+    facts = detect_host()
     if facts.bwrap_path is None:
         pytest.skip("bubblewrap (bwrap) is not installed")
     if facts.arch != "x86_64":

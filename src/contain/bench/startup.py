@@ -31,7 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from contain.boundary import Boundary
-from contain.host.facts import probe_host
+from contain.host.facts import detect_host
 from contain.runtime import Sandbox
 from contain.runtime.plan import sandbox_host_ids
 
@@ -117,7 +117,7 @@ def _raw_bwrap_launcher() -> Callable[[list[str]], None]:
     """Run a raw bwrap argv as the host user contain's sandbox runs as, started the cheapest way,
     the way contain starts its own: through the agent's --exec-as (vfork + one small exec)
     rather than subprocess's user=."""
-    facts = probe_host()
+    facts = detect_host()
     uid, gid = sandbox_host_ids(facts)
     as_user: list[str] = []
     if facts.is_root:

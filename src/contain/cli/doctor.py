@@ -28,19 +28,20 @@ def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
 
 
 def execute(args: argparse.Namespace) -> int:
-    from contain.host.doctor import build_report, observe_host, render_json, render_text
-    from contain.host.facts import probe_host
+    from contain.host.doctor import build_report, render_json, render_text
+    from contain.host.facts import detect_host
+    from contain.host.observe import observe_host
 
     if args.build_agent:
         return _build_agent(as_json=args.json)
-    facts = probe_host()
+    facts = detect_host()
     report = build_report(facts, observe_host(facts))
     sys.stdout.write(render_json(report) if args.json else render_text(report))  # render_text renders each field
     return report.exit_code
 
 
 def _build_agent(*, as_json: bool) -> int:
-    from contain.host.doctor import observe_agent
+    from contain.host.observe import observe_agent
 
     agent = observe_agent(build=True)
     if agent.path is None:

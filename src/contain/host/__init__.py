@@ -1,5 +1,6 @@
-"""What this host offers: ``probe_host`` (cheap, on every sandbox start) and ``contain doctor``
-(slow, real tries: user namespaces, cgroup children, a KVM guest) with a fix for every gap.
+"""What this host offers: ``detect_host`` (cheap, on every sandbox start) and ``contain doctor``
+(slow, real tries in ``observe``: user namespaces, cgroup children, a KVM guest; judged in
+``doctor``) with a fix for every gap.
 
 Names are imported on first use so that the sandbox start-up path, which needs only
 ``contain.host.facts``, does not load the doctor and the KVM checker.
@@ -13,31 +14,29 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from contain.host.doctor import (
         Check,
-        Observations,
         Report,
         Status,
         build_report,
-        observe_agent,
-        observe_host,
         render_json,
         render_text,
     )
-    from contain.host.facts import CgroupMount, HostFacts, probe_host
+    from contain.host.facts import CgroupMount, HostFacts, detect_host
     from contain.host.kvm import KvmGuestResult, KvmStatus, check_kvm_guest
+    from contain.host.observe import Observations, observe_agent, observe_host
 
 _WHERE = {
     "Check": "contain.host.doctor",
-    "Observations": "contain.host.doctor",
+    "Observations": "contain.host.observe",
     "Report": "contain.host.doctor",
     "Status": "contain.host.doctor",
     "build_report": "contain.host.doctor",
-    "observe_agent": "contain.host.doctor",
-    "observe_host": "contain.host.doctor",
+    "observe_agent": "contain.host.observe",
+    "observe_host": "contain.host.observe",
     "render_json": "contain.host.doctor",
     "render_text": "contain.host.doctor",
     "CgroupMount": "contain.host.facts",
     "HostFacts": "contain.host.facts",
-    "probe_host": "contain.host.facts",
+    "detect_host": "contain.host.facts",
     "KvmGuestResult": "contain.host.kvm",
     "KvmStatus": "contain.host.kvm",
     "check_kvm_guest": "contain.host.kvm",
@@ -54,9 +53,9 @@ __all__ = [
     "Status",
     "build_report",
     "check_kvm_guest",
+    "detect_host",
     "observe_agent",
     "observe_host",
-    "probe_host",
     "render_json",
     "render_text",
 ]

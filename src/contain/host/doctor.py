@@ -2,90 +2,58 @@
 
 Three steps, kept apart so the decisions can be tested without a host:
 
-1. ``observe_host(facts)`` does the I/O ``probe_host`` deliberately skips because it is too slow
-   or too intrusive for every sandbox start: it *tries* a user namespace (bwrap or unshare, as
-   nobody when we are root, 5 s timeout), creates and removes a ``contain-doctor-<pid>`` cgroup
-   in each hierarchy, runs the KVM test guests (``host/kvm.py``, 3 s hard timeout), asks QEMU
-   and the OCI runtimes for their versions, and looks for the sandbox agent. It returns a
-   frozen ``Observations`` value.
-2. ``CHECKS`` is a table of small pure functions ``(facts, observations) -> Check``; each row
-   gives one ``Check(name, status, detail, fix)``. ``VERDICTS`` is a second table of pure
-   functions over the finished checks: one verdict per backend and layer.
-3. ``render_text`` / ``render_json`` turn a ``Report`` into output; they do no I/O.
+1. Observing: ``host/observe.py`` (``observe_host``) does the I/O ``detect_host`` deliberately
+   skips (trying a user namespace, creating a cgroup child, running KVM guests, asking tools for
+   their versions) and returns a frozen ``Observations`` value.
+2. Judging, here: ``CHECKS`` is a table of small pure functions ``(facts, observations) ->
+   Check``; each row gives one ``Check(name, status, detail, fix)``. ``VERDICTS`` is a second
+   table of pure functions over the finished checks: one verdict per backend and layer.
+3. Rendering, here: ``render_text`` / ``render_json`` turn a ``Report`` into output; no I/O.
 
 What the exit code means (``Report.exit_code``): 0 when the process backend works here (bwrap,
 user namespaces, seccomp, libseccomp, the agent), 1 otherwise. The other verdicts are advice.
 
-What doctor does not do: it changes nothing on the host except the cgroup directory it creates
-and removes at once, and (only with ``--build-agent``, via ``contain.runtime.agent_build``) the
-agent cache. It does not prove a sandbox is escape-proof: that is ``contain probe``. The verdicts
-mirror the runtime's own decisions (``runtime/plan.py``, ``runtime/cgroups.py``); when those
-change, the rows here must change with them (a unit test pins the controller table).
+Judging uses the runtime's own tables and decisions, never copies of them: the cgroup rows are
+``runtime/cgroup_plan.CONTROLLER_ROWS``, the cgroups verdict is ``plan_cgroup_hierarchies`` (the
+function ``plan_layers`` decides with), the sandbox's uid is ``runtime/plan.NOBODY_UID``. The
+other verdicts restate ``plan_layers``' refusals (bwrap, user namespaces, seccomp, libseccomp,
+Landlock); a unit test checks the cgroups verdict against ``plan_layers`` over a truth table.
+
+What doctor does not do: decide anything for a sandbox, or prove a sandbox escape-proof (that
+is ``contain probe``).
 """
 
 from __future__ import annotations
 
-import errno
-import glob
 import json
-import os
-import shutil
-import subprocess
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from enum import StrEnum
 
-from contain.host.facts import CgroupMount, HostFacts, bwrap_version
-from contain.host.kvm import KVM_API_VERSION, KVM_DEVICE, KvmGuestResult, KvmStatus
+from contain.errors import UnsupportedHost
+from contain.host.facts import CGROUP_ROOT_ENV, CgroupMount, HostFacts
+from contain.host.kvm import KVM_API_VERSION, KVM_DEVICE, KvmStatus
+from contain.host.observe import OCI_RUNTIMES, QEMU, DetectedTool, Observations
+from contain.runtime.cgroup_plan import CONTROLLER_ROWS, ControllerRow, plan_cgroup_hierarchies
+from contain.runtime.plan import NOBODY_UID
 from contain.visible_text import for_terminal
 
 __all__ = [
-    "CGROUP_CONTROLLERS",
     "CHECKS",
     "PROCESS_NEEDS",
     "VERDICTS",
-    "AgentProbe",
-    "CgroupTrial",
     "Check",
     "CheckRow",
-    "Observations",
     "Report",
     "Status",
-    "ToolProbe",
-    "Trial",
     "build_report",
     "cgroup_layout",
-    "observe_agent",
-    "observe_host",
     "render_json",
     "render_text",
     "run_checks",
 ]
 
-# (controller, cgroup versions the runtime needs it on, why). Mirrors
-# runtime/cgroups.py CONTROLLER_ROWS; tests/unit/host/test_doctor.py asserts they agree.
-CGROUP_CONTROLLERS: tuple[tuple[str, tuple[int, ...], str], ...] = (
-    ("memory", (1, 2), "memory limit incl. swap, peak memory, OOM kills"),
-    ("pids", (1, 2), "pids_max; bounds fork bombs"),
-    ("cpu", (1, 2), "cpu_cores as a CFS quota"),
-    ("cpuacct", (1,), "CPU seconds used (v2: cpu.stat is core)"),
-    ("freezer", (1,), "freeze before kill (v2: cgroup.freeze is core)"),
-)
-OCI_RUNTIMES: tuple[tuple[str, str], ...] = (
-    ("runc", "apt-get install runc"),
-    ("crun", "apt-get install crun"),
-    ("runsc", "install gVisor: https://gvisor.dev/docs/user_guide/install/"),
-)
-QEMU = "qemu-system-x86_64"
 QEMU_FIX = "apt-get install qemu-system-x86"
-KERNEL_IMAGE_GLOBS = ("/boot/vmlinuz*", "/boot/vmlinux*")
-CGROUP_ROOT_ENV = "CONTAIN_CGROUP_ROOT"  # same variable as runtime/cgroups.py ROOT_ENV
-NOBODY_UID = 65534  # runtime/plan.py NOBODY_UID: the sandbox's host uid when contain is root
-_COMPILERS = ("cc", "gcc", "clang")
-_TRIAL_TIMEOUT_S = 5.0
-_CACHE_HIT_S = 0.05  # an agent cache hit is a few stat() calls; slower means it compiled
-_VERSION_TIMEOUT_S = 3.0
 _USERNS_FIX = (
     "sysctl -w user.max_user_namespaces=15000; on Ubuntu also sysctl -w kernel.apparmor_restrict_unprivileged_userns=0"
 )
@@ -108,72 +76,6 @@ class Check:
     status: Status
     detail: str
     fix: str = ""
-
-
-@dataclass(frozen=True)
-class Trial:
-    """The outcome of actually trying something (a command, an ioctl)."""
-
-    ok: bool
-    detail: str
-
-
-@dataclass(frozen=True)
-class ToolProbe:
-    """An executable and the first line of its ``--version`` (None when absent or broken)."""
-
-    name: str
-    path: str | None
-    version: str | None = None
-    error: str | None = None
-
-
-@dataclass(frozen=True)
-class CgroupTrial:
-    """Where a controller is mounted and whether we could mkdir+rmdir a child under our cgroup.
-
-    ``error`` is None when the child was created and removed; ``mount`` None when the
-    controller is not mounted (or, on v2, not enabled at our level).
-    """
-
-    controller: str
-    mount: CgroupMount | None
-    directory: str | None
-    error: str | None
-
-
-@dataclass(frozen=True)
-class AgentProbe:
-    """The in-sandbox agent: built (path), buildable, or broken (error + fix)."""
-
-    path: str | None
-    error: str | None = None
-    fix: str = ""
-    compiler: str | None = None
-    built_now: bool = False
-    seconds: float = 0.0
-
-
-@dataclass(frozen=True)
-class Observations:
-    """Everything doctor learned beyond ``HostFacts``. Construct one by hand in tests."""
-
-    userns_trial: Trial | None  # None: neither bwrap nor unshare to try with
-    bwrap_version: str | None  # `bwrap --version`; None when absent or it failed
-    seccomp_actions: tuple[str, ...]
-    lsm: str | None  # /sys/kernel/security/lsm, e.g. "lockdown,capability,yama"
-    cgroup_trials: tuple[CgroupTrial, ...]
-    memsw: bool | None  # memory+swap accounting files exist; None without a memory controller
-    swap_bytes: int
-    cgroup_root_env: str | None
-    kvm_present: bool
-    kvm_api: Trial | None  # detail is the version number when ok
-    kvm_guest: KvmGuestResult | None
-    qemu: ToolProbe
-    qemu_microvm: bool | None  # None: QEMU absent or `-machine help` failed
-    kernel_images: tuple[str, ...]
-    oci: tuple[ToolProbe, ...]
-    agent: AgentProbe
 
 
 @dataclass(frozen=True)
@@ -308,7 +210,8 @@ def _check_cgroup_layout(facts: HostFacts, obs: Observations) -> Check:
     return Check("cgroup-layout", Status.OK, f"{layout}{note}")
 
 
-def _cgroup_row(controller: str, versions: tuple[int, ...], why: str) -> CheckRow:
+def _cgroup_row(row: ControllerRow) -> CheckRow:
+    controller, versions, why = row.controller, row.versions, row.why
     name = f"cgroup-{controller}"
 
     def judge(facts: HostFacts, obs: Observations) -> Check:
@@ -438,19 +341,19 @@ def _check_qemu(facts: HostFacts, obs: Observations) -> Check:
 
 def _oci_row(runtime: str, install: str) -> CheckRow:
     def judge(facts: HostFacts, obs: Observations) -> Check:
-        probe = next((p for p in obs.oci if p.name == runtime), ToolProbe(runtime, None))
-        if probe.path is None:
+        tool = next((p for p in obs.oci if p.name == runtime), DetectedTool(runtime, None))
+        if tool.path is None:
             return Check(runtime, Status.WARN, "not installed", install)
-        if probe.version is None:
-            return Check(runtime, Status.WARN, f"{probe.path} --version failed: {probe.error}", install)
+        if tool.version is None:
+            return Check(runtime, Status.WARN, f"{tool.path} --version failed: {tool.error}", install)
         if runtime == "crun" and cgroup_layout(facts.cgroups) == "hybrid":
             return Check(
                 runtime,
                 Status.WARN,
-                f"{probe.version}; crun refuses hybrid cgroup layouts like this host's",
+                f"{tool.version}; crun refuses hybrid cgroup layouts like this host's",
                 "use runc, or boot with systemd.unified_cgroup_hierarchy=1 (pure cgroup v2)",
             )
-        return Check(runtime, Status.OK, f"{probe.path}, {probe.version}")
+        return Check(runtime, Status.OK, f"{tool.path}, {tool.version}")
 
     return CheckRow(runtime, "OCI runtime for the container backend", judge)
 
@@ -499,9 +402,9 @@ CHECKS: tuple[CheckRow, ...] = (
     CheckRow("libseccomp", "the filter is compiled with libseccomp", _check_libseccomp),
     CheckRow("landlock", "an extra filesystem layer inside the sandbox", _check_landlock),
     CheckRow("cgroup-layout", "where cgroup controllers live", _check_cgroup_layout),
-    *(_cgroup_row(c, versions, why) for c, versions, why in CGROUP_CONTROLLERS),
+    *(_cgroup_row(row) for row in CONTROLLER_ROWS),
     CheckRow("memory-swap-accounting", "memory limits must bound swap too", _check_memsw),
-    CheckRow("root", "as root the sandbox runs as nobody; cgroups need root", _check_root),
+    CheckRow("root", "as root each sandbox gets its own host uid; cgroups need root or delegation", _check_root),
     CheckRow("kvm-device", "the microvm backend wants KVM", _check_kvm_device),
     CheckRow("kvm-api", "a KVM that answers the stable API", _check_kvm_api),
     CheckRow("kvm-guest", "a KVM that actually runs a guest", _check_kvm_guest),
@@ -562,17 +465,14 @@ def _verdict_landlock(facts: HostFacts, checks: Mapping[str, Check]) -> Check:
 
 
 def _verdict_cgroups(facts: HostFacts, checks: Mapping[str, Check]) -> Check:
-    names = [f"cgroup-{c}" for c, _, _ in CGROUP_CONTROLLERS]
+    names = [f"cgroup-{row.controller}" for row in CONTROLLER_ROWS]
     gaps = _gaps(checks, [*names, "memory-swap-accounting"])
     off = "hardening.cgroups: required (the default) is refused; set hardening.cgroups: off for "
     off += "rlimits only"
-    if not facts.is_root:
-        return Check(
-            "cgroups",
-            Status.FAIL,
-            f"contain applies cgroup limits only as root; {off}",
-            "run contain as root",
-        )
+    try:  # the runtime's own decision (plan_layers calls the same function)
+        hierarchies = plan_cgroup_hierarchies(facts)
+    except UnsupportedHost as exc:
+        return Check("cgroups", Status.FAIL, f"{exc.cause}; {off}", exc.fix)
     if gaps:
         return Check(
             "cgroups",
@@ -580,8 +480,7 @@ def _verdict_cgroups(facts: HostFacts, checks: Mapping[str, Check]) -> Check:
             "missing: " + ", ".join(g.name for g in gaps) + f"; {off}",
             _fixes(gaps),
         )
-    where = "v1" if cgroup_layout(facts.cgroups) in ("v1", "hybrid") else "v2"
-    return Check("cgroups", Status.OK, f"memory, pids and cpu limits on cgroup {where}")
+    return Check("cgroups", Status.OK, f"memory, pids and cpu limits on cgroup v{hierarchies[0].version}")
 
 
 def _verdict_container(facts: HostFacts, checks: Mapping[str, Check]) -> Check:
@@ -668,225 +567,3 @@ def report_to_dict(report: Report) -> dict[str, object]:
 def render_json(report: Report) -> str:
     """Exactly one JSON object, newline-terminated."""
     return json.dumps(report_to_dict(report), sort_keys=False) + "\n"
-
-
-# ------------------------------------------------------------------------------- I/O probes
-
-
-def _read(path: str) -> str | None:
-    try:
-        with open(path, encoding="utf-8", errors="replace") as handle:
-            return handle.read()
-    except OSError:
-        return None
-
-
-def _errno_text(exc: OSError) -> str:
-    return f"{errno.errorcode.get(exc.errno or 0, str(exc.errno))} ({exc.strerror})"
-
-
-def _run(argv: Sequence[str], *, timeout_s: float, as_nobody: bool = False) -> Trial:
-    try:
-        done = subprocess.run(
-            list(argv),
-            capture_output=True,
-            text=True,
-            timeout=timeout_s,
-            check=False,
-            stdin=subprocess.DEVNULL,
-            cwd="/",  # nobody may not be able to enter the caller's directory
-            user=NOBODY_UID if as_nobody else None,
-            group=NOBODY_UID if as_nobody else None,
-            extra_groups=[] if as_nobody else None,
-        )
-    except subprocess.TimeoutExpired:
-        return Trial(False, f"timed out after {timeout_s:g} s")
-    except OSError as exc:
-        return Trial(False, _errno_text(exc))
-    out = (done.stdout.strip() or done.stderr.strip()).splitlines()
-    first = out[0] if out else ""
-    if done.returncode != 0:
-        tail = (done.stderr.strip().splitlines() or [first])[-1]
-        return Trial(False, f"exit status {done.returncode}: {tail}")
-    return Trial(True, first)
-
-
-def try_user_namespace(facts: HostFacts) -> Trial | None:
-    """Create a user namespace for real: bwrap (or unshare) running /usr/bin/true.
-
-    As root the trial runs as nobody, like the sandbox does, so it tests the *unprivileged* path.
-    """
-    as_nobody = facts.is_root
-    who = f"as uid {NOBODY_UID}" if as_nobody else f"as uid {facts.uid}"
-    if facts.bwrap_path is not None:
-        argv = [
-            facts.bwrap_path,
-            "--unshare-all",
-            "--unshare-user",
-            "--die-with-parent",
-            "--ro-bind",
-            "/usr",
-            "/usr",
-            "--symlink",
-            "usr/lib",
-            "/lib",
-            "--symlink",
-            "usr/lib64",
-            "/lib64",
-            "--symlink",
-            "usr/bin",
-            "/bin",
-            "/usr/bin/true",
-        ]
-        tool = "bwrap --unshare-all"
-    elif (unshare := shutil.which("unshare")) is not None:
-        argv = [unshare, "--user", "--map-root-user", "--", "/usr/bin/true"]
-        tool = "unshare --user"
-    else:
-        return None
-    trial = _run(argv, timeout_s=_TRIAL_TIMEOUT_S, as_nobody=as_nobody)
-    return Trial(trial.ok, f"{tool} {who}" if trial.ok else f"{tool} {who}: {trial.detail}")
-
-
-def try_cgroup_children(facts: HostFacts, *, root_override: str | None, pid: int) -> tuple[CgroupTrial, ...]:
-    """mkdir+rmdir ``contain-doctor-<pid>`` under our cgroup of each hierarchy (once per mount)."""
-    done: dict[str, str | None] = {}
-    trials = []
-    for controller, _, _ in CGROUP_CONTROLLERS:
-        mount = facts.cgroup_for(controller)
-        if mount is None:
-            trials.append(CgroupTrial(controller, None, None, None))
-            continue
-        base = root_override or mount.own_path
-        directory = os.path.join(mount.mountpoint, base.lstrip("/")).rstrip("/")
-        if directory not in done:
-            child = os.path.join(directory, f"contain-doctor-{pid}")
-            try:
-                os.mkdir(child)
-                os.rmdir(child)
-                done[directory] = None
-            except OSError as exc:
-                done[directory] = _errno_text(exc)
-        trials.append(CgroupTrial(controller, mount, directory, done[directory]))
-    return tuple(trials)
-
-
-def _memsw(trials: Sequence[CgroupTrial]) -> bool | None:
-    memory = next((t for t in trials if t.controller == "memory"), None)
-    if memory is None or memory.mount is None or memory.directory is None:
-        return None
-    name = "memory.memsw.limit_in_bytes" if memory.mount.version == 1 else "memory.swap.max"
-    # The v2 root cgroup has no memory.swap.max, so look in our own cgroup first, then the root.
-    places = (memory.directory, memory.mount.mountpoint)
-    return any(os.path.exists(os.path.join(d, name)) for d in places)
-
-
-def _swap_bytes() -> int:
-    for line in (_read("/proc/meminfo") or "").splitlines():
-        if line.startswith("SwapTotal:"):
-            return int(line.split()[1]) * 1024
-    return 0
-
-
-def probe_tool(name: str, *args: str) -> ToolProbe:
-    """``name --version`` (or ``args``): path and first line of output."""
-    path = shutil.which(name)
-    if path is None:
-        return ToolProbe(name, None)
-    trial = _run([path, *(args or ("--version",))], timeout_s=_VERSION_TIMEOUT_S)
-    if not trial.ok:
-        return ToolProbe(name, path, None, trial.detail)
-    return ToolProbe(name, path, trial.detail or "(no version output)")
-
-
-def _qemu_microvm(qemu: ToolProbe) -> bool | None:
-    if qemu.path is None or qemu.version is None:
-        return None
-    try:
-        done = subprocess.run(
-            [qemu.path, "-machine", "help"],
-            capture_output=True,
-            text=True,
-            timeout=_VERSION_TIMEOUT_S,
-            check=False,
-            stdin=subprocess.DEVNULL,
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return any(line.split()[:1] == ["microvm"] for line in done.stdout.splitlines())
-
-
-def _kvm_api() -> Trial:
-    from contain.host.kvm import kvm_api_version
-
-    try:
-        return Trial(True, str(kvm_api_version()))
-    except OSError as exc:
-        return Trial(False, _errno_text(exc))
-
-
-def _compiler() -> str | None:
-    return next((p for c in _COMPILERS if (p := shutil.which(c)) is not None), None)
-
-
-def observe_agent(*, build: bool) -> AgentProbe:
-    """Find the sandbox agent; with ``build`` compile it when missing.
-
-    Without ``build`` nothing is written: an existing binary for the current source is validated
-    (owner, mode) through ``ensure_agent_binary``, a missing one is reported as not built.
-    """
-    try:
-        from contain.runtime import agent_build
-    except ImportError as exc:
-        return AgentProbe(
-            None,
-            f"not built: contain.runtime.agent_build unavailable ({exc})",
-            "reinstall contain (pip install -e .)",
-        )
-    from contain.errors import ContainError
-
-    compiler = _compiler()
-    # agent_build names the binary by a digest it keeps private (no public "expected path" yet);
-    # look it up the same way. If that name ever goes away, fall back to ensure_agent_binary(),
-    # which builds when missing, exactly as the next sandbox start would.
-    digest = getattr(agent_build, "_build_digest", None)
-    expected = agent_build.agent_cache_dir().absolute() / f"contain-agent-{digest()}" if callable(digest) else None
-    existed = expected is not None and os.path.lexists(expected)
-    if not build and expected is not None and not existed:
-        return AgentProbe(None, compiler=compiler)
-    started = time.monotonic()
-    try:
-        path = agent_build.ensure_agent_binary()
-    except ContainError as exc:
-        return AgentProbe(None, exc.cause, exc.fix, compiler)
-    seconds = time.monotonic() - started
-    built_now = not existed if expected is not None else seconds > _CACHE_HIT_S
-    return AgentProbe(str(path), compiler=compiler, built_now=built_now, seconds=seconds)
-
-
-def observe_host(facts: HostFacts, *, build_agent: bool = False) -> Observations:
-    """Do the slow, real tries ``probe_host`` skips. Takes about a second on a healthy host."""
-    from contain.host.kvm import check_kvm_guest
-
-    root_override = os.environ.get(CGROUP_ROOT_ENV) or None
-    trials = try_cgroup_children(facts, root_override=root_override, pid=os.getpid())
-    kvm_present = os.path.exists(KVM_DEVICE)
-    qemu = probe_tool(QEMU)
-    return Observations(
-        userns_trial=try_user_namespace(facts),
-        bwrap_version=bwrap_version(facts.bwrap_path),
-        seccomp_actions=tuple((_read("/proc/sys/kernel/seccomp/actions_avail") or "").split()),
-        lsm=_read("/sys/kernel/security/lsm"),
-        cgroup_trials=trials,
-        memsw=_memsw(trials),
-        swap_bytes=_swap_bytes(),
-        cgroup_root_env=root_override,
-        kvm_present=kvm_present,
-        kvm_api=_kvm_api() if kvm_present else None,
-        kvm_guest=check_kvm_guest(arch=facts.arch) if kvm_present else None,
-        qemu=qemu,
-        qemu_microvm=_qemu_microvm(qemu),
-        kernel_images=tuple(sorted(p for g in KERNEL_IMAGE_GLOBS for p in glob.glob(g))),
-        oci=tuple(probe_tool(name) for name, _ in OCI_RUNTIMES),
-        agent=observe_agent(build=build_agent),
-    )

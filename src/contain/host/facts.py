@@ -1,7 +1,7 @@
-"""What this host offers, probed once and returned as a frozen value.
+"""What this host offers, detected once and returned as a frozen value.
 
 Planning functions take ``HostFacts`` as an argument, so every decision that depends on the host is
-a pure function that tests can drive with a constructed value. Probing is cheap on purpose (a few
+a pure function that tests can drive with a constructed value. Detection is cheap on purpose (a few
 /proc reads and one syscall): it runs on the start-up path of every sandbox.
 
 Does not decide anything: whether a missing layer is fatal is the runtime's decision
@@ -20,13 +20,19 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 __all__ = [
+    "CGROUP_ROOT_ENV",
     "CgroupMount",
     "HostFacts",
+    "detect_host",
+    "detect_landlock_abi",
     "parse_cgroup_mounts",
     "parse_own_cgroups",
-    "probe_host",
-    "probe_landlock_abi",
+    "read_host_file",
 ]
+
+# A cgroup delegated to this user (e.g. systemd ``Delegate=yes``), as /proc/self/cgroup spells it.
+# Read once, by ``detect_host``; the runtime and doctor take it from ``HostFacts.cgroup_root``.
+CGROUP_ROOT_ENV = "CONTAIN_CGROUP_ROOT"
 
 # landlock_create_ruleset(NULL, 0, LANDLOCK_CREATE_RULESET_VERSION) returns the ABI version.
 _SYS_LANDLOCK_CREATE_RULESET = {"x86_64": 444, "aarch64": 444}
@@ -57,6 +63,9 @@ class HostFacts:
     landlock_abi: int  # 0 when unavailable
     cgroups: tuple[CgroupMount, ...] = field(default=())
     libseccomp_path: str | None = None
+    # $CONTAIN_CGROUP_ROOT as given (None when unset or empty). Not checked here: the runtime's
+    # cgroup plan refuses a path that is not absolute and normalised.
+    cgroup_root: str | None = None
 
     def cgroup_for(self, controller: str) -> CgroupMount | None:
         """The hierarchy that offers ``controller`` (a v1 mount, or v2 with it enabled)."""
@@ -66,7 +75,7 @@ class HostFacts:
         return None
 
 
-def probe_landlock_abi(arch: str | None = None) -> int:
+def detect_landlock_abi(arch: str | None = None) -> int:
     """Ask the kernel for its Landlock ABI version; 0 when Landlock is absent or disabled."""
     number = _SYS_LANDLOCK_CREATE_RULESET.get(arch or os.uname().machine)
     if number is None:
@@ -77,28 +86,33 @@ def probe_landlock_abi(arch: str | None = None) -> int:
     return int(abi) if abi > 0 else 0
 
 
-def _read(path: str) -> str | None:
+def read_host_file(path: str) -> str | None:
+    """The text of a host file (/proc, /sys, cgroupfs), or None when it cannot be read.
+
+    For detection only: None means "this host does not offer it", never an error to raise.
+    Bytes that are not UTF-8 become U+FFFD.
+    """
     try:
-        with open(path, encoding="ascii", errors="replace") as handle:
+        with open(path, encoding="utf-8", errors="replace") as handle:
             return handle.read()
     except OSError:
         return None
 
 
 def _user_namespaces_enabled() -> bool:
-    max_ns = _read("/proc/sys/user/max_user_namespaces")
+    max_ns = read_host_file("/proc/sys/user/max_user_namespaces")
     if max_ns is not None and max_ns.strip() == "0":
         return False
     # Debian/Ubuntu knobs; absent on mainline kernels.
     for knob in ("/proc/sys/kernel/unprivileged_userns_clone",):
-        value = _read(knob)
+        value = read_host_file(knob)
         if value is not None and value.strip() == "0" and os.geteuid() != 0:
             return False
     return os.path.exists("/proc/self/ns/user")
 
 
 def _seccomp_available() -> bool:
-    status = _read("/proc/self/status") or ""
+    status = read_host_file("/proc/self/status") or ""
     return any(line.startswith("Seccomp:") for line in status.splitlines())
 
 
@@ -161,12 +175,13 @@ def parse_cgroup_mounts(mountinfo: str, own_cgroups: str, read: Callable[[str], 
 
 
 def _cgroup_mounts() -> tuple[CgroupMount, ...]:
-    return parse_cgroup_mounts(_read("/proc/self/mountinfo") or "", _read("/proc/self/cgroup") or "", _read)
+    mountinfo = read_host_file("/proc/self/mountinfo") or ""
+    return parse_cgroup_mounts(mountinfo, read_host_file("/proc/self/cgroup") or "", read_host_file)
 
 
 @functools.cache
 def bwrap_version(path: str | None) -> str | None:
-    """``bwrap --version`` (for doctor and reports). Not part of ``probe_host``: running bwrap
+    """``bwrap --version`` (for doctor and reports). Not part of ``detect_host``: running bwrap
     costs a process start on every sandbox start, and nothing there depends on the version."""
     if path is None:
         return None
@@ -191,8 +206,12 @@ def _find_libseccomp() -> str | None:
 
 
 @functools.cache
-def probe_host() -> HostFacts:
-    """Probe this host once per process (cached); cheap enough for every sandbox start."""
+def detect_host() -> HostFacts:
+    """Detect what this host offers, once per process (cached); cheap enough for every sandbox start.
+
+    Environment read here and nowhere else: ``CONTAIN_CGROUP_ROOT`` (``HostFacts.cgroup_root``).
+    Being cached, a change to it later in the same process is not seen.
+    """
     arch = os.uname().machine
     bwrap = shutil.which("bwrap")
     return HostFacts(
@@ -203,9 +222,10 @@ def probe_host() -> HostFacts:
         bwrap_path=bwrap,
         user_namespaces=_user_namespaces_enabled(),
         seccomp=_seccomp_available(),
-        landlock_abi=probe_landlock_abi(arch),
+        landlock_abi=detect_landlock_abi(arch),
         cgroups=_cgroup_mounts(),
         libseccomp_path=_find_libseccomp(),
+        cgroup_root=os.environ.get(CGROUP_ROOT_ENV) or None,
     )
 
 

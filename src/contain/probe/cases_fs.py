@@ -646,27 +646,27 @@ def fs_15(ctx: ProbeContext) -> CaseResult:
     from contain.boundary import Boundary
     from contain.boundary.plain import plain_boundary
     from contain.errors import UnsupportedHost
-    from contain.host.facts import probe_host
+    from contain.host.facts import detect_host
     from contain.runtime.plan import plan_layers
 
-    facts = probe_host()
+    facts = detect_host()
     low = dataclasses.replace(facts, landlock_abi=0)
     required = plain_boundary(Boundary.model_validate({"hardening": {"landlock": "required"}}))
     auto = plain_boundary(Boundary.model_validate({"hardening": {"landlock": "auto"}}))
     evidence: dict[str, Any] = {"host_landlock_abi": facts.landlock_abi}
     breaches = []
     try:
-        plan = plan_layers(required, low, egress_available=True, delegated_root=None)
+        plan = plan_layers(required, low, egress_available=True)
         breaches.append(f"landlock: required was accepted on ABI 0 ({plan.report.get('landlock')})")
     except UnsupportedHost as exc:
         evidence["required_on_abi_0"] = f"refused: {exc.cause}"
-    plan_auto = plan_layers(auto, low, egress_available=True, delegated_root=None)
+    plan_auto = plan_layers(auto, low, egress_available=True)
     evidence["auto_on_abi_0"] = plan_auto.report.get("landlock")
     if plan_auto.landlock is not None or "applied" in str(plan_auto.report.get("landlock", "")):
         breaches.append("landlock: auto claims Landlock is applied on ABI 0")
     control_ok: bool | None = None
     if facts.landlock_abi >= 1:
-        plan_real = plan_layers(required, facts, egress_available=True, delegated_root=None)
+        plan_real = plan_layers(required, facts, egress_available=True)
         control_ok = plan_real.landlock is not None
         evidence["required_on_host"] = plan_real.report.get("landlock")
     return verdict(

@@ -16,7 +16,7 @@ every planted listener and see the planted variables.
 
 IP-07, a deliberate deviation from the catalogue: contain keeps ``socket(AF_UNIX)`` allowed (the
 egress path and many tools need it; see the ``socket``/``socketpair`` ALLOW rows in
-runtime/seccomp.py). What isolates Unix sockets is the mount view (host socket paths are not in
+runtime/seccomp_rules.py). What isolates Unix sockets is the mount view (host socket paths are not in
 the sandbox) and the network namespace (abstract names are per netns). IP-07 therefore checks
 that ``socketpair()`` works inside (the catalogue's control) and that a host path socket and a
 host abstract socket are unreachable.

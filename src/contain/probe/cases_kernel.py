@@ -278,7 +278,7 @@ KERNEL_PROBES: dict[str, tuple[KernelProbe, ...]] = {
     ),
 }
 
-# Recorded, not judged: contain's policy does not filter these (see runtime/seccomp.py).
+# Recorded, not judged: contain's policy does not filter these (see runtime/seccomp_rules.py).
 _RECORDED: dict[str, tuple[str, ...]] = {"SY-11": ("wx_record",)}
 
 # --- the static helpers -----------------------------------------------------------------------
@@ -478,8 +478,9 @@ def _sy12(ctx: ProbeContext) -> CaseResult:
     breaches: list[str] = []
     failures: list[str] = []
     from contain.errors import ContainError
-    from contain.host.facts import probe_host
-    from contain.runtime.seccomp import compile_filter, seccomp_arch
+    from contain.host.facts import detect_host
+    from contain.runtime.seccomp import compile_filter
+    from contain.runtime.seccomp_rules import seccomp_arch
 
     for label, attempt in (
         ("unsupported arch i386", lambda: seccomp_arch("i386")),
@@ -491,7 +492,7 @@ def _sy12(ctx: ProbeContext) -> CaseResult:
             checks[label] = "accepted"
         except ContainError as exc:
             checks[label] = f"refused: {exc.cause[:120]}"
-    facts = probe_host()
+    facts = detect_host()
     bwrap = facts.bwrap_path or shutil.which("bwrap")
     if bwrap is None:
         failures.append("bwrap not found: the malformed-filter check cannot run")

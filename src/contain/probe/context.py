@@ -212,10 +212,10 @@ def sandbox_host_uid() -> int:
     """The owner given to planted trees the attack may write (workspaces are write binds): nobody
     when contain is root, which a leased sandbox uid acts as through its idmapped binds, and which
     is the sandbox's own uid where idmapping is unavailable."""
-    from contain.host.facts import probe_host
+    from contain.host.facts import detect_host
     from contain.runtime.plan import sandbox_host_ids
 
-    return sandbox_host_ids(probe_host())[0]
+    return sandbox_host_ids(detect_host())[0]
 
 
 @dataclass(frozen=True)

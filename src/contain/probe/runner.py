@@ -130,9 +130,9 @@ def run_battery(
 def host_summary() -> dict[str, Any]:
     """A few host facts for the report (never fails: a probe error is reported as text)."""
     try:
-        from contain.host.facts import bwrap_version, probe_host
+        from contain.host.facts import bwrap_version, detect_host
 
-        facts = probe_host()
+        facts = detect_host()
     except Exception as exc:  # the report still renders; the failure is the summary
         return {"error": f"{type(exc).__name__}: {exc}"}
     import platform

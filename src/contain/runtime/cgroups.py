@@ -23,17 +23,12 @@ What is NOT enforced here:
 - The agent itself is not protected from the OOM killer by the cgroup; workloads run with
   ``oom_score_adj=1000`` so the kernel picks them first (see "Decisions").
 
+
+Planning (which hierarchies, which files, which values) is ``runtime/cgroup_plan.py``; removing
+the cgroups of dead contain processes is ``runtime/cgroup_sweep.py``.
+
 Decisions (each one considered against the alternative we did not take):
 
-- **Where cgroups live.** Directories are named ``contain-<owner pid>-<name>-<random>`` inside a
-  shared ``contain`` parent. v1: the parent sits in this process's own cgroup of every hierarchy
-  (v1 has no "no internal processes" rule). v2: a cgroup that holds processes cannot enable
-  controllers for children (cgroup-v2.rst, "No Internal Process Constraint"), so the parent is a
-  *sibling* of our own cgroup (``<parent of own>/contain``), or ``/contain`` when we sit in the
-  root. ``CONTAIN_CGROUP_ROOT=/some/delegated/cgroup`` (a path inside the hierarchy, as in
-  /proc/self/cgroup) overrides the base on both versions; that is how a non-root user points us at
-  a systemd ``Delegate=yes`` subtree. We did not move our own process into a leaf to free our
-  cgroup: that would change the caller's accounting behind its back.
 - **Memory without swap accounting.** When ``memory.memsw.*`` (v1) or ``memory.swap.max`` (v2) is
   absent the kernel cannot bound swap per cgroup. If the host has no swap at all, the RAM limit is
   already a memory+swap limit and we proceed; if it has swap we refuse (``UnsupportedHost``). v1
@@ -41,9 +36,6 @@ Decisions (each one considered against the alternative we did not take):
 - **No memory.oom.group on v2.** With oom.group the kernel kills the whole cgroup, agent included,
   on the first OOM; the run would end as ``SandboxLost`` instead of one workload being reported as
   OOM-killed. We rely on per-task selection plus ``oom_score_adj=1000`` on workloads instead.
-- **CPU quota.** The period is the kernel default 100 ms; quotas under the kernel's 1 ms minimum
-  use a 1 s period (the kernel maximum), so 0.001 cores is the smallest bandwidth we can express.
-  Smaller values are refused rather than rounded up.
 - **Peak memory reset on v2.** ``memory.peak`` became resettable in Linux 6.12, per open file: the
   reset only affects reads through the same descriptor, so ``reset_peak()`` keeps that descriptor
   and ``usage()`` reads through it. Before 6.12 the peak stays cumulative and ``reset_peak()``
@@ -51,10 +43,6 @@ Decisions (each one considered against the alternative we did not take):
 - **Pid reuse during kill_all.** Members are signalled by pid while frozen. A frozen member cannot
   exit; one already exiting could be reaped and its pid reused only after the kernel's cyclic
   allocator wraps ``pid_max`` in the microseconds between the read and the kill.
-- **Stale cgroups.** ``sweep_stale_cgroups`` removes only *empty* ``contain-*`` directories whose
-  owner pid is dead. It assumes every contain process sharing a parent shares a pid namespace.
-  Populated orphans are left alone and logged: killing them is a decision for a human.
-- The shared ``contain`` parent is never removed: another process may be creating a sibling.
 """
 
 from __future__ import annotations
@@ -71,55 +59,29 @@ from dataclasses import dataclass
 from contain._log import LazyLogger
 from contain.boundary.plain import PlainResources
 from contain.errors import SandboxLost, SandboxStartError, UnsupportedHost
-from contain.host.facts import CgroupMount, HostFacts, errno_name
+from contain.host.facts import CGROUP_ROOT_ENV, HostFacts, errno_name
+from contain.runtime.cgroup_plan import (
+    CONTROLLER_ROWS,
+    LEAF_PREFIX,
+    CgroupHierarchy,
+    plan_cgroup_hierarchies,
+    plan_cgroup_limits,
+)
 
 __all__ = [
-    "CONTROLLER_ROWS",
-    "CgroupHierarchy",
     "CgroupOps",
     "CgroupUsage",
-    "ControllerRow",
     "SandboxCgroup",
     "parse_keyed_counters",
-    "plan_cgroup_hierarchies",
-    "plan_cgroup_limits",
-    "sweep_stale_cgroups",
 ]
 
 _log = LazyLogger(__name__)
 
-ROOT_ENV = "CONTAIN_CGROUP_ROOT"
-PARENT_NAME = "contain"
-LEAF_PREFIX = "contain-"
-_LEAF_RE = re.compile(r"^contain-(\d+)-")
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,31}$")
-
-# Documentation/scheduler/sched-bwc.rst: default period 100 ms; period <= 1 s; quota >= 1 ms.
-CFS_PERIOD_US = 100_000
-CFS_LONG_PERIOD_US = 1_000_000
-CFS_MIN_QUOTA_US = 1_000
 
 _POLL_S = 0.001  # first poll interval while waiting for the kernel; doubles up to _POLL_MAX_S
 _POLL_MAX_S = 0.01
 _ROUND_S = 0.05  # how long one freeze-kill-thaw round waits for killed members to leave
-
-
-@dataclass(frozen=True)
-class ControllerRow:
-    """One controller a sandbox cgroup needs, on which cgroup versions, and why."""
-
-    controller: str
-    versions: tuple[int, ...]
-    why: str
-
-
-CONTROLLER_ROWS: tuple[ControllerRow, ...] = (
-    ControllerRow("memory", (1, 2), "memory_bytes limit (incl. swap), peak memory, OOM-kill count"),
-    ControllerRow("pids", (1, 2), "pids_max limit and the current count; bounds fork bombs"),
-    ControllerRow("cpu", (1, 2), "cpu_cores as a CFS bandwidth quota"),
-    ControllerRow("cpuacct", (1,), "cumulative CPU seconds (v2: cpu.stat exists in every cgroup)"),
-    ControllerRow("freezer", (1,), "freeze a fork bomb before SIGKILL (v2: cgroup.freeze is core)"),
-)
 
 
 @dataclass(frozen=True)
@@ -131,17 +93,6 @@ class CgroupUsage:
     oom_kills: int  # tasks the OOM killer killed in this cgroup
     pids_current: int  # tasks (processes and threads) now charged, zombies included
     pids_limit_hits: int = 0  # forks refused at pids.max ("max" in pids.events)
-
-
-@dataclass(frozen=True)
-class CgroupHierarchy:
-    """One mounted hierarchy a sandbox needs a directory in, and the shared parent there."""
-
-    version: int
-    mountpoint: str
-    base: str  # existing cgroup directory the parent goes in (own cgroup or delegated root)
-    parent: str  # the shared "contain" directory: sandbox cgroups are its children
-    controllers: tuple[str, ...]  # CONTROLLER_ROWS served by this directory
 
 
 def _kernel_mkdir(path: str) -> None:
@@ -161,160 +112,6 @@ class CgroupOps:
     kill: Callable[[int, int], None] = os.kill
 
 
-# --------------------------------------------------------------------------------------------------
-# Plans (pure)
-
-
-def plan_cgroup_limits(
-    resources: PlainResources, *, version: int, memsw_available: bool = True, helper_processes: int = 0
-) -> dict[str, dict[str, str]]:
-    """Turn ``Resources`` into the files to write, per controller, in write order.
-
-    Args:
-        resources: the boundary's budgets.
-        version: 1 or 2.
-        memsw_available: whether the kernel accounts swap per cgroup (v1 ``memory.memsw.*``, v2
-            ``memory.swap.max``). When False the swap file is left out; the caller must only do
-            that on a host without swap (see the module docstring).
-        helper_processes: contain's own processes that live in the cgroup besides the agent
-            (bwrap's monitor, when the launcher joined before exec); pids.max grows by as many
-            so that the workload's budget stays ``pids_max``.
-
-    Returns:
-        ``{controller: {file: value}}``. Order matters and is kept: v1 ``memory.limit_in_bytes``
-        before ``memory.memsw.limit_in_bytes`` (memsw may never be below the RAM limit), and
-        ``cpu.cfs_period_us`` before ``cpu.cfs_quota_us``.
-
-    Raises:
-        UnsupportedHost: unknown version, or a CPU quota below the kernel's 1 ms minimum.
-    """
-    memory = str(resources.memory_bytes)
-    period, quota = _cfs_bandwidth(resources.cpu_cores)
-    if version == 1:
-        mem = {"memory.limit_in_bytes": memory}
-        if memsw_available:
-            mem["memory.memsw.limit_in_bytes"] = memory
-        mem["memory.swappiness"] = "0"
-        cpu = {"cpu.cfs_period_us": str(period), "cpu.cfs_quota_us": str(quota)}
-    elif version == 2:
-        mem = {"memory.max": memory}
-        if memsw_available:
-            mem["memory.swap.max"] = "0"
-        cpu = {"cpu.max": f"{quota} {period}"}
-    else:
-        raise UnsupportedHost(f"cgroup version {version} is unknown", "use cgroup v1 or v2")
-    return {"memory": mem, "pids": {"pids.max": str(resources.pids_max + helper_processes)}, "cpu": cpu}
-
-
-def _cfs_bandwidth(cores: float) -> tuple[int, int]:
-    for period in (CFS_PERIOD_US, CFS_LONG_PERIOD_US):
-        quota = round(cores * period)
-        if quota >= CFS_MIN_QUOTA_US:
-            return period, quota
-    raise UnsupportedHost(
-        f"resources.cpu_cores={cores} is below the kernel's minimum CFS quota "
-        f"({CFS_MIN_QUOTA_US} us per {CFS_LONG_PERIOD_US} us period)",
-        "set resources.cpu_cores to 0.001 or more",
-    )
-
-
-def plan_cgroup_hierarchies(facts: HostFacts, *, delegated_root: str | None) -> tuple[CgroupHierarchy, ...]:
-    """Decide which hierarchies a sandbox cgroup spans and where its shared parent goes.
-
-    Args:
-        facts: the probed host; only ``facts.cgroups`` is used.
-        delegated_root: ``CONTAIN_CGROUP_ROOT`` (a cgroup path such as ``/user.slice/x``), or None.
-
-    Returns:
-        One entry per directory to create: v1 one per distinct mount (``cpu,cpuacct`` co-mounted
-        is one), v2 exactly one.
-
-    Raises:
-        UnsupportedHost: a needed controller is missing, or memory/pids/cpu are split between
-            v1 and v2, or ``delegated_root`` is not a normalised absolute cgroup path.
-    """
-    if delegated_root is not None:
-        _check_cgroup_path(delegated_root)
-    core = [row.controller for row in CONTROLLER_ROWS if 2 in row.versions]
-    v1 = {
-        row.controller: mount
-        for row in CONTROLLER_ROWS
-        if (mount := facts.cgroup_for(row.controller)) is not None and mount.version == 1
-    }
-    if all(controller in v1 for controller in core):
-        return _plan_v1(v1, delegated_root)
-    unified = next((m for m in facts.cgroups if m.version == 2), None)
-    if unified is None or any(c not in unified.controllers for c in core):
-        raise UnsupportedHost(
-            "sandbox cgroups need memory, pids and cpu all on cgroup v1 or all on cgroup v2; "
-            f"this host has: {_describe_controllers(facts, core)}",
-            "boot with all of them on one version (e.g. systemd.unified_cgroup_hierarchy=1), "
-            "or set hardening.cgroups: off to run without cgroup limits",
-        )
-    base = delegated_root or _v2_default_base(unified.own_path)
-    return (
-        CgroupHierarchy(
-            version=2,
-            mountpoint=unified.mountpoint,
-            base=_join(unified.mountpoint, base),
-            parent=_join(unified.mountpoint, base, PARENT_NAME),
-            controllers=tuple(core),
-        ),
-    )
-
-
-def _plan_v1(v1: dict[str, CgroupMount], delegated_root: str | None) -> tuple[CgroupHierarchy, ...]:
-    missing = [row for row in CONTROLLER_ROWS if 1 in row.versions and row.controller not in v1]
-    if missing:
-        raise UnsupportedHost(
-            "cgroup v1 hierarchies missing for: " + "; ".join(f"{row.controller} ({row.why})" for row in missing),
-            "mount them (mount -t cgroup -o <controller> cgroup /sys/fs/cgroup/<controller>), "
-            "or set hardening.cgroups: off to run without cgroup limits",
-        )
-    by_mount: dict[str, list[str]] = {}
-    for row in CONTROLLER_ROWS:
-        by_mount.setdefault(v1[row.controller].mountpoint, []).append(row.controller)
-    plans = []
-    for mountpoint, controllers in by_mount.items():
-        base = delegated_root or v1[controllers[0]].own_path
-        plans.append(
-            CgroupHierarchy(
-                version=1,
-                mountpoint=mountpoint,
-                base=_join(mountpoint, base),
-                parent=_join(mountpoint, base, PARENT_NAME),
-                controllers=tuple(controllers),
-            )
-        )
-    return tuple(plans)
-
-
-def _v2_default_base(own_path: str) -> str:
-    # Our own cgroup holds us, so it cannot enable controllers for a child; its parent holds no
-    # processes (it has us as a child with controllers) and can. The root is exempt from the rule.
-    return "/" if own_path == "/" else posixpath.dirname(own_path.rstrip("/"))
-
-
-def _check_cgroup_path(path: str) -> None:
-    if not path.startswith("/") or posixpath.normpath(path) != path.rstrip("/") or ".." in path:
-        raise UnsupportedHost(
-            f"{ROOT_ENV}={path!r} is not a normalised absolute cgroup path",
-            f"set {ROOT_ENV} to a path as /proc/self/cgroup shows it, e.g. /user.slice/contain",
-        )
-
-
-def _describe_controllers(facts: HostFacts, controllers: list[str]) -> str:
-    parts = []
-    for controller in controllers:
-        mount = facts.cgroup_for(controller)
-        parts.append(f"{controller}=" + (f"v{mount.version}" if mount else "missing"))
-    return ", ".join(parts)
-
-
-def _join(mountpoint: str, *parts: str) -> str:
-    return posixpath.join(mountpoint, *(part.strip("/") for part in parts if part.strip("/")))
-
-
 def parse_keyed_counters(text: str) -> dict[str, int]:
     """Parse ``key value`` lines (memory.oom_control, memory.events, cpu.stat) into ints.
 
@@ -328,10 +125,6 @@ def parse_keyed_counters(text: str) -> dict[str, int]:
         except ValueError:
             continue
     return counters
-
-
-# --------------------------------------------------------------------------------------------------
-# Apply (thin)
 
 
 def _read(path: str) -> str:
@@ -360,7 +153,7 @@ def _unsupported(action: str, path: str, exc: OSError) -> UnsupportedHost:
     code = errno_name(exc.errno or 0)
     return UnsupportedHost(
         f"cannot {action} {path}: {code} ({exc.strerror})",
-        f"run as root, or set {ROOT_ENV} to a cgroup delegated to uid {os.getuid()} "
+        f"run as root, or set {CGROUP_ROOT_ENV} to a cgroup delegated to uid {os.getuid()} "
         "(e.g. systemd-run --user -p Delegate=yes), or set hardening.cgroups: off",
     )
 
@@ -403,7 +196,7 @@ class SandboxCgroup:
         Args:
             name: short label for the directory, ``[a-z0-9][a-z0-9_.-]{0,31}``.
             resources: the limits to enforce.
-            facts: the probed host (``facts.cgroups``).
+            facts: the detected host (``cgroups``, ``is_root``, ``cgroup_root``).
             ops: mkdir/rmdir/kill; the kernel's by default.
             swap_bytes: host swap size; read from /proc/meminfo when None and it matters.
             launcher_joins: the caller starts bwrap through the root launcher, which can join
@@ -419,8 +212,7 @@ class SandboxCgroup:
         """
         if not _NAME_RE.match(name):
             raise SandboxStartError(f"cgroup name {name!r} is not [a-z0-9][a-z0-9_.-]{{0,31}}", "pass a short label")
-        delegated_root = os.environ.get(ROOT_ENV) or None
-        hierarchies = plan_cgroup_hierarchies(facts, delegated_root=delegated_root)
+        hierarchies = plan_cgroup_hierarchies(facts)
         leaf = f"{LEAF_PREFIX}{os.getpid()}-{name}-{os.urandom(4).hex()}"
         version = hierarchies[0].version
         joined = launcher_joins and version == 1
@@ -782,50 +574,3 @@ def _wait_until(predicate: Callable[[], bool], deadline: float) -> bool:
         time.sleep(delay)
         delay = min(delay * 2, _POLL_MAX_S)
     return True
-
-
-def _is_dead(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        return False
-    return False
-
-
-def sweep_stale_cgroups(
-    facts: HostFacts,
-    *,
-    ops: CgroupOps = CgroupOps(),
-) -> list[str]:
-    """Remove empty ``contain-*`` cgroups whose owner process is dead.
-
-    Args:
-        facts: the probed host; every mounted hierarchy is swept, supported layout or not.
-        ops: rmdir (the kernel's by default).
-
-    Returns:
-        The directories removed. Populated ones are left and logged.
-    """
-    root = os.environ.get(ROOT_ENV) or None
-    removed: list[str] = []
-    for mount in facts.cgroups:
-        base = root or (_v2_default_base(mount.own_path) if mount.version == 2 else mount.own_path)
-        parent = _join(mount.mountpoint, base, PARENT_NAME)
-        try:
-            entries = sorted(os.listdir(parent))
-        except OSError:
-            continue
-        for entry in entries:
-            match = _LEAF_RE.match(entry)
-            if not match or int(match.group(1)) == os.getpid() or not _is_dead(int(match.group(1))):
-                continue
-            path = posixpath.join(parent, entry)
-            try:
-                ops.rmdir(path)
-            except OSError as exc:
-                _log.warning("stale cgroup %s not removed: %s", path, errno_name(exc.errno or 0))
-                continue
-            removed.append(path)
-    return removed

@@ -18,7 +18,7 @@ from contain.errors import UnsupportedHost
 from contain.host.facts import HostFacts
 from contain.runtime.agent_channel import Rlimit
 from contain.runtime.bwrap import default_scratch_paths
-from contain.runtime.cgroups import plan_cgroup_hierarchies
+from contain.runtime.cgroup_plan import plan_cgroup_hierarchies
 from contain.runtime.landlock import LandlockPlan, plan_landlock
 
 __all__ = [
@@ -76,16 +76,11 @@ def writable_paths(boundary: PlainBoundary) -> tuple[str, ...]:
     return (*default_scratch_paths(boundary), "/tmp", "/dev/shm", "/dev", *binds)
 
 
-def _decide_cgroups(requirement: LayerRequirement, facts: HostFacts, delegated_root: str | None) -> tuple[bool, str]:
+def _decide_cgroups(requirement: LayerRequirement, facts: HostFacts) -> tuple[bool, str]:
     if requirement is LayerRequirement.OFF:
         return False, "off by manifest; per-process rlimits only"
     try:
-        hierarchies = plan_cgroup_hierarchies(facts, delegated_root=delegated_root)
-        if not facts.is_root and delegated_root is None:
-            raise UnsupportedHost(
-                "contain is not running as root and no cgroup is delegated to this user",
-                "run as root, or delegate a cgroup and name it in CONTAIN_CGROUP_ROOT",
-            )
+        hierarchies = plan_cgroup_hierarchies(facts)
     except UnsupportedHost as exc:
         if requirement is LayerRequirement.REQUIRED:
             raise UnsupportedHost(
@@ -97,9 +92,7 @@ def _decide_cgroups(requirement: LayerRequirement, facts: HostFacts, delegated_r
     return True, f"memory, pids, cpu (cgroup v{versions[0]})"
 
 
-def plan_layers(
-    boundary: PlainBoundary, facts: HostFacts, *, egress_available: bool, delegated_root: str | None = None
-) -> LayerPlan:
+def plan_layers(boundary: PlainBoundary, facts: HostFacts, *, egress_available: bool) -> LayerPlan:
     """Decide the layers, refusing when a needed one is missing.
 
     Raises:
@@ -135,7 +128,7 @@ def plan_layers(
     else:
         report["landlock"] = f"applied (ABI {landlock.abi})"
 
-    cgroups, report["cgroups"] = _decide_cgroups(boundary.hardening.cgroups, facts, delegated_root)
+    cgroups, report["cgroups"] = _decide_cgroups(boundary.hardening.cgroups, facts)
 
     if boundary.allows_network and not egress_available:
         raise UnsupportedHost(

@@ -1,7 +1,7 @@
 """The Sandbox: one disposable environment that serves one or several runs.
 
 ``Sandbox.start()`` is the orchestrator, an ordered checklist:
-  1. probe host facts and decide the layers (fail closed: ``plan_layers``);
+  1. detect host facts and decide the layers (fail closed: ``plan_layers``);
   2. make sure the agent binary is built; gather facts about the bound host paths, then create the
      write binds' placeholders and record, through descriptors, what the audit at close compares
      against (``write_binds.prepare_write_binds``) — before any workload exists;
@@ -49,7 +49,7 @@ from contain._log import LazyLogger
 from contain.boundary.kinds import FileAccess
 from contain.boundary.plain import PlainBoundary, plain_boundary
 from contain.errors import ContainError, FileTransferError, SandboxLost, SandboxStartError, UnsupportedHost
-from contain.host.facts import HostFacts, probe_host
+from contain.host.facts import HostFacts, detect_host
 from contain.runtime import files as sandbox_files
 from contain.runtime.agent_build import ensure_agent_binary
 from contain.runtime.agent_channel import AgentChannel, Exited, SpawnFailed
@@ -61,7 +61,6 @@ from contain.runtime.bwrap import (
     generated_etc_files,
     plan_bwrap_argv,
 )
-from contain.runtime.cgroups import ROOT_ENV as CGROUP_ROOT_ENV
 from contain.runtime.cgroups import CgroupUsage, SandboxCgroup
 from contain.runtime.disk_budget import check_disk_mounts, ensure_disk_mountpoint, plan_launcher_disk_args
 from contain.runtime.etc_tree import ensure_etc_tree
@@ -132,7 +131,7 @@ class Sandbox:
             (what ``contain run`` passes, to skip pydantic); none is ``Boundary()``, scratch only
             with no network.
         backend: only ``"process"`` exists today; others raise ``UnsupportedHost``.
-        facts: host facts (probed when omitted); tests pass constructed ones.
+        facts: host facts (detected when omitted); tests pass constructed ones.
         host_environ: where ``via: env`` credentials are read from (default ``os.environ``).
     """
 
@@ -219,14 +218,9 @@ class Sandbox:
         if self._proc is not None or self._closed:
             raise SandboxStartError("this sandbox was already started", "create a new Sandbox for a new task")
         began = time.perf_counter()
-        facts = self._facts or probe_host()
+        facts = self._facts or detect_host()
         egress = _egress_module() if self.boundary.allows_network else None
-        layers = plan_layers(
-            self.boundary,
-            facts,
-            egress_available=egress is not None,
-            delegated_root=os.environ.get(CGROUP_ROOT_ENV) or None,
-        )
+        layers = plan_layers(self.boundary, facts, egress_available=egress is not None)
         agent = str(ensure_agent_binary())
         bpf = filter_for(arch=facts.arch, libseccomp_path=facts.libseccomp_path, cache_dir=Path(agent).parent)
         try:

@@ -8,9 +8,11 @@ import pytest
 
 import contain.host.doctor
 import contain.host.facts
+import contain.host.observe
 from cli.terminal_kit import HOSTILE, HOSTILE_SHOWN, assert_terminal_safe
 from contain.cli import main
-from contain.host.doctor import PROCESS_BACKEND, AgentProbe, Check, Report, Status
+from contain.host.doctor import PROCESS_BACKEND, Check, Report, Status
+from contain.host.observe import AgentProbe
 
 
 @pytest.fixture
@@ -19,10 +21,10 @@ def hostile_host(monkeypatch):
         checks=(Check("bwrap", Status.FAIL, f"bwrap said: {HOSTILE}", fix=f"reinstall {HOSTILE}"),),
         verdicts=(Check(PROCESS_BACKEND, Status.FAIL, f"needs bwrap ({HOSTILE})", fix="install bubblewrap"),),
     )
-    monkeypatch.setattr(contain.host.facts, "probe_host", lambda: None)
-    monkeypatch.setattr(contain.host.doctor, "observe_host", lambda facts: None)
+    monkeypatch.setattr(contain.host.facts, "detect_host", lambda: None)
+    monkeypatch.setattr(contain.host.observe, "observe_host", lambda facts: None)
     monkeypatch.setattr(contain.host.doctor, "build_report", lambda facts, obs: report)
-    monkeypatch.setattr(contain.host.doctor, "observe_agent",
+    monkeypatch.setattr(contain.host.observe, "observe_agent",
                         lambda build: AgentProbe(None, error=f"cc failed: {HOSTILE}", fix=f"install {HOSTILE}"))
 
 

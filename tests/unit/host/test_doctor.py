@@ -9,20 +9,16 @@ from dataclasses import replace
 
 import pytest
 
+from contain.boundary import Boundary
+from contain.errors import UnsupportedHost
 from contain.host import doctor, kvm
 from contain.host.doctor import (
-    CGROUP_CONTROLLERS,
     CHECKS,
     PROCESS_NEEDS,
     VERDICTS,
-    AgentProbe,
-    CgroupTrial,
     Check,
-    Observations,
     Report,
     Status,
-    ToolProbe,
-    Trial,
     build_report,
     cgroup_layout,
     render_json,
@@ -30,6 +26,9 @@ from contain.host.doctor import (
 )
 from contain.host.facts import CgroupMount, HostFacts
 from contain.host.kvm import KvmGuestResult, KvmStatus
+from contain.host.observe import AgentProbe, CgroupTrial, DetectedTool, Observations, Trial
+from contain.runtime.cgroup_plan import CONTROLLER_ROWS
+from contain.runtime.plan import plan_layers
 
 MEMORY = CgroupMount(1, "/sys/fs/cgroup/memory", ("memory",), "/job")
 V1 = tuple(CgroupMount(1, f"/sys/fs/cgroup/{c}", (c,), "/") for c in ("pids", "cpu", "cpuacct", "freezer"))
@@ -51,7 +50,8 @@ FACTS = HostFacts(
 
 def _trials(facts: HostFacts, error: str | None = None) -> tuple[CgroupTrial, ...]:
     trials = []
-    for controller, _, _ in CGROUP_CONTROLLERS:
+    for row in CONTROLLER_ROWS:
+        controller = row.controller
         mount = facts.cgroup_for(controller)
         directory = None if mount is None else mount.mountpoint + mount.own_path.rstrip("/")
         trials.append(CgroupTrial(controller, mount, directory, error if mount else None))
@@ -66,14 +66,13 @@ OBS = Observations(
     cgroup_trials=_trials(FACTS),
     memsw=True,
     swap_bytes=0,
-    cgroup_root_env=None,
     kvm_present=True,
     kvm_api=Trial(True, "12"),
     kvm_guest=KvmGuestResult(KvmStatus.RUNS, "guest ran"),
-    qemu=ToolProbe("qemu-system-x86_64", None),
+    qemu=DetectedTool("qemu-system-x86_64", None),
     qemu_microvm=None,
     kernel_images=(),
-    oci=(ToolProbe("runc", "/usr/bin/runc", "runc version 1.1.12"),),
+    oci=(DetectedTool("runc", "/usr/bin/runc", "runc version 1.1.12"),),
     agent=AgentProbe("/var/cache/contain/contain-agent-0123", compiler="/usr/bin/cc"),
 )
 
@@ -139,10 +138,9 @@ def test_every_check_row_yields_a_check_of_its_own_name():
     assert all(row.why for row in CHECKS)
 
 
-def test_doctor_controller_table_matches_the_runtime_cgroup_table():
-    from contain.runtime.cgroups import CONTROLLER_ROWS
-
-    assert [(c, v) for c, v, _ in CGROUP_CONTROLLERS] == [(row.controller, row.versions) for row in CONTROLLER_ROWS]
+def test_doctor_has_one_cgroup_check_per_row_of_the_runtime_controller_table():
+    rows = [row for row in CHECKS if row.name.startswith("cgroup-") and row.name != "cgroup-layout"]
+    assert [(row.name, row.why) for row in rows] == [(f"cgroup-{r.controller}", r.why) for r in CONTROLLER_ROWS]
 
 
 def test_the_process_backend_needs_exactly_these_checks():
@@ -288,14 +286,26 @@ def test_v1_only_controllers_are_not_needed_on_pure_v2():
     assert checks["cgroup-memory"].detail == "v2 at /sys/fs/cgroup/a: can create a child"
 
 
-def test_cgroups_verdict_fails_when_not_root_as_the_planner_does():
+def test_cgroups_verdict_fails_when_not_root_and_nothing_is_delegated_as_the_planner_does():
     facts = replace(FACTS, is_root=False, uid=1000, gid=1000)
     report = build_report(facts, OBS)
     root = _by_name(report.checks)["root"]
     assert root.detail == "running as uid 1000: sandboxes run as this uid"
-    verdict = _by_name(report.verdicts)["cgroups"]
-    assert verdict.status is Status.FAIL
-    assert verdict.detail.startswith("contain applies cgroup limits only as root")
+    assert _by_name(report.verdicts)["cgroups"] == Check(
+        "cgroups",
+        Status.FAIL,
+        "contain is not running as root and no cgroup is delegated to this user; hardening.cgroups: "
+        "required (the default) is refused; set hardening.cgroups: off for rlimits only",
+        "run as root, or delegate a cgroup and name it in CONTAIN_CGROUP_ROOT",
+    )
+
+
+def test_cgroups_verdict_is_ok_for_a_non_root_user_with_a_delegated_cgroup_that_works():
+    facts = replace(FACTS, is_root=False, uid=1000, gid=1000, cgroup_root="/user.slice/deleg")
+    report = build_report(facts, replace(OBS, cgroup_trials=_trials(facts)))
+    assert _by_name(report.verdicts)["cgroups"] == Check(
+        "cgroups", Status.OK, "memory, pids and cpu limits on cgroup v1"
+    )
 
 
 @pytest.mark.parametrize(
@@ -354,7 +364,7 @@ def test_no_kvm_device_is_a_warning_for_every_kvm_row():
 
 
 def test_qemu_without_microvm_machine_is_a_warning():
-    qemu = ToolProbe("qemu-system-x86_64", "/usr/bin/qemu-system-x86_64", "QEMU emulator 4.0")
+    qemu = DetectedTool("qemu-system-x86_64", "/usr/bin/qemu-system-x86_64", "QEMU emulator 4.0")
     report = build_report(FACTS, replace(OBS, qemu=qemu, qemu_microvm=False))
     check = _by_name(report.checks)["qemu"]
     assert check == Check(
@@ -366,7 +376,7 @@ def test_qemu_without_microvm_machine_is_a_warning():
 
 
 def test_crun_on_a_hybrid_host_is_a_warning_naming_the_refusal():
-    obs = replace(OBS, oci=(ToolProbe("crun", "/usr/bin/crun", "crun version 1.14"),))
+    obs = replace(OBS, oci=(DetectedTool("crun", "/usr/bin/crun", "crun version 1.14"),))
     check = _by_name(build_report(FACTS, obs).checks)["crun"]
     assert check.status is Status.WARN
     assert "crun refuses hybrid cgroup layouts" in check.detail
@@ -509,3 +519,31 @@ def test_non_x86_hosts_are_unavailable_without_touching_the_device():
 def test_doctor_module_exports_what_it_lists():
     assert all(hasattr(doctor, name) for name in doctor.__all__)
     assert all(hasattr(kvm, name) for name in kvm.__all__)
+
+
+V1_ALL = (replace(MEMORY, own_path="/"), *V1)
+V2_ALL = CgroupMount(2, "/sys/fs/cgroup", ("cpu", "memory", "pids"), "/user.slice/session.scope")
+LAYOUTS = {
+    "v1": V1_ALL,
+    "hybrid": (*V1_ALL, UNIFIED),
+    "v2": (V2_ALL,),
+    "split": (MEMORY, replace(V2_ALL, controllers=("cpu", "pids"))),
+    "none": (),
+}
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("cgroup_root", [None, "/user.slice/deleg", "not/absolute"])
+@pytest.mark.parametrize("is_root", [True, False])
+def test_doctor_cgroups_verdict_agrees_with_plan_layers_for_every_owner_delegation_and_layout(
+    layout, cgroup_root, is_root
+):
+    uid = 0 if is_root else 1000
+    facts = replace(FACTS, is_root=is_root, uid=uid, gid=uid, cgroups=LAYOUTS[layout], cgroup_root=cgroup_root)
+    obs = replace(OBS, cgroup_trials=_trials(facts), memsw=True)
+    verdict = next(v for v in build_report(facts, obs).verdicts if v.name == "cgroups")
+    try:
+        planned = plan_layers(Boundary(), facts, egress_available=False).cgroups
+    except UnsupportedHost:
+        planned = False
+    assert (verdict.status is Status.OK) == planned, verdict

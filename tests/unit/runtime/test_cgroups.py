@@ -1,4 +1,4 @@
-"""Unit tests for contain.runtime.cgroups: plans as literals, apply against a fake cgroup tree.
+"""Unit tests for contain.runtime.cgroups: the live SandboxCgroup against a fake cgroup tree.
 
 The fake tree is a plain directory per "hierarchy" under tmp_path. Its ``mkdir`` creates the control
 files the kernel would create for that hierarchy, its ``rmdir`` refuses a populated cgroup with
@@ -11,6 +11,7 @@ from __future__ import annotations
 import errno
 import os
 import signal
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -19,19 +20,10 @@ from contain.boundary.model import Resources
 from contain.errors import SandboxStartError, UnsupportedHost
 from contain.host.facts import CgroupMount, HostFacts
 from contain.runtime import cgroups as cgroups_module
-from contain.runtime.cgroups import (
-    CONTROLLER_ROWS,
-    CgroupHierarchy,
-    CgroupOps,
-    SandboxCgroup,
-    parse_keyed_counters,
-    plan_cgroup_hierarchies,
-    plan_cgroup_limits,
-    sweep_stale_cgroups,
-)
+from contain.runtime.cgroup_plan import CONTROLLER_ROWS, plan_cgroup_limits
+from contain.runtime.cgroups import CgroupOps, SandboxCgroup, parse_keyed_counters
 
 MiB = 1024**2
-DEAD_PID = 99_999_999  # above the largest possible pid_max (2**22), so never alive
 
 V1_FILES: dict[str, dict[str, str]] = {
     "memory": {
@@ -148,125 +140,7 @@ def _v2_world(tmp_path: Path, own: str = "/user.slice/session.scope") -> tuple[H
     return facts, tmp_path / "unified", tree
 
 
-@pytest.fixture(autouse=True)
-def _no_delegated_root(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("CONTAIN_CGROUP_ROOT", raising=False)
-
-
 RES = Resources(memory_bytes=64 * MiB, pids_max=16, cpu_cores=0.5)
-
-
-# ------------------------------------------------------------------------------------------- plans
-
-
-def test_v1_plan_limits_memory_and_swap_together_with_memory_first() -> None:
-    plan = plan_cgroup_limits(RES, version=1)
-    assert plan == {
-        "memory": {
-            "memory.limit_in_bytes": "67108864",
-            "memory.memsw.limit_in_bytes": "67108864",
-            "memory.swappiness": "0",
-        },
-        "pids": {"pids.max": "16"},
-        "cpu": {"cpu.cfs_period_us": "100000", "cpu.cfs_quota_us": "50000"},
-    }
-    assert list(plan["memory"])[:2] == ["memory.limit_in_bytes", "memory.memsw.limit_in_bytes"]
-    assert list(plan["cpu"]) == ["cpu.cfs_period_us", "cpu.cfs_quota_us"]
-
-
-def test_v1_plan_without_swap_accounting_omits_memsw() -> None:
-    assert plan_cgroup_limits(RES, version=1, memsw_available=False) == {
-        "memory": {"memory.limit_in_bytes": "67108864", "memory.swappiness": "0"},
-        "pids": {"pids.max": "16"},
-        "cpu": {"cpu.cfs_period_us": "100000", "cpu.cfs_quota_us": "50000"},
-    }
-
-
-def test_v2_plan_forbids_swap_and_sets_no_oom_group() -> None:
-    assert plan_cgroup_limits(RES, version=2) == {
-        "memory": {"memory.max": "67108864", "memory.swap.max": "0"},
-        "pids": {"pids.max": "16"},
-        "cpu": {"cpu.max": "50000 100000"},
-    }
-
-
-def test_tiny_cpu_quota_switches_to_one_second_period() -> None:
-    plan = plan_cgroup_limits(Resources(cpu_cores=0.005), version=2)
-    assert plan["cpu"] == {"cpu.max": "5000 1000000"}
-
-
-def test_cpu_quota_below_kernel_minimum_is_refused_not_rounded_up() -> None:
-    with pytest.raises(UnsupportedHost, match="below the kernel's minimum"):
-        plan_cgroup_limits(Resources(cpu_cores=0.0004), version=1)
-
-
-def test_unknown_version_is_refused() -> None:
-    with pytest.raises(UnsupportedHost):
-        plan_cgroup_limits(RES, version=3)
-
-
-def test_v1_hierarchies_sit_in_own_cgroup_of_each_mount_and_merge_comounted(tmp_path: Path) -> None:
-    facts = _facts(
-        (
-            CgroupMount(1, "/cg/memory", ("memory",), "/job"),
-            CgroupMount(1, "/cg/cpu,cpuacct", ("cpu", "cpuacct"), "/"),
-            CgroupMount(1, "/cg/pids", ("pids",), "/"),
-            CgroupMount(1, "/cg/freezer", ("freezer",), "/"),
-            CgroupMount(2, "/cg/unified", ("hugetlb",), "/"),
-        )
-    )
-    assert plan_cgroup_hierarchies(facts, delegated_root=None) == (
-        CgroupHierarchy(1, "/cg/memory", "/cg/memory/job", "/cg/memory/job/contain", ("memory",)),
-        CgroupHierarchy(1, "/cg/pids", "/cg/pids", "/cg/pids/contain", ("pids",)),
-        CgroupHierarchy(1, "/cg/cpu,cpuacct", "/cg/cpu,cpuacct", "/cg/cpu,cpuacct/contain", ("cpu", "cpuacct")),
-        CgroupHierarchy(1, "/cg/freezer", "/cg/freezer", "/cg/freezer/contain", ("freezer",)),
-    )
-
-
-def test_v2_parent_is_sibling_of_own_cgroup_because_of_no_internal_processes() -> None:
-    facts = _facts((CgroupMount(2, "/cg", ("cpu", "memory", "pids"), "/a/b.scope"),))
-    assert plan_cgroup_hierarchies(facts, delegated_root=None) == (
-        CgroupHierarchy(2, "/cg", "/cg/a", "/cg/a/contain", ("memory", "pids", "cpu")),
-    )
-
-
-def test_v2_in_root_cgroup_uses_root_and_delegated_root_overrides() -> None:
-    facts = _facts((CgroupMount(2, "/cg", ("cpu", "memory", "pids"), "/"),))
-    assert plan_cgroup_hierarchies(facts, delegated_root=None)[0].parent == "/cg/contain"
-    assert plan_cgroup_hierarchies(facts, delegated_root="/d/e")[0].parent == "/cg/d/e/contain"
-
-
-@pytest.mark.parametrize("root", ["relative", "/a/../b", "/a//b"])
-def test_malformed_delegated_root_is_refused(root: str) -> None:
-    facts = _facts((CgroupMount(2, "/cg", ("cpu", "memory", "pids"), "/"),))
-    with pytest.raises(UnsupportedHost, match="CONTAIN_CGROUP_ROOT"):
-        plan_cgroup_hierarchies(facts, delegated_root=root)
-
-
-def test_missing_v1_freezer_is_refused_with_its_reason() -> None:
-    facts = _facts(tuple(CgroupMount(1, f"/cg/{c}", (c,), "/") for c in ("memory", "pids", "cpu", "cpuacct")))
-    with pytest.raises(UnsupportedHost, match="freezer") as info:
-        plan_cgroup_hierarchies(facts, delegated_root=None)
-    why = next(row.why for row in CONTROLLER_ROWS if row.controller == "freezer")
-    assert why in info.value.cause
-
-
-def test_split_v1_v2_or_no_controllers_is_refused_naming_each() -> None:
-    facts = _facts(
-        (
-            CgroupMount(1, "/cg/memory", ("memory",), "/"),
-            CgroupMount(2, "/cg/unified", ("pids", "cpu"), "/"),
-        )
-    )
-    with pytest.raises(UnsupportedHost, match="memory=v1, pids=v2, cpu=v2"):
-        plan_cgroup_hierarchies(facts, delegated_root=None)
-    with pytest.raises(UnsupportedHost, match="memory=missing"):
-        plan_cgroup_hierarchies(_facts(()), delegated_root=None)
-
-
-def test_every_controller_row_has_a_reason_and_a_version() -> None:
-    for row in CONTROLLER_ROWS:
-        assert row.why and set(row.versions) <= {1, 2}, row
 
 
 # ----------------------------------------------------------------------------------------- parsing
@@ -405,11 +279,9 @@ def test_unwritable_parent_names_path_and_errno(tmp_path: Path) -> None:
     assert "CONTAIN_CGROUP_ROOT" in info.value.fix
 
 
-def test_delegated_root_from_environment_places_every_hierarchy_there(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_delegated_root_from_facts_places_every_hierarchy_there(tmp_path: Path) -> None:
     facts, tree = _v1_world(tmp_path)
-    monkeypatch.setenv("CONTAIN_CGROUP_ROOT", "/deleg")
+    facts = replace(facts, cgroup_root="/deleg")
     with pytest.raises(UnsupportedHost, match=r"memory/deleg/contain: ENOENT"):
         SandboxCgroup.create("t9", RES, facts, ops=tree.ops())
     for controller in V1_FILES:
@@ -480,38 +352,7 @@ def test_v2_kill_all_uses_freeze_when_cgroup_kill_is_absent(tmp_path: Path) -> N
 # ------------------------------------------------------------------------------------------- sweep
 
 
-def test_sweep_removes_only_empty_cgroups_of_dead_owners(tmp_path: Path) -> None:
-    facts, tree = _v1_world(tmp_path)
-    parent = tmp_path / "pids/contain"
-    tree.mkdir(str(parent))
-    names = (
-        f"contain-{DEAD_PID}-a-1",
-        f"contain-{DEAD_PID}-b-2",
-        f"contain-{os.getppid()}-c-3",
-        f"contain-{os.getpid()}-d-4",
-        "other",
-    )
-    for name in names:
-        tree.mkdir(str(parent / name))
-    (parent / f"contain-{DEAD_PID}-b-2/cgroup.procs").write_text("12345")
-    removed = sweep_stale_cgroups(facts, ops=tree.ops())
-    assert removed == [str(parent / f"contain-{DEAD_PID}-a-1")]
-    assert sorted(p.name for p in parent.iterdir() if p.is_dir()) == sorted(
-        [
-            f"contain-{DEAD_PID}-b-2",
-            f"contain-{os.getppid()}-c-3",
-            f"contain-{os.getpid()}-d-4",
-            "other",
-        ]
-    )
-
-
 # ------------------------------------------------------------------------- joining from the launcher
-
-
-def test_plan_makes_room_for_contains_own_helper_processes() -> None:
-    assert plan_cgroup_limits(RES, version=1, helper_processes=1)["pids"] == {"pids.max": "17"}
-    assert plan_cgroup_limits(RES, version=2)["pids"] == {"pids.max": "16"}
 
 
 def test_v1_launcher_join_names_each_tasks_file_and_counts_bwrap_in_pids(tmp_path: Path) -> None:

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from contain.host.facts import probe_host
+from contain.host.facts import detect_host
 from contain.runtime import filter_cache, seccomp
 from contain.runtime.filter_cache import filter_for
 
-FACTS = probe_host()
+FACTS = detect_host()
 pytestmark = pytest.mark.skipif(FACTS.libseccomp_path is None, reason="libseccomp is not installed on this host")
 
 

@@ -1,4 +1,4 @@
-"""Unit tests for contain.runtime.seccomp: the table, the compiled BPF, the docs.
+"""Unit tests for contain.runtime.seccomp: the table compiled to BPF, and libseccomp errors.
 
 Pure: no root, no bwrap, no filter is installed. The compiled program is run by a small classic-BPF
 interpreter below (the subset libseccomp emits), so each row is checked against the real bytes the
@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import errno
 import random
-import re
 import struct
 from collections.abc import Sequence
 from pathlib import Path
@@ -18,17 +17,8 @@ import pytest
 
 from contain.errors import UnsupportedHost
 from contain.runtime import seccomp
-from contain.runtime.seccomp import (
-    SECCOMP_RULES,
-    Action,
-    ArgCondition,
-    ArgOp,
-    SyscallRule,
-    compile_filter,
-    describe_filter_pfc,
-    plan_filter,
-    render_rules_markdown,
-)
+from contain.runtime.seccomp import compile_filter, describe_filter_pfc, plan_filter
+from contain.runtime.seccomp_rules import SECCOMP_RULES, Action, ArgCondition, ArgOp, SyscallRule
 
 AUDIT_ARCH_X86_64 = 0xC000_003E
 AUDIT_ARCH_I386 = 0x4000_0003
@@ -39,8 +29,6 @@ X32_SYSCALL_BIT = 0x4000_0000
 RET_KILL_PROCESS = 0x8000_0000
 RET_ERRNO = 0x0005_0000
 RET_ALLOW = 0x7FFF_0000
-
-DOC = Path(__file__).resolve().parents[3] / "docs" / "seccomp.md"
 
 
 # --- a classic BPF interpreter for seccomp programs ------------------------------------------
@@ -109,21 +97,7 @@ def x86(bpf: bytes, nr: int, *args: int) -> int:
     return run_bpf(bpf, nr=nr, arch=AUDIT_ARCH_X86_64, args=args)
 
 
-# --- the table --------------------------------------------------------------------------------
-
-
-def test_every_row_has_a_one_line_why_and_names_a_catalogue_probe() -> None:
-    for rule in SECCOMP_RULES:
-        assert rule.why.strip() and "\n" not in rule.why, rule
-        assert re.fullmatch(r"(FS|PR|FD|SY|IP|NE|PX|RE)-\d\d", rule.probe), rule
-
-
-def test_no_two_rows_share_a_syscall_and_the_same_conditions() -> None:
-    seen: dict[tuple[str, tuple[ArgCondition, ...]], SyscallRule] = {}
-    for rule in SECCOMP_RULES:
-        key = (rule.syscall, rule.when)
-        assert key not in seen, f"{rule} repeats {seen[key]}"
-        seen[key] = rule
+# --- the table against the compiled filter ---------------------------------------------------
 
 
 def test_no_deny_row_shadows_an_allow_row() -> None:
@@ -131,75 +105,6 @@ def test_no_deny_row_shadows_an_allow_row() -> None:
         args = witness(allow)
         for deny in (r for r in SECCOMP_RULES if r.is_deny and r.syscall == allow.syscall):
             assert not deny.matches(args), f"{deny} refuses what {allow} allows"
-
-
-def test_the_briefed_minimum_is_denied() -> None:
-    required = {
-        "ptrace",
-        "process_vm_readv",
-        "process_vm_writev",
-        "mount",
-        "umount2",
-        "pivot_root",
-        "chroot",
-        "move_mount",
-        "open_tree",
-        "fsopen",
-        "fsconfig",
-        "fsmount",
-        "fspick",
-        "mount_setattr",
-        "unshare",
-        "setns",
-        "clone",
-        "clone3",
-        "bpf",
-        "perf_event_open",
-        "userfaultfd",
-        "keyctl",
-        "add_key",
-        "request_key",
-        "io_uring_setup",
-        "io_uring_enter",
-        "io_uring_register",
-        "kexec_load",
-        "kexec_file_load",
-        "init_module",
-        "finit_module",
-        "delete_module",
-        "open_by_handle_at",
-        "name_to_handle_at",
-        "ioctl",
-        "socket",
-        "socketpair",
-        "personality",
-        "acct",
-        "swapon",
-        "swapoff",
-        "reboot",
-        "settimeofday",
-        "clock_settime",
-        "adjtimex",
-        "clock_adjtime",
-        "syslog",
-        "quotactl",
-        "lookup_dcookie",
-        "vhangup",
-        "uselib",
-        "nfsservctl",
-        "iopl",
-        "ioperm",
-        "fanotify_init",
-        "seccomp",
-    }
-    denied = {r.syscall for r in SECCOMP_RULES if r.is_deny}
-    assert required - denied == set()
-
-
-def test_landlock_is_never_denied() -> None:
-    for rule in SECCOMP_RULES:
-        if rule.syscall.startswith("landlock_"):
-            assert rule.action is Action.ALLOW and rule.when == ()
 
 
 def test_every_syscall_in_the_table_exists_on_x86_64() -> None:
@@ -214,27 +119,6 @@ def test_aarch64_records_the_rows_for_syscalls_it_does_not_have() -> None:
     # x86-only legacy calls, and the path calls aarch64 has only in their *at form
     assert absent == {"iopl", "ioperm", "uselib", "chmod", "creat", "mknod", "open"}
     assert len(plan.denies) + len(plan.allows) + len(plan.absent_on_arch) == len(SECCOMP_RULES)
-
-
-def test_rule_validation_refuses_malformed_rows() -> None:
-    with pytest.raises(ValueError, match="errno"):
-        SyscallRule(syscall="bpf", action=Action.ERRNO, why="w", probe="SY-06")
-    with pytest.raises(ValueError, match="errno"):
-        SyscallRule(syscall="bpf", action=Action.ALLOW, errno_value=1, why="w", probe="SY-06")
-    with pytest.raises(ValueError, match="one non-empty line"):
-        SyscallRule(syscall="bpf", action=Action.KILL_PROCESS, why="a\nb", probe="SY-06")
-    with pytest.raises(ValueError, match="one test per argument"):
-        SyscallRule(
-            syscall="socket",
-            action=Action.KILL_PROCESS,
-            why="w",
-            probe="SY-07",
-            when=(ArgCondition(index=0, op=ArgOp.NE, value=1), ArgCondition(index=0, op=ArgOp.NE, value=2)),
-        )
-    with pytest.raises(ValueError, match="outside mask"):
-        ArgCondition(index=1, op=ArgOp.MASKED_EQ, value=0x100, mask=0xFF)
-    with pytest.raises(ValueError, match="only meaningful"):
-        ArgCondition(index=1, op=ArgOp.EQ, value=1, mask=0xFF)
 
 
 # --- the compiled filter --------------------------------------------------------------------------
@@ -417,26 +301,6 @@ def test_a_failing_libseccomp_call_names_the_call_and_errno(call: str, monkeypat
         compile_filter(SECCOMP_RULES[:3], arch="x86_64", libseccomp_path="fake")
     assert call in info.value.cause and "EINVAL" in info.value.cause
     assert "libseccomp2" in info.value.fix
-
-
-# --- docs ------------------------------------------------------------------------------------
-
-
-def test_docs_table_is_generated_from_the_rules() -> None:
-    text = DOC.read_text(encoding="utf-8")
-    begin, end = "<!-- BEGIN SECCOMP_RULES -->\n", "<!-- END SECCOMP_RULES -->"
-    assert begin in text and end in text
-    table = text.split(begin, 1)[1].split(end, 1)[0]
-    assert table == render_rules_markdown(), (
-        "docs/seccomp.md is out of date; regenerate the table with "
-        "python -c 'from contain.runtime.seccomp import render_rules_markdown as r; print(r())'"
-    )
-
-
-def test_docs_table_names_every_syscall_of_the_table() -> None:
-    table = render_rules_markdown()
-    for rule in SECCOMP_RULES:
-        assert f"| `{rule.syscall}` |" in table
 
 
 def test_module_exports_what_it_says() -> None:

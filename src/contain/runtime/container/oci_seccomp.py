@@ -1,6 +1,6 @@
 """The seccomp table rendered as an OCI runtime spec's ``linux.seccomp`` section.
 
-One table, two renderings: ``runtime.seccomp.SECCOMP_RULES`` becomes BPF for the process backend
+One table, two renderings: ``runtime.seccomp_rules.SECCOMP_RULES`` becomes BPF for the process backend
 (``compile_filter``) and, here, the JSON an OCI runtime (runc, runsc) compiles itself. Both go
 through ``plan_filter`` first, so a row is resolved, checked for conflicts and found absent on an
 arch in exactly one place.
@@ -22,7 +22,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from contain.runtime.seccomp import SECCOMP_RULES, Action, ArgOp, SyscallRule, plan_filter
+from contain.runtime.seccomp import plan_filter
+from contain.runtime.seccomp_rules import SECCOMP_RULES, Action, ArgOp, SyscallRule
 
 __all__ = ["OCI_ARCHES", "render_oci_seccomp"]
 

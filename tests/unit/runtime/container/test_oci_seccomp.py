@@ -8,7 +8,8 @@ import pytest
 
 from contain.errors import UnsupportedHost
 from contain.runtime.container.oci_seccomp import render_oci_seccomp
-from contain.runtime.seccomp import SECCOMP_RULES, Action, ArgCondition, ArgOp, SyscallRule, plan_filter
+from contain.runtime.seccomp import plan_filter
+from contain.runtime.seccomp_rules import SECCOMP_RULES, Action, ArgCondition, ArgOp, SyscallRule
 
 
 def test_every_compiled_deny_row_is_one_entry_in_table_order():

@@ -1,0 +1,337 @@
+"""What ``contain doctor`` observes on this host: the slow, real tries ``detect_host`` skips.
+
+``detect_host`` (``host/facts.py``) runs on every sandbox start, so it only reads /proc and asks
+one syscall. Doctor goes further, and this module is where it touches the host:
+
+- it *tries* a user namespace (bwrap or unshare running /usr/bin/true, as nobody when we are
+  root, 5 s timeout);
+- it creates and removes a ``contain-doctor-<pid>`` cgroup in each hierarchy, in the directory the
+  runtime's own plan puts its ``contain`` parent (``runtime/cgroup_plan.plan_base_dir``);
+- it runs the KVM test guests (``host/kvm.py``, 3 s hard timeout) and asks QEMU and the OCI
+  runtimes for their versions (3 s timeout each);
+- it looks for the sandbox agent (with ``build``, compiles it into the agent cache).
+
+Everything it learns is returned as one frozen ``Observations`` value; judging it is pure and
+lives in ``host/doctor.py``. What this module does not do: decide anything, or change the host
+beyond the cgroup directory it removes at once and (only when asked) the agent cache.
+"""
+
+from __future__ import annotations
+
+import errno
+import glob
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from contain.host.facts import CgroupMount, HostFacts, bwrap_version, read_host_file
+from contain.host.kvm import KVM_DEVICE, KvmGuestResult
+from contain.runtime.cgroup_plan import CONTROLLER_ROWS, plan_base_dir
+from contain.runtime.plan import NOBODY_UID
+
+__all__ = [
+    "OCI_RUNTIMES",
+    "QEMU",
+    "AgentProbe",
+    "CgroupTrial",
+    "DetectedTool",
+    "Observations",
+    "Trial",
+    "detect_tool",
+    "observe_agent",
+    "observe_host",
+    "try_cgroup_children",
+    "try_user_namespace",
+]
+
+# (executable, how to install it): the OCI runtimes doctor looks for.
+OCI_RUNTIMES: tuple[tuple[str, str], ...] = (
+    ("runc", "apt-get install runc"),
+    ("crun", "apt-get install crun"),
+    ("runsc", "install gVisor: https://gvisor.dev/docs/user_guide/install/"),
+)
+QEMU = "qemu-system-x86_64"
+KERNEL_IMAGE_GLOBS = ("/boot/vmlinuz*", "/boot/vmlinux*")
+_COMPILERS = ("cc", "gcc", "clang")
+_TRIAL_TIMEOUT_S = 5.0
+_CACHE_HIT_S = 0.05  # an agent cache hit is a few stat() calls; slower means it compiled
+_VERSION_TIMEOUT_S = 3.0
+
+
+@dataclass(frozen=True)
+class Trial:
+    """The outcome of actually trying something (a command, an ioctl)."""
+
+    ok: bool
+    detail: str
+
+
+@dataclass(frozen=True)
+class DetectedTool:
+    """An executable and the first line of its ``--version`` (None when absent or broken)."""
+
+    name: str
+    path: str | None
+    version: str | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class CgroupTrial:
+    """Where a controller is mounted and whether we could mkdir+rmdir a child under our cgroup.
+
+    ``error`` is None when the child was created and removed; ``mount`` None when the
+    controller is not mounted (or, on v2, not enabled at our level).
+    """
+
+    controller: str
+    mount: CgroupMount | None
+    directory: str | None
+    error: str | None
+
+
+@dataclass(frozen=True)
+class AgentProbe:
+    """The in-sandbox agent: built (path), buildable, or broken (error + fix)."""
+
+    path: str | None
+    error: str | None = None
+    fix: str = ""
+    compiler: str | None = None
+    built_now: bool = False
+    seconds: float = 0.0
+
+
+@dataclass(frozen=True)
+class Observations:
+    """Everything doctor observed beyond ``HostFacts``. Construct one by hand in tests."""
+
+    userns_trial: Trial | None  # None: neither bwrap nor unshare to try with
+    bwrap_version: str | None  # `bwrap --version`; None when absent or it failed
+    seccomp_actions: tuple[str, ...]
+    lsm: str | None  # /sys/kernel/security/lsm, e.g. "lockdown,capability,yama"
+    cgroup_trials: tuple[CgroupTrial, ...]
+    memsw: bool | None  # memory+swap accounting files exist; None without a memory controller
+    swap_bytes: int
+    kvm_present: bool
+    kvm_api: Trial | None  # detail is the version number when ok
+    kvm_guest: KvmGuestResult | None
+    qemu: DetectedTool
+    qemu_microvm: bool | None  # None: QEMU absent or `-machine help` failed
+    kernel_images: tuple[str, ...]
+    oci: tuple[DetectedTool, ...]
+    agent: AgentProbe
+
+
+def _errno_text(exc: OSError) -> str:
+    return f"{errno.errorcode.get(exc.errno or 0, str(exc.errno))} ({exc.strerror})"
+
+
+def _run(argv: Sequence[str], *, timeout_s: float, as_nobody: bool = False) -> Trial:
+    try:
+        done = subprocess.run(
+            list(argv),
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            check=False,
+            stdin=subprocess.DEVNULL,
+            cwd="/",  # nobody may not be able to enter the caller's directory
+            user=NOBODY_UID if as_nobody else None,
+            group=NOBODY_UID if as_nobody else None,
+            extra_groups=[] if as_nobody else None,
+        )
+    except subprocess.TimeoutExpired:
+        return Trial(False, f"timed out after {timeout_s:g} s")
+    except OSError as exc:
+        return Trial(False, _errno_text(exc))
+    out = (done.stdout.strip() or done.stderr.strip()).splitlines()
+    first = out[0] if out else ""
+    if done.returncode != 0:
+        tail = (done.stderr.strip().splitlines() or [first])[-1]
+        return Trial(False, f"exit status {done.returncode}: {tail}")
+    return Trial(True, first)
+
+
+def try_user_namespace(facts: HostFacts) -> Trial | None:
+    """Create a user namespace for real: bwrap (or unshare) running /usr/bin/true.
+
+    As root the trial runs as nobody, like the sandbox does, so it tests the *unprivileged* path.
+    """
+    as_nobody = facts.is_root
+    who = f"as uid {NOBODY_UID}" if as_nobody else f"as uid {facts.uid}"
+    if facts.bwrap_path is not None:
+        argv = [
+            facts.bwrap_path,
+            "--unshare-all",
+            "--unshare-user",
+            "--die-with-parent",
+            "--ro-bind",
+            "/usr",
+            "/usr",
+            "--symlink",
+            "usr/lib",
+            "/lib",
+            "--symlink",
+            "usr/lib64",
+            "/lib64",
+            "--symlink",
+            "usr/bin",
+            "/bin",
+            "/usr/bin/true",
+        ]
+        tool = "bwrap --unshare-all"
+    elif (unshare := shutil.which("unshare")) is not None:
+        argv = [unshare, "--user", "--map-root-user", "--", "/usr/bin/true"]
+        tool = "unshare --user"
+    else:
+        return None
+    trial = _run(argv, timeout_s=_TRIAL_TIMEOUT_S, as_nobody=as_nobody)
+    return Trial(trial.ok, f"{tool} {who}" if trial.ok else f"{tool} {who}: {trial.detail}")
+
+
+def try_cgroup_children(facts: HostFacts, *, pid: int) -> tuple[CgroupTrial, ...]:
+    """mkdir+rmdir ``contain-doctor-<pid>`` where the runtime would put its ``contain`` parent in
+    each hierarchy (``cgroup_plan.plan_base_dir``: the delegated root, else our own cgroup on v1
+    and its parent on v2), once per directory."""
+    done: dict[str, str | None] = {}
+    trials = []
+    for row in CONTROLLER_ROWS:
+        controller = row.controller
+        mount = facts.cgroup_for(controller)
+        if mount is None:
+            trials.append(CgroupTrial(controller, None, None, None))
+            continue
+        directory = plan_base_dir(facts, mount)
+        if directory not in done:
+            child = os.path.join(directory, f"contain-doctor-{pid}")
+            try:
+                os.mkdir(child)
+                os.rmdir(child)
+                done[directory] = None
+            except OSError as exc:
+                done[directory] = _errno_text(exc)
+        trials.append(CgroupTrial(controller, mount, directory, done[directory]))
+    return tuple(trials)
+
+
+def _memsw(trials: Sequence[CgroupTrial]) -> bool | None:
+    memory = next((t for t in trials if t.controller == "memory"), None)
+    if memory is None or memory.mount is None or memory.directory is None:
+        return None
+    name = "memory.memsw.limit_in_bytes" if memory.mount.version == 1 else "memory.swap.max"
+    # The v2 root cgroup has no memory.swap.max, so look in our own cgroup first, then the root.
+    places = (memory.directory, memory.mount.mountpoint)
+    return any(os.path.exists(os.path.join(d, name)) for d in places)
+
+
+def _swap_bytes() -> int:
+    for line in (read_host_file("/proc/meminfo") or "").splitlines():
+        if line.startswith("SwapTotal:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+def detect_tool(name: str, *args: str) -> DetectedTool:
+    """``name --version`` (or ``args``): path and first line of output."""
+    path = shutil.which(name)
+    if path is None:
+        return DetectedTool(name, None)
+    trial = _run([path, *(args or ("--version",))], timeout_s=_VERSION_TIMEOUT_S)
+    if not trial.ok:
+        return DetectedTool(name, path, None, trial.detail)
+    return DetectedTool(name, path, trial.detail or "(no version output)")
+
+
+def _qemu_microvm(qemu: DetectedTool) -> bool | None:
+    if qemu.path is None or qemu.version is None:
+        return None
+    try:
+        done = subprocess.run(
+            [qemu.path, "-machine", "help"],
+            capture_output=True,
+            text=True,
+            timeout=_VERSION_TIMEOUT_S,
+            check=False,
+            stdin=subprocess.DEVNULL,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return any(line.split()[:1] == ["microvm"] for line in done.stdout.splitlines())
+
+
+def _kvm_api() -> Trial:
+    from contain.host.kvm import kvm_api_version
+
+    try:
+        return Trial(True, str(kvm_api_version()))
+    except OSError as exc:
+        return Trial(False, _errno_text(exc))
+
+
+def _compiler() -> str | None:
+    return next((p for c in _COMPILERS if (p := shutil.which(c)) is not None), None)
+
+
+def observe_agent(*, build: bool) -> AgentProbe:
+    """Find the sandbox agent; with ``build`` compile it when missing.
+
+    Without ``build`` nothing is written: an existing binary for the current source is validated
+    (owner, mode) through ``ensure_agent_binary``, a missing one is reported as not built.
+    """
+    try:
+        from contain.runtime import agent_build
+    except ImportError as exc:
+        return AgentProbe(
+            None,
+            f"not built: contain.runtime.agent_build unavailable ({exc})",
+            "reinstall contain (pip install -e .)",
+        )
+    from contain.errors import ContainError
+
+    compiler = _compiler()
+    # agent_build names the binary by a digest it keeps private (no public "expected path" yet);
+    # look it up the same way. If that name ever goes away, fall back to ensure_agent_binary(),
+    # which builds when missing, exactly as the next sandbox start would.
+    digest = getattr(agent_build, "_build_digest", None)
+    expected = agent_build.agent_cache_dir().absolute() / f"contain-agent-{digest()}" if callable(digest) else None
+    existed = expected is not None and os.path.lexists(expected)
+    if not build and expected is not None and not existed:
+        return AgentProbe(None, compiler=compiler)
+    started = time.monotonic()
+    try:
+        path = agent_build.ensure_agent_binary()
+    except ContainError as exc:
+        return AgentProbe(None, exc.cause, exc.fix, compiler)
+    seconds = time.monotonic() - started
+    built_now = not existed if expected is not None else seconds > _CACHE_HIT_S
+    return AgentProbe(str(path), compiler=compiler, built_now=built_now, seconds=seconds)
+
+
+def observe_host(facts: HostFacts, *, build_agent: bool = False) -> Observations:
+    """Do the slow, real tries ``detect_host`` skips. Takes about a second on a healthy host."""
+    from contain.host.kvm import check_kvm_guest
+
+    trials = try_cgroup_children(facts, pid=os.getpid())
+    kvm_present = os.path.exists(KVM_DEVICE)
+    qemu = detect_tool(QEMU)
+    return Observations(
+        userns_trial=try_user_namespace(facts),
+        bwrap_version=bwrap_version(facts.bwrap_path),
+        seccomp_actions=tuple((read_host_file("/proc/sys/kernel/seccomp/actions_avail") or "").split()),
+        lsm=read_host_file("/sys/kernel/security/lsm"),
+        cgroup_trials=trials,
+        memsw=_memsw(trials),
+        swap_bytes=_swap_bytes(),
+        kvm_present=kvm_present,
+        kvm_api=_kvm_api() if kvm_present else None,
+        kvm_guest=check_kvm_guest(arch=facts.arch) if kvm_present else None,
+        qemu=qemu,
+        qemu_microvm=_qemu_microvm(qemu),
+        kernel_images=tuple(sorted(p for g in KERNEL_IMAGE_GLOBS for p in glob.glob(g))),
+        oci=tuple(detect_tool(name) for name, _ in OCI_RUNTIMES),
+        agent=observe_agent(build=build_agent),
+    )
