@@ -43,6 +43,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from contain.http_framing import MAX_CONTENT_LENGTH_DIGITS, TOKEN, FramingError, parse_content_length, parse_header_line
+
 __all__ = [
     "MAX_BODY_BYTES",
     "MAX_CONTENT_LENGTH_DIGITS",
@@ -61,7 +63,6 @@ MAX_LINE_BYTES = 8192
 MAX_HEADERS = 64
 MAX_HEAD_BYTES = 32768  # the request line and all header lines together
 MAX_BODY_BYTES = 1 << 20
-MAX_CONTENT_LENGTH_DIGITS = 16  # far above MAX_BODY_BYTES; bounds the int() of an attacker's digits
 # RFC 9112 2.2 asks a server to ignore "at least one" empty line before a request line (some
 # clients send CRLF after a POST body); two allows that, and no more.
 MAX_LEADING_BLANK_LINES = 2
@@ -83,10 +84,7 @@ _REASONS = {
     502: "Bad Gateway",
     503: "Service Unavailable",
 }
-_TOKEN = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")  # RFC 9110 5.6.2 tchar
 _PATH = re.compile(rb"/[\x21-\x7e]*")  # origin-form: visible ASCII, no spaces or controls
-_DIGITS = re.compile(rb"[0-9]+")
-_BAD_VALUE = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")  # CTLs except HTAB
 _VERSIONS = (b"HTTP/1.1", b"HTTP/1.0")
 
 
@@ -212,7 +210,7 @@ def _request_line(line: bytes) -> tuple[str, str, str]:
     if (
         len(parts) != 3
         or parts[2] not in _VERSIONS
-        or _TOKEN.fullmatch(parts[0]) is None
+        or TOKEN.fullmatch(parts[0]) is None
         or _PATH.fullmatch(parts[1]) is None
     ):
         raise HttpError(400, "malformed request line")
@@ -220,24 +218,17 @@ def _request_line(line: bytes) -> tuple[str, str, str]:
 
 
 def _header(raw: bytes) -> tuple[str, str]:
-    if raw[:1] in (b" ", b"\t"):
-        raise HttpError(400, "obsolete line folding (a header line starting with whitespace)")
-    name, sep, value = raw.partition(b":")
-    if not sep or _TOKEN.fullmatch(name) is None:
-        raise HttpError(400, "malformed header name (a token, no whitespace before the colon)")
-    value = value.strip(b" \t")
-    if _BAD_VALUE.search(value):
-        raise HttpError(400, "control character in a header value")
-    return name.decode("ascii").lower(), value.decode("latin-1")
+    try:
+        return parse_header_line(raw)  # the rule the egress proxy uses too
+    except FramingError as exc:
+        raise HttpError(exc.status, exc.reason) from exc
 
 
 def _content_length(value: str | None) -> int:
-    if value is None:
-        return 0
-    digits = value.encode("latin-1")
-    if len(digits) > MAX_CONTENT_LENGTH_DIGITS or _DIGITS.fullmatch(digits) is None:
-        raise HttpError(400, "Content-Length must be ASCII digits")
-    length = int(digits)
+    try:
+        length = parse_content_length([] if value is None else [value], transfer_encoding=False) or 0
+    except FramingError as exc:
+        raise HttpError(exc.status, exc.reason) from exc
     if length > MAX_BODY_BYTES:
         raise HttpError(413, "body over 1 MiB")
     return length

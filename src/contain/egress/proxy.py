@@ -38,6 +38,7 @@ from contain.egress.addresses import UnreadableLiteral, parse_ip_literal
 from contain.egress.log import EgressEvent, decision_event
 from contain.egress.policy import Decision, Destination, Via
 from contain.egress.tunnel import Dialled, dial_pinned, pump, tune_stream
+from contain.http_framing import TOKEN, FramingError, parse_content_length, parse_header_line
 
 __all__ = [
     "HEAD_TIMEOUT_S",
@@ -60,17 +61,14 @@ Record = Callable[[EgressEvent], None]
 MAX_HEAD_BYTES = 16 * 1024  # larger than any real request line + headers a tool sends
 HEAD_TIMEOUT_S = 10.0
 DIAL_TIMEOUT_S = 10.0
-_TOKEN = re.compile(rb"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
+
 _VERSION = re.compile(rb"^HTTP/1\.[01]$")
-_CTL = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")  # header values: HTAB is legal there (RFC 9110 5.5)
 # The request target: visible ASCII only. No control byte, no whitespace (a tab is not a
 # separator to us but is to some servers), nothing above 0x7E.
 _TARGET = re.compile(rb"[\x21-\x7e]+")
 _PORT = re.compile(r"[0-9]{1,5}")
-# Content-Length is 1*DIGIT (RFC 9110 8.6), ASCII digits only: str.isdigit() and int() also take
-# "²" or "٣", which no upstream reads the same way. 2^63-1 (19 digits) is the largest body size
-# Go's net/http (ParseUint(.., 10, 63)) and nginx (off_t) accept.
-_CONTENT_LENGTH = re.compile(r"[0-9]{1,19}")
+# Content-Length syntax is contain.http_framing's (shared with the broker); 2^63-1 is the largest
+# body size Go's net/http (ParseUint(.., 10, 63)) and nginx (off_t) accept.
 MAX_CONTENT_LENGTH = 2**63 - 1
 # Hop-by-hop headers (RFC 9110 section 7.6.1) and proxy credentials never go upstream.
 _HOP_BY_HOP = frozenset(
@@ -124,7 +122,7 @@ def parse_request_line(line: bytes) -> tuple[str, str, str]:
     if len(parts) != 3 or not all(parts):
         raise BadRequest("the request line must be METHOD SP target SP HTTP/1.1")
     method, target, version = parts
-    if not _TOKEN.match(method) or not _VERSION.match(version):
+    if not TOKEN.fullmatch(method) or not _VERSION.match(version):
         raise BadRequest("only HTTP/1.0 and HTTP/1.1 requests are accepted")
     if not _TARGET.fullmatch(target):
         raise BadRequest("control, whitespace or non-ASCII bytes in the request target")
@@ -145,15 +143,10 @@ def parse_request_head(head: bytes) -> RequestHead:
     method, target, version = parse_request_line(lines[0])
     headers: list[tuple[str, str]] = []
     for line in lines[1:]:
-        if line[:1] in (b" ", b"\t"):
-            raise BadRequest("obsolete line folding is refused", target=target)
-        name, sep, value = line.partition(b":")
-        if not sep or not _TOKEN.match(name):
-            raise BadRequest("malformed header line", target=target)
-        value = value.strip(b" \t")
-        if _CTL.search(value):
-            raise BadRequest(f"control bytes in header {name.decode()!r}", target=target)
-        headers.append((name.decode("ascii").lower(), value.decode("latin-1")))
+        try:
+            headers.append(parse_header_line(line))  # the rule the broker's framer uses too
+        except FramingError as exc:
+            raise BadRequest(exc.reason, target=target) from exc
     parsed = RequestHead(method, target, version, tuple(headers))
     return RequestHead(method, target, version, tuple(headers), _check_framing(parsed))
 
@@ -162,20 +155,20 @@ def _check_framing(head: RequestHead) -> int | None:
     """Refuse ambiguous framing; return the Content-Length (``None`` when absent)."""
     if len(head.values("host")) > 1:
         raise BadRequest("more than one Host header", target=head.target)
-    lengths = head.values("content-length")
-    if lengths and head.values("transfer-encoding"):
-        raise BadRequest("both Content-Length and Transfer-Encoding", target=head.target)
-    if len(lengths) > 1 or (lengths and not _CONTENT_LENGTH.fullmatch(lengths[0])):
-        raise BadRequest("Content-Length must appear once, as 1-19 ASCII digits", target=head.target)
+    try:
+        length = parse_content_length(
+            head.values("content-length"), transfer_encoding=bool(head.values("transfer-encoding"))
+        )
+    except FramingError as exc:
+        raise BadRequest(exc.reason, target=head.target, status=exc.status) from exc
     if head.method != "CONNECT" and head.values("transfer-encoding"):
         raise BadRequest(
             "Transfer-Encoding request bodies are not forwarded; send Content-Length",
             target=head.target,
             status=411,
         )
-    if not lengths:
+    if length is None:
         return None
-    length = int(lengths[0])
     if length > MAX_CONTENT_LENGTH:
         raise BadRequest(f"Content-Length above {MAX_CONTENT_LENGTH}", target=head.target)
     return length

@@ -103,7 +103,7 @@ def test_headers_up_to_the_limit_are_read_and_one_more_is_refused() -> None:
         (b"POST / HTTP/1.1\r\nContent-Length: 1_0\r\n\r\n0123456789", 400),
         (b"POST / HTTP/1.1\r\nContent-Length: \xd9\xa3\r\n\r\nxyz", 400),  # a non-ASCII digit
         (b"POST / HTTP/1.1\r\nContent-Length: 3, 3\r\n\r\nxyz", 400),
-        (b"POST / HTTP/1.1\r\nContent-Length: 00000000000000001\r\n\r\nx", 400),  # over the digit bound
+        (b"POST / HTTP/1.1\r\nContent-Length: 00000000000000000001\r\n\r\nx", 400),  # over the digit bound (19)
         (b"POST / HTTP/1.1\r\nContent-Length : 3\r\n\r\nxyz", 400),  # space before the colon
         (b"GET / HTTP/1.1\nHost: x\n\n", 400),  # bare-LF head
         (b"GET / HTTP/1.1\r\nHost: x\n\r\n", 400),  # one bare LF among CRLFs
