@@ -6,7 +6,7 @@ Three steps, kept apart so the decisions can be tested without a host:
    or too intrusive for every sandbox start: it *tries* a user namespace (bwrap or unshare, as
    nobody when we are root, 5 s timeout), creates and removes a ``contain-doctor-<pid>`` cgroup
    in each hierarchy, runs the KVM test guests (``host/kvm.py``, 3 s hard timeout), asks QEMU
-   and the OCI runtimes for their versions, and looks for the sandbox agent. It returns a
+   and the OCI runtimes for their versions, and looks for the sandbox supervisor. It returns a
    frozen ``Observations`` value.
 2. ``CHECKS`` is a table of small pure functions ``(facts, observations) -> Check``; each row
    gives one ``Check(name, status, detail, fix)``. ``VERDICTS`` is a second table of pure
@@ -14,11 +14,11 @@ Three steps, kept apart so the decisions can be tested without a host:
 3. ``render_text`` / ``render_json`` turn a ``Report`` into output; they do no I/O.
 
 What the exit code means (``Report.exit_code``): 0 when the process backend works here (bwrap,
-user namespaces, seccomp, libseccomp, the agent), 1 otherwise. The other verdicts are advice.
+user namespaces, seccomp, libseccomp, the supervisor), 1 otherwise. The other verdicts are advice.
 
 What doctor does not do: it changes nothing on the host except the cgroup directory it creates
-and removes at once, and (only with ``--build-agent``, via ``contain.runtime.agent_build``) the
-agent cache. It does not prove a sandbox is escape-proof: that is ``contain probe``. The verdicts
+and removes at once, and (only with ``--build-supervisor``, via ``contain.runtime.supervisor_build``) the
+supervisor cache. It does not prove a sandbox is escape-proof: that is ``contain probe``. The verdicts
 mirror the runtime's own decisions (``runtime/plan.py``, ``runtime/cgroups.py``); when those
 change, the rows here must change with them (a unit test pins the controller table).
 """
@@ -45,19 +45,19 @@ __all__ = [
     "CHECKS",
     "PROCESS_NEEDS",
     "VERDICTS",
-    "AgentProbe",
     "CgroupTrial",
     "Check",
     "CheckRow",
     "Observations",
     "Report",
     "Status",
+    "SupervisorProbe",
     "ToolProbe",
     "Trial",
     "build_report",
     "cgroup_layout",
-    "observe_agent",
     "observe_host",
+    "observe_supervisor",
     "render_json",
     "render_text",
     "run_checks",
@@ -84,7 +84,7 @@ CGROUP_ROOT_ENV = "CONTAIN_CGROUP_ROOT"  # same variable as runtime/cgroups.py R
 NOBODY_UID = 65534  # runtime/plan.py NOBODY_UID: the sandbox's host uid when contain is root
 _COMPILERS = ("cc", "gcc", "clang")
 _TRIAL_TIMEOUT_S = 5.0
-_CACHE_HIT_S = 0.05  # an agent cache hit is a few stat() calls; slower means it compiled
+_CACHE_HIT_S = 0.05  # a supervisor cache hit is a few stat() calls; slower means it compiled
 _VERSION_TIMEOUT_S = 3.0
 _USERNS_FIX = (
     "sysctl -w user.max_user_namespaces=15000; on Ubuntu also sysctl -w kernel.apparmor_restrict_unprivileged_userns=0"
@@ -143,8 +143,8 @@ class CgroupTrial:
 
 
 @dataclass(frozen=True)
-class AgentProbe:
-    """The in-sandbox agent: built (path), buildable, or broken (error + fix)."""
+class SupervisorProbe:
+    """The in-sandbox supervisor: built (path), buildable, or broken (error + fix)."""
 
     path: str | None
     error: str | None = None
@@ -173,7 +173,7 @@ class Observations:
     qemu_microvm: bool | None  # None: QEMU absent or `-machine help` failed
     kernel_images: tuple[str, ...]
     oci: tuple[ToolProbe, ...]
-    agent: AgentProbe
+    supervisor: SupervisorProbe
 
 
 @dataclass(frozen=True)
@@ -455,25 +455,25 @@ def _oci_row(runtime: str, install: str) -> CheckRow:
     return CheckRow(runtime, "OCI runtime for the container backend", judge)
 
 
-def _check_agent(facts: HostFacts, obs: Observations) -> Check:
-    agent = obs.agent
-    if agent.path is not None:
-        done = f" (built now in {agent.seconds:.1f} s)" if agent.built_now else ""
-        return Check("agent", Status.OK, f"{agent.path}{done}")
-    if agent.error is not None:
-        return Check("agent", Status.FAIL, agent.error, agent.fix)
-    if agent.compiler is None:
+def _check_supervisor(facts: HostFacts, obs: Observations) -> Check:
+    supervisor = obs.supervisor
+    if supervisor.path is not None:
+        done = f" (built now in {supervisor.seconds:.1f} s)" if supervisor.built_now else ""
+        return Check("supervisor", Status.OK, f"{supervisor.path}{done}")
+    if supervisor.error is not None:
+        return Check("supervisor", Status.FAIL, supervisor.error, supervisor.fix)
+    if supervisor.compiler is None:
         return Check(
-            "agent",
+            "supervisor",
             Status.FAIL,
             "not built, and no C compiler to build it",
-            "apt-get install gcc libc6-dev, then run `contain doctor --build-agent`",
+            "apt-get install gcc libc6-dev, then run `contain doctor --build-supervisor`",
         )
     return Check(
-        "agent",
+        "supervisor",
         Status.WARN,
-        f"not built yet; the first sandbox builds it with {agent.compiler}",
-        "run `contain doctor --build-agent`",
+        f"not built yet; the first sandbox builds it with {supervisor.compiler}",
+        "run `contain doctor --build-supervisor`",
     )
 
 
@@ -508,14 +508,14 @@ CHECKS: tuple[CheckRow, ...] = (
     CheckRow("qemu", "the microvm backend's VMM", _check_qemu),
     CheckRow("kernel-image", "the microvm backend boots a guest kernel", _check_kernel_image),
     *(_oci_row(name, install) for name, install in OCI_RUNTIMES),
-    CheckRow("agent", "pid 1 of every process sandbox", _check_agent),
+    CheckRow("supervisor", "pid 1 of every process sandbox", _check_supervisor),
 )
 
 
 # ------------------------------------------------------------------------- verdicts (pure)
 
 PROCESS_BACKEND = "process backend"
-PROCESS_NEEDS = ("bwrap", "user-namespaces", "seccomp", "libseccomp", "agent")
+PROCESS_NEEDS = ("bwrap", "user-namespaces", "seccomp", "libseccomp", "supervisor")
 
 
 def _gaps(checks: Mapping[str, Check], names: Sequence[str]) -> list[Check]:
@@ -543,7 +543,7 @@ def _verdict_process(facts: HostFacts, checks: Mapping[str, Check]) -> Check:
             "works, with warnings: " + ", ".join(g.name for g in gaps),
             _fixes(gaps),
         )
-    return Check(PROCESS_BACKEND, Status.OK, "works (bwrap + user namespaces + seccomp + agent)")
+    return Check(PROCESS_BACKEND, Status.OK, "works (bwrap + user namespaces + seccomp + supervisor)")
 
 
 def _verdict_landlock(facts: HostFacts, checks: Mapping[str, Check]) -> Check:
@@ -829,42 +829,46 @@ def _compiler() -> str | None:
     return next((p for c in _COMPILERS if (p := shutil.which(c)) is not None), None)
 
 
-def observe_agent(*, build: bool) -> AgentProbe:
-    """Find the sandbox agent; with ``build`` compile it when missing.
+def observe_supervisor(*, build: bool) -> SupervisorProbe:
+    """Find the sandbox supervisor; with ``build`` compile it when missing.
 
     Without ``build`` nothing is written: an existing binary for the current source is validated
-    (owner, mode) through ``ensure_agent_binary``, a missing one is reported as not built.
+    (owner, mode) through ``ensure_supervisor_binary``, a missing one is reported as not built.
     """
     try:
-        from contain.runtime import agent_build
+        from contain.runtime import supervisor_build
     except ImportError as exc:
-        return AgentProbe(
+        return SupervisorProbe(
             None,
-            f"not built: contain.runtime.agent_build unavailable ({exc})",
+            f"not built: contain.runtime.supervisor_build unavailable ({exc})",
             "reinstall contain (pip install -e .)",
         )
     from contain.errors import ContainError
 
     compiler = _compiler()
-    # agent_build names the binary by a digest it keeps private (no public "expected path" yet);
-    # look it up the same way. If that name ever goes away, fall back to ensure_agent_binary(),
+    # supervisor_build names the binary by a digest it keeps private (no public "expected path" yet);
+    # look it up the same way. If that name ever goes away, fall back to ensure_supervisor_binary(),
     # which builds when missing, exactly as the next sandbox start would.
-    digest = getattr(agent_build, "_build_digest", None)
-    expected = agent_build.agent_cache_dir().absolute() / f"contain-agent-{digest()}" if callable(digest) else None
+    digest = getattr(supervisor_build, "_build_digest", None)
+    expected = (
+        supervisor_build.supervisor_cache_dir().absolute() / f"contain-supervisor-{digest()}"
+        if callable(digest)
+        else None
+    )
     existed = expected is not None and os.path.lexists(expected)
     if not build and expected is not None and not existed:
-        return AgentProbe(None, compiler=compiler)
+        return SupervisorProbe(None, compiler=compiler)
     started = time.monotonic()
     try:
-        path = agent_build.ensure_agent_binary()
+        path = supervisor_build.ensure_supervisor_binary()
     except ContainError as exc:
-        return AgentProbe(None, exc.cause, exc.fix, compiler)
+        return SupervisorProbe(None, exc.cause, exc.fix, compiler)
     seconds = time.monotonic() - started
     built_now = not existed if expected is not None else seconds > _CACHE_HIT_S
-    return AgentProbe(str(path), compiler=compiler, built_now=built_now, seconds=seconds)
+    return SupervisorProbe(str(path), compiler=compiler, built_now=built_now, seconds=seconds)
 
 
-def observe_host(facts: HostFacts, *, build_agent: bool = False) -> Observations:
+def observe_host(facts: HostFacts, *, build_supervisor: bool = False) -> Observations:
     """Do the slow, real tries ``probe_host`` skips. Takes about a second on a healthy host."""
     from contain.host.kvm import check_kvm_guest
 
@@ -888,5 +892,5 @@ def observe_host(facts: HostFacts, *, build_agent: bool = False) -> Observations
         qemu_microvm=_qemu_microvm(qemu),
         kernel_images=tuple(sorted(p for g in KERNEL_IMAGE_GLOBS for p in glob.glob(g))),
         oci=tuple(probe_tool(name) for name, _ in OCI_RUNTIMES),
-        agent=observe_agent(build=build_agent),
+        supervisor=observe_supervisor(build=build_supervisor),
     )
