@@ -1038,8 +1038,8 @@ static int handle_request(int ruleset_fd) {
 
 /* Launcher mode, on the host:
  *     contain-supervisor --exec-as UID GID [--join-cgroup DIR/tasks]...
- *                   [--disk-tmpfs MOUNTPOINT SIZE_BYTES INODES [--disk-dir NAME MODE]...]
- *                   -- PROGRAM ARGS...
+ *                        [--disk-tmpfs MOUNTPOINT SIZE_BYTES INODES [--disk-dir NAME MODE]...]
+ *                        -- PROGRAM ARGS...
  * first moves itself into each named cgroup v1 directory, then (with --disk-tmpfs) mounts the
  * sandbox's one disk budget, then drops every group, sets gid then uid (checking each took),
  * creates the --disk-dir directories and execs PROGRAM. The launcher uses it to start bwrap as
@@ -1073,7 +1073,8 @@ struct disk_dir {
 static int join_cgroup(const char *tasks_file) {
     const char *slash = strrchr(tasks_file, '/');
     if (tasks_file[0] != '/' || slash == NULL || strcmp(slash, "/tasks") != 0) {
-        dprintf(STDERR_FILENO, "contain-supervisor: --join-cgroup wants an absolute .../tasks path, got %s\n", tasks_file);
+        dprintf(STDERR_FILENO, "contain-supervisor: --join-cgroup wants an absolute .../tasks path, got %s\n",
+                tasks_file);
         return -1;
     }
     int fd = open(tasks_file, O_WRONLY | O_CLOEXEC | O_NOFOLLOW);
