@@ -2,7 +2,7 @@
 # Set up everything contain needs on this machine, idempotently, saying what it does.
 #   1. Debian packages (only when running as root and something is missing)
 #   2. a .venv in the repo root with contain installed (pip install -e .[dev])
-#   3. the in-sandbox agent, compiled once into the cache
+#   3. the in-sandbox supervisor, compiled once into the cache
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -66,6 +66,6 @@ if [ -f tests/npm/package.json ]; then
     echo "bootstrap: npm packages for tests present"
   fi
 fi
-echo "bootstrap: building the in-sandbox agent (cached when unchanged)"
-.venv/bin/contain doctor --build-agent >/dev/null
+echo "bootstrap: building the in-sandbox supervisor (cached when unchanged)"
+.venv/bin/contain doctor --build-supervisor >/dev/null
 echo "bootstrap: ready; the CLI is .venv/bin/contain"

@@ -70,11 +70,11 @@ class UnsupportedHost(ContainError):
 
 
 class SandboxStartError(ContainError):
-    """Raised when a sandbox cannot be created: spawning bwrap, cgroups, the agent handshake."""
+    """Raised when a sandbox cannot be created: spawning bwrap, cgroups, the supervisor handshake."""
 
 
 class SandboxLost(ContainError):
-    """Raised when a running sandbox's agent dies or stops answering; the sandbox is torn down."""
+    """Raised when a running sandbox's supervisor dies or stops answering; the sandbox is torn down."""
 
 
 class FileTransferError(ContainError):

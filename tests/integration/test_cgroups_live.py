@@ -236,10 +236,10 @@ def test_remove_leaves_no_directory_and_is_idempotent(make_cgroup: MakeCgroup) -
 # -- the root launcher joins a v1 cgroup itself before it execs bwrap --------------------------------
 
 
-def _agent() -> str:
-    from contain.runtime.agent_build import ensure_agent_binary
+def _supervisor() -> str:
+    from contain.runtime.supervisor_build import ensure_supervisor_binary
 
-    return str(ensure_agent_binary())
+    return str(ensure_supervisor_binary())
 
 
 def test_the_launcher_joins_every_hierarchy_before_it_execs(facts: HostFacts) -> None:
@@ -249,7 +249,7 @@ def test_the_launcher_joins_every_hierarchy_before_it_execs(facts: HostFacts) ->
             pytest.skip("cgroup v2 host: the launcher joins only v1 hierarchies (tasks files)")
         joins = [arg for path in cgroup.join_files() for arg in ("--join-cgroup", path)]
         done = subprocess.run(
-            [_agent(), "--exec-as", "65534", "65534", *joins, "--", "/bin/cat", "/proc/self/cgroup"],
+            [_supervisor(), "--exec-as", "65534", "65534", *joins, "--", "/bin/cat", "/proc/self/cgroup"],
             capture_output=True, text=True, timeout=10, check=True,
         )
         lines = {line.split(":")[1]: line.split(":", 2)[2] for line in done.stdout.splitlines()}
@@ -272,7 +272,7 @@ def test_the_launcher_joins_every_hierarchy_before_it_execs(facts: HostFacts) ->
     ids=["cgroup.procs", "relative", "missing", "no-path", "no-separator", "too-many"],
 )
 def test_the_launcher_refuses_before_exec_when_it_cannot_join(extra: list[str], message: str) -> None:
-    argv = [_agent(), "--exec-as", "65534", "65534", *extra]
+    argv = [_supervisor(), "--exec-as", "65534", "65534", *extra]
     if extra[-1] != "/bin/true" and extra != ["--join-cgroup"]:
         argv += ["--", "/bin/echo", "ran"]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=10, check=False)
@@ -285,14 +285,14 @@ def test_a_sandbox_started_as_root_is_inside_its_cgroup_from_bwrap_down(facts: H
 
     with Sandbox(Boundary.model_validate({"resources": {"pids_max": 16}})) as sandbox:
         cgroup = sandbox._cgroup
-        assert cgroup is not None and sandbox._proc is not None and sandbox.agent_pid is not None
+        assert cgroup is not None and sandbox._proc is not None and sandbox.supervisor_pid is not None
         members = set(cgroup.pids())
         if cgroup.joined_by_launcher:
-            assert {sandbox._proc.pid, sandbox.agent_pid} <= members  # bwrap's monitor and the agent
+            assert {sandbox._proc.pid, sandbox.supervisor_pid} <= members  # bwrap's monitor and the supervisor
             assert Path(cgroup.dirs["pids"], "pids.max").read_text().strip() == "17"
         else:
-            assert sandbox.agent_pid in members
-        # The workload's budget is what it was before bwrap joined: pids_max minus the agent, so
+            assert sandbox.supervisor_pid in members
+        # The workload's budget is what it was before bwrap joined: pids_max minus the supervisor, so
         # python3 and 14 children fit and the 15th fork is refused (13 if the cgroup had no room
         # for bwrap's monitor, 15 if it made room for a monitor outside it).
         result = sandbox.run(["python3", "-c", FORK_UNTIL_REFUSED])

@@ -1,5 +1,5 @@
 """`contain doctor` on this real host: structure, the layers this host has, speed, the KVM
-verdict, the guest-check timeout, and `--build-agent`."""
+verdict, the guest-check timeout, and `--build-supervisor`."""
 
 from __future__ import annotations
 
@@ -114,18 +114,18 @@ def test_a_checker_that_never_finishes_is_killed_and_reported_as_hanging():
     assert result.verdict == ("hangs (timed out after 0.3 s): use software emulation (QEMU -accel tcg)")
 
 
-def test_build_agent_builds_once_then_says_already_built(tmp_path):
+def test_build_supervisor_builds_once_then_says_already_built(tmp_path):
     env = {**os.environ, "CONTAIN_CACHE_DIR": str(tmp_path / "cache")}
-    first = _doctor("--build-agent", env=env)
+    first = _doctor("--build-supervisor", env=env)
     assert first.returncode == 0, first.stdout + first.stderr
-    assert first.stdout.startswith(f"agent: built {tmp_path}/cache/contain-agent-")
+    assert first.stdout.startswith(f"supervisor: built {tmp_path}/cache/contain-supervisor-")
     started = time.monotonic()
-    second = _doctor("--build-agent", "--json", env=env)
+    second = _doctor("--build-supervisor", "--json", env=env)
     assert second.returncode == 0
     document = json.loads(second.stdout)
     assert document["action"] == "found"
-    assert document["path"].startswith(f"{tmp_path}/cache/contain-agent-")
+    assert document["path"].startswith(f"{tmp_path}/cache/contain-supervisor-")
     assert time.monotonic() - started < 3.0
     report = json.loads(_doctor("--json", env=env).stdout)
-    agent = next(c for c in report["checks"] if c["name"] == "agent")
-    assert agent == {"name": "agent", "status": "ok", "detail": document["path"], "fix": ""}
+    supervisor = next(c for c in report["checks"] if c["name"] == "supervisor")
+    assert supervisor == {"name": "supervisor", "status": "ok", "detail": document["path"], "fix": ""}

@@ -79,7 +79,7 @@ def test_sandboxes_with_write_binds_each_run_as_a_host_uid_of_their_own(tmp_path
         Sandbox(Boundary.model_validate({"files": [binds[0]]})) as first,
         Sandbox(Boundary.model_validate({"files": [binds[1]]})) as second,
     ):
-        uids = {_host_uid_of(first.agent_pid), _host_uid_of(second.agent_pid)}
+        uids = {_host_uid_of(first.supervisor_pid), _host_uid_of(second.supervisor_pid)}
     assert len(uids) == 2
     assert 65534 not in uids
 

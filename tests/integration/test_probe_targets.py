@@ -51,6 +51,6 @@ def test_contain_target_merges_the_case_boundary_and_reports_the_sandbox_pid():
         "import os; print(os.environ['PROBE_VAR'], open('/proc/1/comm').read().strip())",
         boundary={"env": {"PROBE_VAR": "merged"}},
     )
-    assert run.stdout.split() == [b"merged", b"agent"]
+    assert run.stdout.split() == [b"merged", b"supervisor"]
     assert run.host_pid is not None and run.run_result is not None
     assert target.boundary_for({"env": {"X": "1"}})["resources"]["pids_max"] == 32

@@ -87,7 +87,7 @@ def test_a_malformed_manifest_exits_125_naming_file_line_and_key(tmp_path):
 
 
 def as_nobody(host_tmp: Path, *args: str) -> subprocess.CompletedProcess[bytes]:
-    """Run the CLI as an ordinary user (uid 65534) with its own agent cache."""
+    """Run the CLI as an ordinary user (uid 65534) with its own supervisor cache."""
     cache = host_tmp / "cache"
     cache.mkdir(exist_ok=True)
     os.chown(cache, 65534, 65534)
@@ -145,7 +145,7 @@ def test_an_ordinary_user_gets_a_contained_sandbox_with_rlimits_only(host_tmp):
     assert "scratch ok" in lines and "no net 111" in lines
     assert int(lines[-1].split()[1]) < 32  # RLIMIT_NPROC, counted per user namespace, held the bomb
     assert document["layers"]["cgroups"].startswith("off by manifest")
-    assert document["usage"]["source"] == "agent rusage"
+    assert document["usage"]["source"] == "supervisor rusage"
     # Control: the same user outside the sandbox reads the planted file.
     assert subprocess.run(["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups", "cat", str(secret)],
                           capture_output=True, check=False).stdout == b"s3cret"

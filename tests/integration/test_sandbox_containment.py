@@ -315,13 +315,13 @@ def test_a_cpu_loop_dies_at_its_cpu_budget() -> None:
 def test_a_sleeper_past_the_wall_limit_is_timed_out_and_every_process_is_gone() -> None:
     code = "import os, subprocess, time\nsubprocess.Popen(['sleep', '1000'], start_new_session=True)\ntime.sleep(1000)"
     with Sandbox(boundary()) as sb:
-        agent = sb.agent_pid
-        assert agent is not None
-        pidns = os.readlink(f"/proc/{agent}/ns/pid")
+        supervisor = sb.supervisor_pid
+        assert supervisor is not None
+        pidns = os.readlink(f"/proc/{supervisor}/ns/pid")
         result = sb.run([PY, "-c", code], timeout=1)
         assert result.timed_out and result.status == 124
         assert any(v.kind == "timeout" for v in result.violations)
-        members = [p for p in _pids_in_namespace(pidns) if p != agent]
+        members = [p for p in _pids_in_namespace(pidns) if p != supervisor]
         assert members == []  # the detached sleeper died with the run
         # Control: a sleeper inside the limit finishes normally in the same session.
         ok = sb.run([PY, "-c", "import time; time.sleep(0.2); print('slept')"], timeout=5)

@@ -30,11 +30,11 @@ def test_spawned_process_talks_over_live_pipes_and_then_frees_the_sandbox() -> N
 
 def test_spawned_process_past_its_wall_limit_is_killed_with_its_children() -> None:
     with Sandbox() as sb:
-        agent = sb.agent_pid
-        pidns = os.readlink(f"/proc/{agent}/ns/pid")
+        supervisor = sb.supervisor_pid
+        pidns = os.readlink(f"/proc/{supervisor}/ns/pid")
         process = sb.spawn(["sh", "-c", "sleep 1000 & sleep 1000"], timeout=1)
         assert process.wait(10) == -9 and process.timed_out
-        left = [p for p in os.listdir("/proc") if p.isdigit() and p != str(agent) and _in_ns(p, pidns)]
+        left = [p for p in os.listdir("/proc") if p.isdigit() and p != str(supervisor) and _in_ns(p, pidns)]
         assert left == []
 
 
@@ -87,8 +87,8 @@ def test_attachments_appear_read_only_under_dot_contain(host_tmp) -> None:
 
 @pytest.mark.parametrize(
     "attachment",
-    [Attachment("/etc/passwd", data=b"x"), Attachment("/.contain/agent", data=b"x"), Attachment("/.contain/x")],
+    [Attachment("/etc/passwd", data=b"x"), Attachment("/.contain/supervisor", data=b"x"), Attachment("/.contain/x")],
 )
-def test_attachments_outside_dot_contain_or_replacing_the_agent_are_refused(attachment) -> None:
+def test_attachments_outside_dot_contain_or_replacing_the_supervisor_are_refused(attachment) -> None:
     with pytest.raises(SandboxStartError):
         Sandbox(attachments=[attachment])

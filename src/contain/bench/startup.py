@@ -4,10 +4,10 @@ Variants, interleaved round by round so that noise on this shared machine hits a
   - ``bare``: the command run directly (fork + exec from Python);
   - ``bwrap``: raw ``bwrap --unshare-all`` with the same mounts contain's sandbox gets (/usr, loader
     links, its /etc tree, /proc, /dev, tmpfs for /tmp, /dev/shm and /work, read-only root), no
-    seccomp, no agent, no cgroup, started as the same host user contain's sandbox runs as;
+    seccomp, no supervisor, no cgroup, started as the same host user contain's sandbox runs as;
   - ``bwrap-minimal``: raw bwrap with only /usr, loader links, /proc, /dev, /tmp and /work;
   - ``contain-api``: ``Sandbox(Boundary())`` with full policy (seccomp, Landlock, cgroups, the
-    agent), started, one run, closed: the whole life of a one-shot sandbox;
+    supervisor), started, one run, closed: the whole life of a one-shot sandbox;
   - ``contain-cli``: ``contain run -- CMD`` as a shell would start it (a new interpreter each time),
     the usual case: the boundary was validated by an earlier run and is read from the cache;
   - ``contain-cli-uncached``: the same with the validation cache off (``CONTAIN_NO_BOUNDARY_CACHE``),
@@ -88,7 +88,7 @@ def _summarise(name: str, samples: Sequence[float]) -> Summary:
 
 def _raw_bwrap_argv(command: list[str], *, etc_tree: str | None) -> list[str]:
     """Raw bwrap with the mounts contain's sandbox gets (or only the minimum when etc_tree is None):
-    the difference to contain is then its own layers (seccomp, cgroup, agent, Landlock) and the
+    the difference to contain is then its own layers (seccomp, cgroup, supervisor, Landlock) and the
     Python that drives them."""
     argv = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--ro-bind", "/usr", "/usr"]
     for link in ("/bin", "/sbin", "/lib", "/lib64"):
@@ -105,25 +105,25 @@ def _raw_bwrap_argv(command: list[str], *, etc_tree: str | None) -> list[str]:
 def _sandbox_etc_tree() -> str:
     from pathlib import Path
 
-    from contain.runtime.agent_build import ensure_agent_binary
     from contain.runtime.bwrap import ETC_PASSTHROUGH, generated_etc_files
     from contain.runtime.etc_tree import ensure_etc_tree
+    from contain.runtime.supervisor_build import ensure_supervisor_binary
 
     generated = generated_etc_files(home="/work", resolv_conf="nameserver 127.0.0.1\n")
-    return ensure_etc_tree(Path(ensure_agent_binary()).parent, generated, (e.path for e in ETC_PASSTHROUGH))
+    return ensure_etc_tree(Path(ensure_supervisor_binary()).parent, generated, (e.path for e in ETC_PASSTHROUGH))
 
 
 def _raw_bwrap_launcher() -> Callable[[list[str]], None]:
     """Run a raw bwrap argv as the host user contain's sandbox runs as, started the cheapest way,
-    the way contain starts its own: through the agent's --exec-as (vfork + one small exec)
+    the way contain starts its own: through the supervisor's --exec-as (vfork + one small exec)
     rather than subprocess's user=."""
     facts = detect_host()
     uid, gid = sandbox_host_ids(facts)
     as_user: list[str] = []
     if facts.is_root:
-        from contain.runtime.agent_build import ensure_agent_binary
+        from contain.runtime.supervisor_build import ensure_supervisor_binary
 
-        as_user = [str(ensure_agent_binary()), "--exec-as", str(uid), str(gid), "--", facts.bwrap_path or "bwrap"]
+        as_user = [str(ensure_supervisor_binary()), "--exec-as", str(uid), str(gid), "--", facts.bwrap_path or "bwrap"]
 
     def launch(argv: list[str]) -> None:
         subprocess.run([*as_user, *argv[1:]] if as_user else argv, check=True, stdin=subprocess.DEVNULL)

@@ -14,7 +14,7 @@ An entry is the validated boundary's JSON dump (``Boundary.model_dump(mode="json
 through ``contain.boundary.plain.plain_from_json``. Invalid input is never cached: it fails
 validation on every run, with the same error.
 
-What is trusted: the cache directory, like the agent binary beside it. An entry is used only
+What is trusted: the cache directory, like the supervisor binary beside it. An entry is used only
 from a real directory owned by this user with no group or other access, and only when the file
 is a regular file owned by this user, mode 0600, under 1 MiB, and names its own key inside;
 otherwise the input is validated again and the entry replaced. Anything unreadable is a miss,

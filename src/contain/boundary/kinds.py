@@ -128,7 +128,7 @@ GIT_DIR_RULES: tuple[GitDirRule, ...] = (
 )
 
 # Sandbox paths the runtime owns. A manifest that binds over them would replace the loader,
-# the generated /etc, procfs or the agent.
+# the generated /etc, procfs or the supervisor.
 RESERVED_SANDBOX_PATHS: tuple[str, ...] = (
     "/",
     "/usr",

@@ -1,11 +1,11 @@
-"""`contain doctor [--json] [--build-agent]`: what this host offers and how to fix each gap.
+"""`contain doctor [--json] [--build-supervisor]`: what this host offers and how to fix each gap.
 
 Exit status: 0 when the process backend works on this host, 1 when it does not. With --json,
-stdout is exactly one JSON object. ``--build-agent`` only builds (or finds) the sandbox agent,
+stdout is exactly one JSON object. ``--build-supervisor`` only builds (or finds) the sandbox supervisor,
 prints what it did and exits 0 on success, 1 on failure; ``scripts/bootstrap.sh`` uses it.
 
 Terminal output: details quote what host tools answered (error text of bwrap, a compiler, the
-kernel), so ``render_text`` and the agent lines here pass them through
+kernel), so ``render_text`` and the supervisor lines here pass them through
 ``contain.visible_text.for_terminal`` (one line each). --json stays exact.
 """
 
@@ -21,9 +21,9 @@ from contain.visible_text import for_terminal
 def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
     parser.add_argument("--json", action="store_true", help="print the report as one JSON object")
     parser.add_argument(
-        "--build-agent",
+        "--build-supervisor",
         action="store_true",
-        help="build the in-sandbox agent if needed, say what was done, and exit",
+        help="build the in-sandbox supervisor if needed, say what was done, and exit",
     )
 
 
@@ -32,35 +32,35 @@ def execute(args: argparse.Namespace) -> int:
     from contain.host.facts import detect_host
     from contain.host.observe import observe_host
 
-    if args.build_agent:
-        return _build_agent(as_json=args.json)
+    if args.build_supervisor:
+        return _build_supervisor(as_json=args.json)
     facts = detect_host()
     report = build_report(facts, observe_host(facts))
     sys.stdout.write(render_json(report) if args.json else render_text(report))  # render_text renders each field
     return report.exit_code
 
 
-def _build_agent(*, as_json: bool) -> int:
-    from contain.host.observe import observe_agent
+def _build_supervisor(*, as_json: bool) -> int:
+    from contain.host.observe import observe_supervisor
 
-    agent = observe_agent(build=True)
-    if agent.path is None:
-        action, message = "failed", f"agent: not built: {for_terminal(agent.error)}"
-    elif agent.built_now:
-        action, message = "built", f"agent: built {for_terminal(agent.path)} in {agent.seconds:.1f} s"
+    supervisor = observe_supervisor(build=True)
+    if supervisor.path is None:
+        action, message = "failed", f"supervisor: not built: {for_terminal(supervisor.error)}"
+    elif supervisor.built_now:
+        action, message = "built", f"supervisor: built {for_terminal(supervisor.path)} in {supervisor.seconds:.1f} s"
     else:
-        action, message = "found", f"agent: already built at {for_terminal(agent.path)}"
+        action, message = "found", f"supervisor: already built at {for_terminal(supervisor.path)}"
     if as_json:
         document = {
             "action": action,
-            "path": agent.path,
-            "error": agent.error,
-            "fix": agent.fix,
-            "seconds": round(agent.seconds, 3),
+            "path": supervisor.path,
+            "error": supervisor.error,
+            "fix": supervisor.fix,
+            "seconds": round(supervisor.seconds, 3),
         }
         sys.stdout.write(json.dumps(document) + "\n")
     else:
         print(message)
-        if agent.path is None and agent.fix:
-            print(f"  fix: {for_terminal(agent.fix)}")
-    return 0 if agent.path is not None else 1
+        if supervisor.path is None and supervisor.fix:
+            print(f"  fix: {for_terminal(supervisor.fix)}")
+    return 0 if supervisor.path is not None else 1

@@ -52,7 +52,7 @@ def execute(args: argparse.Namespace) -> int:
     from contain.boundary.cache import load_run_boundary
     from contain.boundary.extend import BoundaryFlags
     from contain.runtime import Sandbox
-    from contain.runtime.agent_build import agent_cache_dir
+    from contain.runtime.supervisor_build import supervisor_cache_dir
 
     command = list(args.cmd)
     if command and command[0] == "--":
@@ -71,7 +71,7 @@ def execute(args: argparse.Namespace) -> int:
     }
     flags = BoundaryFlags(args.read, args.write, args.env, args.allow_host, resources)
     # Validated once per distinct input; later runs skip pydantic (see contain.boundary.cache).
-    cache = None if os.environ.get("CONTAIN_NO_BOUNDARY_CACHE") else agent_cache_dir().absolute() / "boundaries"
+    cache = None if os.environ.get("CONTAIN_NO_BOUNDARY_CACHE") else supervisor_cache_dir().absolute() / "boundaries"
     boundary = load_run_boundary(args.manifest, flags, cache_dir=cache).boundary
     attachments = []
     if boundary.records:

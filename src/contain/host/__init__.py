@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     )
     from contain.host.facts import CgroupMount, HostFacts, detect_host
     from contain.host.kvm import KvmGuestResult, KvmStatus, check_kvm_guest
-    from contain.host.observe import Observations, observe_agent, observe_host
+    from contain.host.observe import Observations, observe_host, observe_supervisor
 
 _WHERE = {
     "Check": "contain.host.doctor",
@@ -30,7 +30,7 @@ _WHERE = {
     "Report": "contain.host.doctor",
     "Status": "contain.host.doctor",
     "build_report": "contain.host.doctor",
-    "observe_agent": "contain.host.observe",
+    "observe_supervisor": "contain.host.observe",
     "observe_host": "contain.host.observe",
     "render_json": "contain.host.doctor",
     "render_text": "contain.host.doctor",
@@ -54,8 +54,8 @@ __all__ = [
     "build_report",
     "check_kvm_guest",
     "detect_host",
-    "observe_agent",
     "observe_host",
+    "observe_supervisor",
     "render_json",
     "render_text",
 ]

@@ -11,7 +11,7 @@ Three steps, kept apart so the decisions can be tested without a host:
 3. Rendering, here: ``render_text`` / ``render_json`` turn a ``Report`` into output; no I/O.
 
 What the exit code means (``Report.exit_code``): 0 when the process backend works here (bwrap,
-user namespaces, seccomp, libseccomp, the agent), 1 otherwise. The other verdicts are advice.
+user namespaces, seccomp, libseccomp, the supervisor), 1 otherwise. The other verdicts are advice.
 
 Judging uses the runtime's own tables and decisions, never copies of them: the cgroup rows are
 ``runtime/cgroup_plan.CONTROLLER_ROWS``, the cgroups verdict is ``plan_cgroup_hierarchies`` (the
@@ -358,25 +358,25 @@ def _oci_row(runtime: str, install: str) -> CheckRow:
     return CheckRow(runtime, "OCI runtime for the container backend", judge)
 
 
-def _check_agent(facts: HostFacts, obs: Observations) -> Check:
-    agent = obs.agent
-    if agent.path is not None:
-        done = f" (built now in {agent.seconds:.1f} s)" if agent.built_now else ""
-        return Check("agent", Status.OK, f"{agent.path}{done}")
-    if agent.error is not None:
-        return Check("agent", Status.FAIL, agent.error, agent.fix)
-    if agent.compiler is None:
+def _check_supervisor(facts: HostFacts, obs: Observations) -> Check:
+    supervisor = obs.supervisor
+    if supervisor.path is not None:
+        done = f" (built now in {supervisor.seconds:.1f} s)" if supervisor.built_now else ""
+        return Check("supervisor", Status.OK, f"{supervisor.path}{done}")
+    if supervisor.error is not None:
+        return Check("supervisor", Status.FAIL, supervisor.error, supervisor.fix)
+    if supervisor.compiler is None:
         return Check(
-            "agent",
+            "supervisor",
             Status.FAIL,
             "not built, and no C compiler to build it",
-            "apt-get install gcc libc6-dev, then run `contain doctor --build-agent`",
+            "apt-get install gcc libc6-dev, then run `contain doctor --build-supervisor`",
         )
     return Check(
-        "agent",
+        "supervisor",
         Status.WARN,
-        f"not built yet; the first sandbox builds it with {agent.compiler}",
-        "run `contain doctor --build-agent`",
+        f"not built yet; the first sandbox builds it with {supervisor.compiler}",
+        "run `contain doctor --build-supervisor`",
     )
 
 
@@ -411,14 +411,14 @@ CHECKS: tuple[CheckRow, ...] = (
     CheckRow("qemu", "the microvm backend's VMM", _check_qemu),
     CheckRow("kernel-image", "the microvm backend boots a guest kernel", _check_kernel_image),
     *(_oci_row(name, install) for name, install in OCI_RUNTIMES),
-    CheckRow("agent", "pid 1 of every process sandbox", _check_agent),
+    CheckRow("supervisor", "pid 1 of every process sandbox", _check_supervisor),
 )
 
 
 # ------------------------------------------------------------------------- verdicts (pure)
 
 PROCESS_BACKEND = "process backend"
-PROCESS_NEEDS = ("bwrap", "user-namespaces", "seccomp", "libseccomp", "agent")
+PROCESS_NEEDS = ("bwrap", "user-namespaces", "seccomp", "libseccomp", "supervisor")
 
 
 def _gaps(checks: Mapping[str, Check], names: Sequence[str]) -> list[Check]:
@@ -446,7 +446,7 @@ def _verdict_process(facts: HostFacts, checks: Mapping[str, Check]) -> Check:
             "works, with warnings: " + ", ".join(g.name for g in gaps),
             _fixes(gaps),
         )
-    return Check(PROCESS_BACKEND, Status.OK, "works (bwrap + user namespaces + seccomp + agent)")
+    return Check(PROCESS_BACKEND, Status.OK, "works (bwrap + user namespaces + seccomp + supervisor)")
 
 
 def _verdict_landlock(facts: HostFacts, checks: Mapping[str, Check]) -> Check:

@@ -9,11 +9,11 @@ one syscall. Doctor goes further, and this module is where it touches the host:
   runtime's own plan puts its ``contain`` parent (``runtime/cgroup_plan.plan_base_dir``);
 - it runs the KVM test guests (``host/kvm.py``, 3 s hard timeout) and asks QEMU and the OCI
   runtimes for their versions (3 s timeout each);
-- it looks for the sandbox agent (with ``build``, compiles it into the agent cache).
+- it looks for the sandbox's supervisor binary (with ``build``, compiles it into its cache).
 
 Everything it learns is returned as one frozen ``Observations`` value; judging it is pure and
 lives in ``host/doctor.py``. What this module does not do: decide anything, or change the host
-beyond the cgroup directory it removes at once and (only when asked) the agent cache.
+beyond the cgroup directory it removes at once and (only when asked) the supervisor cache.
 """
 
 from __future__ import annotations
@@ -35,14 +35,14 @@ from contain.runtime.plan import NOBODY_UID
 __all__ = [
     "OCI_RUNTIMES",
     "QEMU",
-    "AgentProbe",
     "CgroupTrial",
+    "DetectedSupervisor",
     "DetectedTool",
     "Observations",
     "Trial",
     "detect_tool",
-    "observe_agent",
     "observe_host",
+    "observe_supervisor",
     "try_cgroup_children",
     "try_user_namespace",
 ]
@@ -57,7 +57,6 @@ QEMU = "qemu-system-x86_64"
 KERNEL_IMAGE_GLOBS = ("/boot/vmlinuz*", "/boot/vmlinux*")
 _COMPILERS = ("cc", "gcc", "clang")
 _TRIAL_TIMEOUT_S = 5.0
-_CACHE_HIT_S = 0.05  # an agent cache hit is a few stat() calls; slower means it compiled
 _VERSION_TIMEOUT_S = 3.0
 
 
@@ -94,8 +93,8 @@ class CgroupTrial:
 
 
 @dataclass(frozen=True)
-class AgentProbe:
-    """The in-sandbox agent: built (path), buildable, or broken (error + fix)."""
+class DetectedSupervisor:
+    """The in-sandbox supervisor: built (path), buildable, or broken (error + fix)."""
 
     path: str | None
     error: str | None = None
@@ -123,7 +122,7 @@ class Observations:
     qemu_microvm: bool | None  # None: QEMU absent or `-machine help` failed
     kernel_images: tuple[str, ...]
     oci: tuple[DetectedTool, ...]
-    agent: AgentProbe
+    supervisor: DetectedSupervisor
 
 
 def _errno_text(exc: OSError) -> str:
@@ -276,42 +275,36 @@ def _compiler() -> str | None:
     return next((p for c in _COMPILERS if (p := shutil.which(c)) is not None), None)
 
 
-def observe_agent(*, build: bool) -> AgentProbe:
-    """Find the sandbox agent; with ``build`` compile it when missing.
+def observe_supervisor(*, build: bool) -> DetectedSupervisor:
+    """Find the sandbox supervisor; with ``build`` compile it when missing.
 
     Without ``build`` nothing is written: an existing binary for the current source is validated
-    (owner, mode) through ``ensure_agent_binary``, a missing one is reported as not built.
+    (owner, mode) through ``ensure_supervisor_binary``, a missing one is reported as not built.
     """
     try:
-        from contain.runtime import agent_build
+        from contain.runtime import supervisor_build
     except ImportError as exc:
-        return AgentProbe(
+        return DetectedSupervisor(
             None,
-            f"not built: contain.runtime.agent_build unavailable ({exc})",
+            f"not built: contain.runtime.supervisor_build unavailable ({exc})",
             "reinstall contain (pip install -e .)",
         )
     from contain.errors import ContainError
 
     compiler = _compiler()
-    # agent_build names the binary by a digest it keeps private (no public "expected path" yet);
-    # look it up the same way. If that name ever goes away, fall back to ensure_agent_binary(),
-    # which builds when missing, exactly as the next sandbox start would.
-    digest = getattr(agent_build, "_build_digest", None)
-    expected = agent_build.agent_cache_dir().absolute() / f"contain-agent-{digest()}" if callable(digest) else None
-    existed = expected is not None and os.path.lexists(expected)
-    if not build and expected is not None and not existed:
-        return AgentProbe(None, compiler=compiler)
+    expected = supervisor_build.expected_supervisor_path()
+    existed = os.path.lexists(expected)
+    if not build and not existed:
+        return DetectedSupervisor(None, compiler=compiler)
     started = time.monotonic()
     try:
-        path = agent_build.ensure_agent_binary()
+        path = supervisor_build.ensure_supervisor_binary()
     except ContainError as exc:
-        return AgentProbe(None, exc.cause, exc.fix, compiler)
-    seconds = time.monotonic() - started
-    built_now = not existed if expected is not None else seconds > _CACHE_HIT_S
-    return AgentProbe(str(path), compiler=compiler, built_now=built_now, seconds=seconds)
+        return DetectedSupervisor(None, exc.cause, exc.fix, compiler)
+    return DetectedSupervisor(str(path), compiler=compiler, built_now=not existed, seconds=time.monotonic() - started)
 
 
-def observe_host(facts: HostFacts, *, build_agent: bool = False) -> Observations:
+def observe_host(facts: HostFacts, *, build_supervisor: bool = False) -> Observations:
     """Do the slow, real tries ``detect_host`` skips. Takes about a second on a healthy host."""
     from contain.host.kvm import check_kvm_guest
 
@@ -333,5 +326,5 @@ def observe_host(facts: HostFacts, *, build_agent: bool = False) -> Observations
         qemu_microvm=_qemu_microvm(qemu),
         kernel_images=tuple(sorted(p for g in KERNEL_IMAGE_GLOBS for p in glob.glob(g))),
         oci=tuple(detect_tool(name) for name, _ in OCI_RUNTIMES),
-        agent=observe_agent(build=build_agent),
+        supervisor=observe_supervisor(build=build_supervisor),
     )

@@ -6,9 +6,9 @@ owner's sockets in the tree and, in a write bind, create files the host sees as 
 IP-51: connect to host Unix sockets that sit inside bound trees.
 
 A read-only bind does not stop ``connect()`` on a pathname socket, so a socket inside a bound
-input or workspace (an agent socket in a bound home, a dev tool's socket in a project) is a door
+input or workspace (an ssh-agent socket in a bound home, a dev tool's socket in a project) is a door
 to a host service. The judge plants listeners on the host, inside a read bind and inside a write
-bind, each owned by the bind's owner with mode 0600 (as a user's agent socket is) and one with
+bind, each owned by the bind's owner with mode 0600 (as a user's ssh-agent socket is) and one with
 mode 0777, and records every connection from outside.
 
 Breach (ESCAPED): a planted listener recorded a connection from the attack. Positive controls:

@@ -316,7 +316,7 @@ from contain.boundary import Boundary
 from contain.runtime import Sandbox
 spec = json.loads(sys.argv[1])
 with Sandbox(Boundary.model_validate(spec["boundary"]), backend=spec["backend"]) as sb:
-    print(sb.agent_pid, flush=True)
+    print(sb.supervisor_pid, flush=True)
     sb.run(["python3", "-c", "import time; time.sleep(%d)" % spec["life_s"], spec["marker"]], timeout=spec["life_s"])
 """
 

@@ -94,7 +94,7 @@ def _marker_case(ctx: ProbeContext, case_id: str, *, environ: bool, contained: s
     visible = report.get("visible pids", {}).get("value") or []
     comm = str(report.get("/proc/1/comm", {}).get("value", "")).strip()
     host_init = _read("/proc/1/comm").strip()
-    if case_id == "PR-01" and rc.target.has_contain_hooks and comm and comm == host_init and comm != "agent":
+    if case_id == "PR-01" and rc.target.has_contain_hooks and comm and comm == host_init and comm != "supervisor":
         breaches.append(f"pid 1 inside is the host's init ({comm})")
     return verdict(
         case_id,

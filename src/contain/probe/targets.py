@@ -163,7 +163,7 @@ class ContainTarget(_PythonRunner):
         manifest = Boundary.model_validate(self.boundary_for(boundary))
         began = time.perf_counter()
         with Sandbox(manifest, backend=self.backend) as sandbox:
-            host_pid = sandbox.agent_pid
+            host_pid = sandbox.supervisor_pid
             result = sandbox.run(list(argv), timeout=timeout_s, env=dict(env or {}))
         return AttackRun(
             exit_code=result.exit_code,

@@ -11,6 +11,7 @@ import posixpath
 from dataclasses import dataclass
 
 from contain.errors import SandboxStartError
+from contain.runtime.bwrap import SUPERVISOR_SANDBOX_PATH
 
 __all__ = ["MAX_ATTACHMENT_BYTES", "Attachment"]
 
@@ -34,8 +35,8 @@ class Attachment:
         path = self.sandbox_path
         if not path.startswith("/.contain/") or posixpath.normpath(path) != path or "\x00" in path:
             raise SandboxStartError(f"attachment path {path!r} must be a normalised path under /.contain/", BUG)
-        if path == "/.contain/agent":
-            raise SandboxStartError("an attachment cannot replace the agent", BUG)
+        if path == SUPERVISOR_SANDBOX_PATH:
+            raise SandboxStartError("an attachment cannot replace the supervisor", BUG)
         if (self.data is None) == (self.host_path is None):
             raise SandboxStartError(f"attachment {path} needs exactly one of data or host_path", BUG)
         if self.data is not None and len(self.data) > MAX_ATTACHMENT_BYTES:

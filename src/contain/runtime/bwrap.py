@@ -4,7 +4,7 @@ What the argv enforces:
 - every namespace (user, mount, pid, ipc, uts, net, cgroup) is new; no `-try` variants, so a
   host that cannot create one makes bwrap fail instead of running with less;
 - the root is an empty tmpfs, remounted read-only at the end; the only host paths inside are
-  /usr (read-only), the loader symlinks, a short table of non-secret /etc files, the agent, and
+  /usr (read-only), the loader symlinks, a short table of non-secret /etc files, the supervisor, and
   the binds the boundary names. /etc/passwd, group, hosts, resolv.conf are generated;
 - /proc is fresh (pid namespace), /dev is bwrap's minimal set remounted read-only; /tmp,
   /dev/shm and each scratch path are directories of ONE tmpfs of ``disk_bytes`` and an inode
@@ -12,7 +12,7 @@ What the argv enforces:
   the sandbox user;
 - binds are emitted parent-first, then the protected subpaths of write binds (re-bound read-only
   or masked by an empty read-only placeholder), then `block` masks, so protections win;
-- `--disable-userns`, `--new-session`, `--die-with-parent`, `--as-pid-1` (the agent reaps).
+- `--disable-userns`, `--new-session`, `--die-with-parent`, `--as-pid-1` (the supervisor reaps).
 
 What it does not do: seccomp, Landlock and cgroups are separate layers (seccomp.py, landlock.py,
 cgroups.py), network policy is egress's. The file descriptors named here (seccomp, data files,
@@ -29,10 +29,10 @@ from contain.runtime.disk_budget import default_scratch_paths, plan_disk_places
 from contain.runtime.paths import PathFacts, is_under_write_bind
 
 __all__ = [
-    "AGENT_SANDBOX_PATH",
     "ETC_PASSTHROUGH",
     "SANDBOX_GID",
     "SANDBOX_UID",
+    "SUPERVISOR_SANDBOX_PATH",
     "BwrapInputs",
     "EtcFile",
     "default_scratch_paths",
@@ -42,7 +42,7 @@ __all__ = [
 
 SANDBOX_UID = 1000
 SANDBOX_GID = 1000
-AGENT_SANDBOX_PATH = "/.contain/agent"
+SUPERVISOR_SANDBOX_PATH = "/.contain/supervisor"
 
 
 @dataclass(frozen=True)
@@ -82,8 +82,8 @@ class BwrapInputs:
     loader_links: dict[str, str]  # "/lib" -> "usr/lib" for symlinks on the host
     loader_dirs: tuple[str, ...]  # loader paths that are real directories on the host
     etc_tree: str  # host directory holding the whole sandbox /etc (see etc_tree.py)
-    agent_host_path: str
-    agent_args: tuple[str, ...]  # after the agent path, e.g. --control-fd 5 --landlock-...
+    supervisor_host_path: str
+    supervisor_args: tuple[str, ...]  # after the supervisor path, e.g. --control-fd 5 --landlock-...
     data_fds: dict[str, int]  # sandbox path -> fd with the content of a small file (attachments)
     empty_file_fd_for: dict[str, int]  # mask sandbox path -> fd with empty content
     seccomp_fd: int | None
@@ -119,11 +119,11 @@ def plan_bwrap_argv(boundary: PlainBoundary, inputs: BwrapInputs, *, bwrap: str 
       1. namespaces and process flags;
       2. the system view: /usr, loader links, /etc (one cached tree), /proc, /dev;
       3. the disk budget's places bound onto /tmp, /dev/shm, scratch paths; /dev read-only;
-      4. the agent binary;
+      4. the supervisor binary;
       5. read and write binds, parents before children;
       6. protected subpaths of write binds (read-only re-binds and placeholders);
       7. `block` masks;
-      8. remount / read-only, then the agent command.
+      8. remount / read-only, then the supervisor command.
 
     Returns:
         The argv, starting with ``bwrap``.
@@ -170,7 +170,7 @@ def plan_bwrap_argv(boundary: PlainBoundary, inputs: BwrapInputs, *, bwrap: str 
     for place in plan_disk_places(boundary):  # one budget: every place is a directory of one tmpfs
         argv += ["--bind", f"{inputs.disk_root}/{place.name}", place.sandbox_path]
     argv += ["--remount-ro", "/dev"]  # device nodes keep working; nothing can be created beside them
-    argv += ["--ro-bind", inputs.agent_host_path, AGENT_SANDBOX_PATH]
+    argv += ["--ro-bind", inputs.supervisor_host_path, SUPERVISOR_SANDBOX_PATH]
     for host_socket, sandbox_path in inputs.socket_binds:
         argv += ["--bind", host_socket, sandbox_path]  # connect() needs write permission on the inode
 
@@ -200,5 +200,5 @@ def plan_bwrap_argv(boundary: PlainBoundary, inputs: BwrapInputs, *, bwrap: str 
         elif kind == "dir" or is_under_write_bind(path, inputs.paths.binds):
             argv += ["--perms", "0000", "--tmpfs", path, "--remount-ro", path]
     argv += ["--remount-ro", "/"]
-    argv += ["--", AGENT_SANDBOX_PATH, *inputs.agent_args]
+    argv += ["--", SUPERVISOR_SANDBOX_PATH, *inputs.supervisor_args]
     return argv

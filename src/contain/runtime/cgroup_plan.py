@@ -100,7 +100,7 @@ def plan_cgroup_limits(
         memsw_available: whether the kernel accounts swap per cgroup (v1 ``memory.memsw.*``, v2
             ``memory.swap.max``). When False the swap file is left out; the caller must only do
             that on a host without swap (see the module docstring).
-        helper_processes: contain's own processes that live in the cgroup besides the agent
+        helper_processes: contain's own processes that live in the cgroup besides the supervisor
             (bwrap's monitor, when the launcher joined before exec); pids.max grows by as many
             so that the workload's budget stays ``pids_max``.
 

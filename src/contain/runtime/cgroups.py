@@ -1,6 +1,6 @@
 """One cgroup per sandbox: memory, pids and CPU limits, usage accounting, and a kill that wins.
 
-What is enforced (once the sandbox agent is attached; every workload it forks inherits the cgroup):
+What is enforced (once the sandbox supervisor is attached; every workload it forks inherits the cgroup):
 
 - ``Resources.memory_bytes`` as a limit on memory *including swap*. v1: ``memory.limit_in_bytes``
   and ``memory.memsw.limit_in_bytes`` set to the same value (plus ``memory.swappiness=0``); v2:
@@ -18,9 +18,9 @@ What is NOT enforced here:
 - Who may write the cgroup files. The sandbox must not see a writable cgroupfs: bwrap's mount plan
   (``runtime/bwrap.py``) gives it none, and its user namespace maps no uid that owns these files.
 - CPU *time* (``Resources.cpu_s``) and wall time: rlimits and the launcher's timer do that; the
-  quota here only limits bandwidth. Disk and output budgets live in the mount plan and the agent.
+  quota here only limits bandwidth. Disk and output budgets live in the mount plan and the supervisor.
 - I/O bandwidth, hugetlb, rdma, devices: no controller is configured for them.
-- The agent itself is not protected from the OOM killer by the cgroup; workloads run with
+- The supervisor itself is not protected from the OOM killer by the cgroup; workloads run with
   ``oom_score_adj=1000`` so the kernel picks them first (see "Decisions").
 
 
@@ -33,7 +33,7 @@ Decisions (each one considered against the alternative we did not take):
   absent the kernel cannot bound swap per cgroup. If the host has no swap at all, the RAM limit is
   already a memory+swap limit and we proceed; if it has swap we refuse (``UnsupportedHost``). v1
   also writes ``memory.swappiness=0`` so cgroup reclaim never pushes workload pages to swap.
-- **No memory.oom.group on v2.** With oom.group the kernel kills the whole cgroup, agent included,
+- **No memory.oom.group on v2.** With oom.group the kernel kills the whole cgroup, supervisor included,
   on the first OOM; the run would end as ``SandboxLost`` instead of one workload being reported as
   OOM-killed. We rely on per-task selection plus ``oom_score_adj=1000`` on workloads instead.
 - **Peak memory reset on v2.** ``memory.peak`` became resettable in Linux 6.12, per open file: the

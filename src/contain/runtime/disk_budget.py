@@ -8,7 +8,7 @@ directories onto their sandbox paths (``DISK_PLACES`` lists them with reasons). 
 leaves that much less for the others, and a million empty files stop at the inode budget
 instead of growing host kernel memory. ``/dev`` itself is remounted read-only (bwrap's ``--dev``
 makes it a writable tmpfs without a size limit), so device nodes still work but nothing can be
-created there. After start the host reads ``/proc/<agent>/mountinfo`` and refuses the sandbox
+created there. After start the host reads ``/proc/<supervisor>/mountinfo`` and refuses the sandbox
 unless every place is on that one superblock with those options and ``/dev`` is read-only
 (``check_disk_mounts``): the plan is verified, not assumed.
 
@@ -20,11 +20,11 @@ How, and why this way (bwrap 0.8, Linux >= 5.x; each alternative was tried):
 - Binding subdirectories of one bwrap-made tmpfs is possible (a ``--bind-try`` source under
   ``/proc/self/root/newroot/...`` is resolved after bwrap's pivot), but it relies on bwrap's
   private directory layout, a failed lookup is silently skipped, and it still has no inode cap.
-- The in-sandbox agent cannot remount the tmpfs with ``nr_inodes``: bwrap runs it in a nested
+- The in-sandbox supervisor cannot remount the tmpfs with ``nr_inodes``: bwrap runs it in a nested
   user namespace (``--uid`` with ``--dev``, and ``--disable-userns``) that does not own the
   superblock, so even with ``--cap-add CAP_SYS_ADMIN`` the remount fails with EPERM. Mounting a
-  fresh tmpfs from the agent would cover the binds bwrap placed below scratch paths.
-- Chosen: the launcher (the agent binary's ``--exec-as`` mode, which already starts bwrap) makes
+  fresh tmpfs from the supervisor would cover the binds bwrap placed below scratch paths.
+- Chosen: the launcher (the supervisor binary's ``--exec-as`` mode, which already starts bwrap) makes
   a mount namespace of its own (as root; otherwise inside a user namespace that maps only the
   caller's uid and gid), mounts the one tmpfs with ``size=`` and ``nr_inodes=`` over an empty
   directory of the cache (``MOUNTPOINT_NAME``), creates the places' directories as the sandbox
@@ -73,7 +73,7 @@ __all__ = [
 # so we allow four times as many.
 BYTES_PER_INODE = 4096
 MIN_INODES = 256  # the smallest budget (1 MiB) still holds a small tree
-MOUNTPOINT_NAME = "disk-budget"  # empty directory in the agent's cache dir; mounted over privately
+MOUNTPOINT_NAME = "disk-budget"  # empty directory in the supervisor's cache dir; mounted over privately
 DEFAULT_SCRATCH = "/work"
 
 
@@ -120,7 +120,7 @@ def plan_disk_places(boundary: PlainBoundary) -> tuple[DiskPlace, ...]:
 
 
 def plan_launcher_disk_args(boundary: PlainBoundary, *, mountpoint: str) -> list[str]:
-    """The launcher arguments that mount the budget and create its places (agent ``--exec-as``)."""
+    """The launcher arguments that mount the budget and create its places (supervisor ``--exec-as``)."""
     disk = boundary.resources.disk_bytes
     args = ["--disk-tmpfs", mountpoint, str(disk), str(inode_budget(disk))]
     for place in plan_disk_places(boundary):
@@ -184,7 +184,7 @@ def _options(text: str) -> dict[str, str]:
 def check_disk_mounts(
     mountinfo: str, boundary: PlainBoundary, *, page_bytes: int, bind_paths: frozenset[str] = frozenset()
 ) -> None:
-    """Check that the running sandbox has the planned budget (``/proc/<agent>/mountinfo``).
+    """Check that the running sandbox has the planned budget (``/proc/<supervisor>/mountinfo``).
 
     Every place must be the topmost mount at its path, on one tmpfs superblock whose options say
     ``size=disk_bytes`` (rounded up to a page, as the kernel reports it) and
@@ -192,7 +192,7 @@ def check_disk_mounts(
     read-only.
 
     Args:
-        mountinfo: the text of ``/proc/<agent pid>/mountinfo``.
+        mountinfo: the text of ``/proc/<supervisor pid>/mountinfo``.
         boundary: the boundary the sandbox was planned from.
         page_bytes: the host's page size (tmpfs sizes are whole pages).
         bind_paths: sandbox paths where a read or write bind was made: a place at exactly such a

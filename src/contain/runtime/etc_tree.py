@@ -110,7 +110,7 @@ def ensure_etc_tree(cache_dir: Path, generated: Mapping[str, str], passthrough: 
     """Return a directory holding the sandbox's /etc, building it once per distinct content.
 
     Args:
-        cache_dir: the checked cache directory (the agent's; not group or world writable).
+        cache_dir: the checked cache directory (the supervisor's; not group or world writable).
         generated: sandbox path under /etc -> content, e.g. {"/etc/passwd": "..."}.
         passthrough: host paths under /etc to copy (files, directories, symlinks).
 

@@ -1,6 +1,6 @@
 """Moving files into and out of a running sandbox's scratch without following its symlinks.
 
-The host reaches the sandbox's file system through ``/proc/<agent pid>/root``. An absolute symlink
+The host reaches the sandbox's file system through ``/proc/<supervisor pid>/root``. An absolute symlink
 planted by the workload would resolve against the *host's* root if followed, so nothing here ever
 follows a symlink: every component is opened relative to its parent's descriptor with
 ``O_NOFOLLOW``, and only regular files and directories are copied. Writes on the host side

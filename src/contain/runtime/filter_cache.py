@@ -1,4 +1,4 @@
-"""The compiled seccomp filter, kept on disk beside the agent so a new process need not rebuild it.
+"""The compiled seccomp filter, kept on disk beside the supervisor so a new process need not rebuild it.
 
 Compiling the filter means importing ``contain.runtime.seccomp`` (the rule table, ctypes
 bindings) and 121 libseccomp calls: several milliseconds that every ``contain run`` would pay
@@ -6,8 +6,8 @@ for the same bytes. The program is a pure function of the rule table (the source
 ``seccomp.py``), the architecture and the libseccomp build that compiles it, so it is stored
 under a key made of exactly those.
 
-Trust is the agent binary's: the file must be a regular file (not a symlink) owned by this user
-or root, writable by nobody else, in the directory ``ensure_agent_binary`` already checked. A
+Trust is the supervisor binary's: the file must be a regular file (not a symlink) owned by this user
+or root, writable by nobody else, in the directory ``ensure_supervisor_binary`` already checked. A
 file that fails a check, or is not a whole number of BPF instructions, is ignored and rebuilt.
 """
 

@@ -1,8 +1,8 @@
-"""Plan the Landlock layer that the in-sandbox agent applies to every workload.
+"""Plan the Landlock layer that the in-sandbox supervisor applies to every workload.
 
 The mount namespace built by bwrap is the first filesystem layer: nothing unlisted is visible,
-and read-only binds are read-only. Landlock is the second, independent layer: the agent builds
-one ruleset at start (``contain-agent.c``: handled access = every filesystem right the ABI
+and read-only binds are read-only. Landlock is the second, independent layer: the supervisor builds
+one ruleset at start (``contain-supervisor.c``: handled access = every filesystem right the ABI
 knows, including REFER from ABI 2, TRUNCATE from 3 and IOCTL_DEV from 5) and each workload
 restricts itself with it before exec. The plan grants:
 
@@ -13,7 +13,7 @@ restricts itself with it before exec. The plan grants:
 
 So a write anywhere else fails with EACCES even where the mount would allow it (a tmpfs mounted
 for another purpose, a bind whose read-only flag was lost), and on ABI >= 6 the ruleset also
-scopes signals and abstract Unix sockets, so a workload cannot signal the agent or reach an
+scopes signals and abstract Unix sockets, so a workload cannot signal the supervisor or reach an
 abstract socket outside its domain.
 
 What Landlock does NOT cover here (other layers must):
@@ -27,9 +27,9 @@ What Landlock does NOT cover here (other layers must):
 - IPC other than abstract sockets: SysV IPC and POSIX message queues (the IPC namespace);
 - truncate before ABI 3, device ioctls before ABI 5, signal and abstract-socket scoping
   before ABI 6: an older kernel gives a weaker layer, which ``Ready.landlock_abi`` reports;
-- the agent itself, which is never restricted (it must not be reachable by the workload).
+- the supervisor itself, which is never restricted (it must not be reachable by the workload).
 
-``plan_landlock`` is pure; the only code that touches the kernel is in the agent.
+``plan_landlock`` is pure; the only code that touches the kernel is in the supervisor.
 """
 
 from __future__ import annotations
@@ -68,15 +68,15 @@ DEVICE_WRITE_PATHS: tuple[DeviceWrite, ...] = (
 
 @dataclass(frozen=True)
 class LandlockPlan:
-    """The Landlock ruleset the agent builds: ABI, paths and whether a failure is fatal."""
+    """The Landlock ruleset the supervisor builds: ABI, paths and whether a failure is fatal."""
 
     abi: int
     read_paths: tuple[str, ...]
     write_paths: tuple[str, ...]
     required: bool
 
-    def agent_args(self) -> list[str]:
-        """The contain-agent arguments that carry this plan."""
+    def supervisor_args(self) -> list[str]:
+        """The contain-supervisor arguments that carry this plan."""
         args = ["--landlock-abi", str(self.abi)]
         args.append("--landlock-required" if self.required else "--landlock-auto")
         for path in self.read_paths:

@@ -16,10 +16,10 @@ from contain.boundary.kinds import CredentialVia, FileAccess, LayerRequirement
 from contain.boundary.plain import PlainBoundary, PlainResources
 from contain.errors import UnsupportedHost
 from contain.host.facts import HostFacts
-from contain.runtime.agent_channel import Rlimit
 from contain.runtime.bwrap import default_scratch_paths
 from contain.runtime.cgroup_plan import plan_cgroup_hierarchies
 from contain.runtime.landlock import LandlockPlan, plan_landlock
+from contain.runtime.supervisor_channel import Rlimit
 
 __all__ = [
     "NOBODY_UID",

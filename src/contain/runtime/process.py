@@ -3,8 +3,8 @@
 ``Sandbox.run`` captures output until the command ends; a stdio server (an MCP upstream, a
 language server) needs its pipes while it runs. ``SandboxProcess`` gives the caller the host ends
 of the command's stdin and stdout (and stderr, or /dev/null), and a waiter thread that enforces
-the wall-clock limit and learns the exit from the agent. Everything else is the same as a run:
-the agent forks the command under the sandbox's seccomp filter, Landlock ruleset, rlimits and
+the wall-clock limit and learns the exit from the supervisor. Everything else is the same as a run:
+the supervisor forks the command under the sandbox's seccomp filter, Landlock ruleset, rlimits and
 cgroup, and kills every process of the run when the command's main process ends.
 
 Output is not capped here: the caller reads it. The sandbox serves nothing else while a spawned
@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import BinaryIO
 
 from contain.errors import ContainError
-from contain.runtime.agent_channel import AgentChannel, Exited
+from contain.runtime.supervisor_channel import Exited, SupervisorChannel
 
 __all__ = ["SandboxProcess"]
 
@@ -40,7 +40,7 @@ class SandboxProcess:
 
     def __init__(
         self,
-        channel: AgentChannel,
+        channel: SupervisorChannel,
         *,
         stdin: int,
         stdout: int,
@@ -71,7 +71,7 @@ class SandboxProcess:
                 self._channel.kill()
                 exited = self._channel.wait_exited(_KILL_GRACE_S)
                 if exited is None:
-                    self._on_lost("the agent did not report after a kill")
+                    self._on_lost("the supervisor did not report after a kill")
             self._exited = exited
             if exited is not None:
                 code, sig = exited.exit_code, exited.signal
@@ -95,7 +95,7 @@ class SandboxProcess:
         return self.returncode if self._done.is_set() else None
 
     def kill(self) -> None:
-        """Kill the command and every process it started (the agent's kill(-1))."""
+        """Kill the command and every process it started (the supervisor's kill(-1))."""
         if not self._done.is_set():
             try:
                 self._channel.kill()

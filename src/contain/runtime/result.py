@@ -70,7 +70,7 @@ class Timings:
 
 @dataclass(frozen=True)
 class Usage:
-    """Resources the run consumed; ``source`` says who measured (cgroup or agent rusage)."""
+    """Resources the run consumed; ``source`` says who measured (cgroup or supervisor rusage)."""
 
     cpu_s: float
     memory_peak_bytes: int | None

@@ -2,24 +2,24 @@
 
 ``Sandbox.start()`` is the orchestrator, an ordered checklist:
   1. detect host facts and decide the layers (fail closed: ``plan_layers``);
-  2. make sure the agent binary is built; gather facts about the bound host paths, then create the
+  2. make sure the supervisor binary is built; gather facts about the bound host paths, then create the
      write binds' placeholders and record, through descriptors, what the audit at close compares
      against (``write_binds.prepare_write_binds``) — before any workload exists;
   3. compile the seccomp filter; create the cgroup and write its limits;
-  4. spawn bubblewrap (as nobody when contain is root) with the agent as pid 1, through the
-     agent's launcher mode, which first mounts the sandbox's one disk budget (disk_budget.py);
-  5. read the agent's host pid from ``--info-fd`` and move it into the cgroup — before any workload
+  4. spawn bubblewrap (as nobody when contain is root) with the supervisor as pid 1, through the
+     supervisor's launcher mode, which first mounts the sandbox's one disk budget (disk_budget.py);
+  5. read the supervisor's host pid from ``--info-fd`` and move it into the cgroup — before any workload
      exists, so everything the workload forks is counted;
-  6. wait for the agent's READY (bubblewrap has then brought the sandbox's lo up);
+  6. wait for the supervisor's READY (bubblewrap has then brought the sandbox's lo up);
   7. start egress listeners in the sandbox's network namespace (when the boundary allows hosts),
-     before any workload exists; check from the agent's mountinfo that the disk budget is as
+     before any workload exists; check from the supervisor's mountinfo that the disk budget is as
      planned.
 Any failure tears down what was built and raises ``SandboxStartError`` (or ``UnsupportedHost``).
 
-``run()`` asks the agent to fork and exec one command with pipes the host made; the host caps the
+``run()`` asks the supervisor to fork and exec one command with pipes the host made; the host caps the
 output while streaming, enforces the wall clock and the cgroup CPU budget, and after the command
-ends the agent kills every process left in the sandbox. ``close()`` exports scratch (bounded in
-bytes, entries and depth), stops the agent, removes the cgroup, and only then audits the write
+ends the supervisor kills every process left in the sandbox. ``close()`` exports scratch (bounded in
+bytes, entries and depth), stops the supervisor, removes the cgroup, and only then audits the write
 binds through descriptors opened before the workload ran (git metadata the run made, protected
 names it created, the placeholders); what it undid is in ``teardown_findings``.
 
@@ -51,8 +51,6 @@ from contain.boundary.plain import PlainBoundary, plain_boundary
 from contain.errors import ContainError, FileTransferError, SandboxLost, SandboxStartError, UnsupportedHost
 from contain.host.facts import HostFacts, detect_host
 from contain.runtime import files as sandbox_files
-from contain.runtime.agent_build import ensure_agent_binary
-from contain.runtime.agent_channel import AgentChannel, Exited, SpawnFailed
 from contain.runtime.attachments import Attachment
 from contain.runtime.bwrap import (
     ETC_PASSTHROUGH,
@@ -80,6 +78,8 @@ from contain.runtime.plan import (
 from contain.runtime.process import SandboxProcess
 from contain.runtime.result import Captured, RunResult, Timings, Usage, Violation
 from contain.runtime.streams import CappedReader, StdinFeeder
+from contain.runtime.supervisor_build import ensure_supervisor_binary
+from contain.runtime.supervisor_channel import Exited, SpawnFailed, SupervisorChannel
 from contain.runtime.write_binds import WriteBindGuard, prepare_write_binds
 
 if TYPE_CHECKING:
@@ -166,10 +166,10 @@ class Sandbox:
         self._host_environ = host_environ if host_environ is not None else os.environ
         self._lock = threading.Lock()
         self._proc: subprocess.Popen[bytes] | None = None
-        self._channel: AgentChannel | None = None
+        self._channel: SupervisorChannel | None = None
         self._cgroup: SandboxCgroup | None = None
         self._egress: EgressSession | None = None
-        self._agent_pid: int | None = None
+        self._supervisor_pid: int | None = None
         self._paths: PathFacts | None = None
         self._write_binds: WriteBindGuard | None = None
         self._export_destinations: dict[str, sandbox_files.ExportDestination] = {}
@@ -204,9 +204,9 @@ class Sandbox:
         return dict(self._layers.report) if self._layers else {}
 
     @property
-    def agent_pid(self) -> int | None:
+    def supervisor_pid(self) -> int | None:
         """Host pid of the sandbox's pid 1, for outside judges (``/proc/<pid>/ns/*``)."""
-        return self._agent_pid
+        return self._supervisor_pid
 
     def start(self) -> None:
         """Build the sandbox; see the module docstring for the steps.
@@ -221,8 +221,8 @@ class Sandbox:
         facts = self._facts or detect_host()
         egress = _egress_module() if self.boundary.allows_network else None
         layers = plan_layers(self.boundary, facts, egress_available=egress is not None)
-        agent = str(ensure_agent_binary())
-        bpf = filter_for(arch=facts.arch, libseccomp_path=facts.libseccomp_path, cache_dir=Path(agent).parent)
+        supervisor = str(ensure_supervisor_binary())
+        bpf = filter_for(arch=facts.arch, libseccomp_path=facts.libseccomp_path, cache_dir=Path(supervisor).parent)
         try:
             uid, gid = self._choose_host_ids(facts)
             self._layers = layers = replace(layers, report={**layers.report, "host uid": self._ids_report})
@@ -247,15 +247,15 @@ class Sandbox:
                     launcher_joins=facts.is_root,
                 )
             resolv = egress.RESOLV_CONF_TEXT if egress is not None else _DEFAULT_RESOLV_CONF
-            self._spawn(facts, agent, bpf, uid, gid, layers, resolv)
+            self._spawn(facts, supervisor, bpf, uid, gid, layers, resolv)
             assert self._channel is not None
-            # READY first: bubblewrap writes the agent's pid before it brings the sandbox's lo up,
+            # READY first: bubblewrap writes the supervisor's pid before it brings the sandbox's lo up,
             # and egress binds its listeners on lo. No workload exists until the first RUN.
             self._channel.read_ready(_STARTUP_TIMEOUT_S)
             if egress is not None:
-                self._egress = egress.start_egress(self.boundary, netns_path=f"/proc/{self._agent_pid}/ns/net")
+                self._egress = egress.start_egress(self.boundary, netns_path=f"/proc/{self._supervisor_pid}/ns/net")
             check_disk_mounts(
-                Path(f"/proc/{self._agent_pid}/mountinfo").read_text(),
+                Path(f"/proc/{self._supervisor_pid}/mountinfo").read_text(),
                 self.boundary,
                 page_bytes=os.sysconf("SC_PAGE_SIZE"),
                 bind_paths=frozenset(b.rule.path for b in self._paths.binds) if self._paths else frozenset(),
@@ -340,10 +340,10 @@ class Sandbox:
         return self._staged.staged.get(os.path.realpath(host_path), host_path)
 
     def _spawn(
-        self, facts: HostFacts, agent: str, bpf: bytes, uid: int, gid: int, layers: LayerPlan, resolv: str
+        self, facts: HostFacts, supervisor: str, bpf: bytes, uid: int, gid: int, layers: LayerPlan, resolv: str
     ) -> None:
         assert self._paths is not None
-        disk_root = ensure_disk_mountpoint(Path(agent).parent)  # before any descriptor exists
+        disk_root = ensure_disk_mountpoint(Path(supervisor).parent)  # before any descriptor exists
         owned: list[int] = []  # fds to close in the host after the spawn
 
         def data_fd(content: bytes) -> int:
@@ -356,11 +356,11 @@ class Sandbox:
 
         if len(bpf) >= _PIPE_BUFFER_BYTES:  # checked before any descriptor exists, so none leaks
             raise SandboxStartError(f"seccomp filter of {len(bpf)} bytes exceeds the pipe buffer", "report this bug")
-        host_sock, agent_sock = _socketpair()
+        host_sock, supervisor_sock = _socketpair()
         info_r, info_w = os.pipe()
-        owned += [agent_sock, info_w]
+        owned += [supervisor_sock, info_w]
         etc = generated_etc_files(home=default_scratch_paths(self.boundary)[0], resolv_conf=resolv)
-        etc_tree = ensure_etc_tree(Path(agent).parent, etc, (e.path for e in ETC_PASSTHROUGH))
+        etc_tree = ensure_etc_tree(Path(supervisor).parent, etc, (e.path for e in ETC_PASSTHROUGH))
         data_fds = {a.sandbox_path: data_fd(a.data) for a in self._attachments if a.data is not None}
         socket_binds = tuple(
             (self._bind_source(a.host_path), a.sandbox_path) for a in self._attachments if a.host_path is not None
@@ -374,17 +374,17 @@ class Sandbox:
         empties.update({p: data_fd(b"") for p, kind in self._paths.blocks.items() if kind == "file"})
         empties.update({p: data_fd(b"") for p in self._paths.hidden_sockets})
         seccomp_fd = data_fd(bpf)
-        agent_args = ["--control-fd", str(agent_sock)]
+        supervisor_args = ["--control-fd", str(supervisor_sock)]
         if layers.landlock is not None:
-            agent_args += layers.landlock.agent_args()
+            supervisor_args += layers.landlock.supervisor_args()
         inputs = BwrapInputs(
             # bubblewrap binds the idmapped views; host-side work keeps the real paths
             paths=with_bind_sources(self._paths, self._staged.staged) if self._staged is not None else self._paths,
             loader_links={p: os.readlink(p) for p in _LOADER_PATHS if os.path.islink(p)},
             loader_dirs=tuple(p for p in _LOADER_PATHS if os.path.isdir(p) and not os.path.islink(p)),
             etc_tree=etc_tree,
-            agent_host_path=agent,
-            agent_args=tuple(agent_args),
+            supervisor_host_path=supervisor,
+            supervisor_args=tuple(supervisor_args),
             data_fds=data_fds,
             socket_binds=socket_binds,
             empty_file_fd_for=empties,
@@ -395,11 +395,11 @@ class Sandbox:
         argv = plan_bwrap_argv(self.boundary, inputs, bwrap=facts.bwrap_path or "bwrap")
         log.debug("bwrap argv: %s", argv)
         joins = self._cgroup.join_files() if self._cgroup is not None else ()
-        # Drop to the sandbox user in a tiny exec (the agent's launcher mode) rather than with
+        # Drop to the sandbox user in a tiny exec (the supervisor's launcher mode) rather than with
         # subprocess's user=, which forces a full fork of this process instead of vfork. On v1
         # the launcher also joins the cgroup first (see SandboxCgroup.join_files); it always
         # mounts the one disk budget that bwrap binds from (disk_budget.py).
-        launcher = [agent, "--exec-as", str(uid), str(gid)]
+        launcher = [supervisor, "--exec-as", str(uid), str(gid)]
         for tasks_file in joins:
             launcher += ["--join-cgroup", tasks_file]
         launcher += plan_launcher_disk_args(self.boundary, mountpoint=disk_root)
@@ -424,13 +424,13 @@ class Sandbox:
         finally:
             for fd in owned:
                 os.close(fd)
-        self._channel = AgentChannel(host_sock)
-        self._agent_pid = _read_child_pid(info_r, self._proc)
+        self._channel = SupervisorChannel(host_sock)
+        self._supervisor_pid = _read_child_pid(info_r, self._proc)
         if self._cgroup is not None:
             if joins:  # inherited from the launcher before bwrap ran; confirm rather than assume
-                self._cgroup.check_member(self._agent_pid)
+                self._cgroup.check_member(self._supervisor_pid)
             else:
-                self._cgroup.attach(self._agent_pid)
+                self._cgroup.attach(self._supervisor_pid)
 
     def _bwrap_stderr(self) -> str:
         proc = self._proc
@@ -611,7 +611,7 @@ class Sandbox:
             usage = Usage(
                 (exited.utime_us + exited.stime_us) / 1e6 if exited else 0.0,
                 (exited.maxrss_kb * 1024) if exited else None,
-                "agent rusage",
+                "supervisor rusage",
             )
         exit_code, sig = _decode_status(exited.status) if exited else (None, signal.SIGKILL)
         if timed_out:
@@ -681,7 +681,7 @@ class Sandbox:
         before: CgroupUsage | None,
         violations: list[Violation],
     ) -> tuple[Exited | None, bool, bool]:
-        """Pump output, feed stdin, watch the clock and CPU until the agent reports EXITED."""
+        """Pump output, feed stdin, watch the clock and CPU until the supervisor reports EXITED."""
         assert self._channel is not None
         selector = selectors.DefaultSelector()
         for capped in (stdout, stderr):
@@ -709,7 +709,7 @@ class Sandbox:
                     kill_sent_at = now
                     self._channel.kill()
                 if kill_sent_at is not None and exited is None and now - kill_sent_at > _KILL_GRACE_S:
-                    self._lost = "the agent did not report after a kill"
+                    self._lost = "the supervisor did not report after a kill"
                     self._destroy()
                     break
                 if exited is not None and now > deadline + _KILL_GRACE_S:
@@ -769,9 +769,9 @@ class Sandbox:
     # -- files -----------------------------------------------------------------------------------
 
     def _root(self) -> str:
-        if self._agent_pid is None or self._lost:
+        if self._supervisor_pid is None or self._lost:
             raise FileTransferError("the sandbox is not running", "start the sandbox first")
-        return f"/proc/{self._agent_pid}/root"
+        return f"/proc/{self._supervisor_pid}/root"
 
     def put_file(self, path: str, data: bytes, *, mode: int = 0o644) -> None:
         """Write ``data`` to ``path`` under a scratch path, owned by the sandbox user.
@@ -851,7 +851,7 @@ class Sandbox:
                 self.teardown_findings += [f"export of {rule.path}: {line}" for line in report.lines()]
 
     def _teardown(self) -> None:
-        """Stop the agent, kill leftovers through the cgroup, remove host traces."""
+        """Stop the supervisor, kill leftovers through the cgroup, remove host traces."""
         if self._channel is not None:
             with contextlib.suppress(ContainError):
                 self._channel.exit()
@@ -884,11 +884,11 @@ class Sandbox:
         if self._lease is not None:
             self._lease.release()  # only once nothing of the sandbox runs as this uid any more
             self._lease = None
-        self._agent_pid = None
+        self._supervisor_pid = None
 
     def _destroy(self) -> None:
         """Kill the whole sandbox from the host: the pid namespace dies with its pid 1."""
-        for pid in (self._agent_pid, self._proc.pid if self._proc else None):
+        for pid in (self._supervisor_pid, self._proc.pid if self._proc else None):
             if pid is not None:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
@@ -902,10 +902,10 @@ def _hidden_sockets_line(paths: tuple[str, ...]) -> str:
 
 
 def _socketpair() -> tuple[socket.socket, int]:
-    host, agent = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-    agent_fd = agent.detach()
-    os.set_inheritable(agent_fd, True)
-    return host, agent_fd
+    host, supervisor = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    supervisor_fd = supervisor.detach()
+    os.set_inheritable(supervisor_fd, True)
+    return host, supervisor_fd
 
 
 def _read_child_pid(info_fd: int, proc: subprocess.Popen[bytes]) -> int:

@@ -481,7 +481,7 @@ SECCOMP_RULES: tuple[SyscallRule, ...] = (
         when=(ArgCondition(index=1, op=ArgOp.MASKED_EQ, value=0, mask=_SECCOMP_FILTER_FLAG_NEW_LISTENER),),
     ),
     *(
-        _allow(name, "Landlock only restricts; the in-sandbox agent applies it", "FS-13")
+        _allow(name, "Landlock only restricts; the in-sandbox supervisor applies it", "FS-13")
         for name in ("landlock_create_ruleset", "landlock_add_rule", "landlock_restrict_self")
     ),
     *(

@@ -12,7 +12,7 @@ import contain.host.observe
 from cli.terminal_kit import HOSTILE, HOSTILE_SHOWN, assert_terminal_safe
 from contain.cli import main
 from contain.host.doctor import PROCESS_BACKEND, Check, Report, Status
-from contain.host.observe import AgentProbe
+from contain.host.observe import DetectedSupervisor
 
 
 @pytest.fixture
@@ -24,8 +24,8 @@ def hostile_host(monkeypatch):
     monkeypatch.setattr(contain.host.facts, "detect_host", lambda: None)
     monkeypatch.setattr(contain.host.observe, "observe_host", lambda facts: None)
     monkeypatch.setattr(contain.host.doctor, "build_report", lambda facts, obs: report)
-    monkeypatch.setattr(contain.host.observe, "observe_agent",
-                        lambda build: AgentProbe(None, error=f"cc failed: {HOSTILE}", fix=f"install {HOSTILE}"))
+    monkeypatch.setattr(contain.host.observe, "observe_supervisor",
+                        lambda build: DetectedSupervisor(None, error=f"cc failed: {HOSTILE}", fix=f"install {HOSTILE}"))
 
 
 def test_the_report_renders_every_detail_and_fix(hostile_host, capsysbinary):
@@ -35,8 +35,8 @@ def test_the_report_renders_every_detail_and_fix(hostile_host, capsysbinary):
     assert f"bwrap said: {HOSTILE_SHOWN}" in out and f"fix: reinstall {HOSTILE_SHOWN}" in out
 
 
-def test_build_agent_renders_the_compiler_error(hostile_host, capsysbinary):
-    assert main(["doctor", "--build-agent"]) == 1
+def test_build_supervisor_renders_the_compiler_error(hostile_host, capsysbinary):
+    assert main(["doctor", "--build-supervisor"]) == 1
     out = capsysbinary.readouterr().out.decode()
     assert_terminal_safe(out)
     assert f"cc failed: {HOSTILE_SHOWN}" in out

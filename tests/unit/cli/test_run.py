@@ -43,7 +43,7 @@ class _FakeSandbox:
         return RunResult(
             exit_code=3, signal=None, timed_out=False, oom_killed=False,
             stdout=Captured(RAW_OUTPUT, False, len(RAW_OUTPUT)), stderr=Captured(RAW_OUTPUT, False, len(RAW_OUTPUT)),
-            timings=Timings(0.0, 0.0, 0.0), usage=Usage(0.0, None, "agent"),
+            timings=Timings(0.0, 0.0, 0.0), usage=Usage(0.0, None, "supervisor"),
             violations=(Violation("egress", f"{HOSTILE} refused", "network.allow", {"host": HOSTILE}),), backend="fake",
         )
 

@@ -26,7 +26,7 @@ from contain.host.doctor import (
 )
 from contain.host.facts import CgroupMount, HostFacts
 from contain.host.kvm import KvmGuestResult, KvmStatus
-from contain.host.observe import AgentProbe, CgroupTrial, DetectedTool, Observations, Trial
+from contain.host.observe import CgroupTrial, DetectedSupervisor, DetectedTool, Observations, Trial
 from contain.runtime.cgroup_plan import CONTROLLER_ROWS
 from contain.runtime.plan import plan_layers
 
@@ -73,7 +73,7 @@ OBS = Observations(
     qemu_microvm=None,
     kernel_images=(),
     oci=(DetectedTool("runc", "/usr/bin/runc", "runc version 1.1.12"),),
-    agent=AgentProbe("/var/cache/contain/contain-agent-0123", compiler="/usr/bin/cc"),
+    supervisor=DetectedSupervisor("/var/cache/contain/contain-supervisor-0123", compiler="/usr/bin/cc"),
 )
 
 
@@ -105,14 +105,14 @@ def test_healthy_host_reports_every_check_in_table_order():
         ("runc", "ok"),
         ("crun", "warn"),
         ("runsc", "warn"),
-        ("agent", "ok"),
+        ("supervisor", "ok"),
     ]
     assert report.exit_code == 0
 
 
 def test_healthy_host_verdicts_are_exact():
     assert build_report(FACTS, OBS).verdicts == (
-        Check("process backend", Status.OK, "works (bwrap + user namespaces + seccomp + agent)"),
+        Check("process backend", Status.OK, "works (bwrap + user namespaces + seccomp + supervisor)"),
         Check("landlock", Status.OK, "hardening.landlock auto and required both apply it (ABI 7)"),
         Check("cgroups", Status.OK, "memory, pids and cpu limits on cgroup v1"),
         Check(
@@ -144,7 +144,7 @@ def test_doctor_has_one_cgroup_check_per_row_of_the_runtime_controller_table():
 
 
 def test_the_process_backend_needs_exactly_these_checks():
-    assert PROCESS_NEEDS == ("bwrap", "user-namespaces", "seccomp", "libseccomp", "agent")
+    assert PROCESS_NEEDS == ("bwrap", "user-namespaces", "seccomp", "libseccomp", "supervisor")
     assert [row.name for row in VERDICTS] == [
         "process backend",
         "landlock",
@@ -159,7 +159,7 @@ BREAKS = {
     "user-namespaces": (FACTS, replace(OBS, userns_trial=Trial(False, "exit status 1: EPERM"))),
     "seccomp": (replace(FACTS, seccomp=False), OBS),
     "libseccomp": (replace(FACTS, libseccomp_path=None), OBS),
-    "agent": (FACTS, replace(OBS, agent=AgentProbe(None, compiler=None))),
+    "supervisor": (FACTS, replace(OBS, supervisor=DetectedSupervisor(None, compiler=None))),
 }
 
 
@@ -203,23 +203,23 @@ def test_seccomp_without_errno_action_fails():
     assert check.status is Status.FAIL
 
 
-def test_agent_not_built_with_a_compiler_is_a_warning_and_still_exit_0():
-    obs = replace(OBS, agent=AgentProbe(None, compiler="/usr/bin/cc"))
+def test_supervisor_not_built_with_a_compiler_is_a_warning_and_still_exit_0():
+    obs = replace(OBS, supervisor=DetectedSupervisor(None, compiler="/usr/bin/cc"))
     report = build_report(FACTS, obs)
-    assert _by_name(report.checks)["agent"] == Check(
-        "agent",
+    assert _by_name(report.checks)["supervisor"] == Check(
+        "supervisor",
         Status.WARN,
         "not built yet; the first sandbox builds it with /usr/bin/cc",
-        "run `contain doctor --build-agent`",
+        "run `contain doctor --build-supervisor`",
     )
     assert report.process_backend.status is Status.WARN
     assert report.exit_code == 0
 
 
-def test_agent_error_carries_cause_and_fix():
-    obs = replace(OBS, agent=AgentProbe(None, "agent binary /x has mode 777", "delete /x"))
-    check = _by_name(build_report(FACTS, obs).checks)["agent"]
-    assert check == Check("agent", Status.FAIL, "agent binary /x has mode 777", "delete /x")
+def test_supervisor_error_carries_cause_and_fix():
+    obs = replace(OBS, supervisor=DetectedSupervisor(None, "supervisor binary /x has mode 777", "delete /x"))
+    check = _by_name(build_report(FACTS, obs).checks)["supervisor"]
+    assert check == Check("supervisor", Status.FAIL, "supervisor binary /x has mode 777", "delete /x")
 
 
 def test_landlock_absent_names_the_boot_parameter_with_the_current_lsm_list():
@@ -394,7 +394,7 @@ SMALL = Report(
         Check("bwrap", Status.OK, "/usr/bin/bwrap, version 0.8.0"),
         Check("landlock", Status.WARN, "not available (ABI 0)", "boot with lsm=...,landlock"),
     ),
-    verdicts=(Check("process backend", Status.FAIL, "does not work: agent", "agent: build it"),),
+    verdicts=(Check("process backend", Status.FAIL, "does not work: supervisor", "supervisor: build it"),),
 )
 
 
@@ -405,8 +405,8 @@ def test_render_text_is_exact():
         "  warn  landlock  not available (ABI 0)\n"
         "                  fix: boot with lsm=...,landlock\n"
         "backends and layers\n"
-        "  fail  process backend  does not work: agent\n"
-        "                         fix: agent: build it\n"
+        "  fail  process backend  does not work: supervisor\n"
+        "                         fix: supervisor: build it\n"
         "result: the process backend does NOT work on this host (exit 1)\n"
     )
 
@@ -428,8 +428,8 @@ def test_render_json_is_one_object_with_checks_verdicts_and_exit_code():
             {
                 "name": "process backend",
                 "status": "fail",
-                "detail": "does not work: agent",
-                "fix": "agent: build it",
+                "detail": "does not work: supervisor",
+                "fix": "supervisor: build it",
             }
         ],
         "process_backend": "fail",

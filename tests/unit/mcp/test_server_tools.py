@@ -22,7 +22,7 @@ def _result(exit_code: int = 0, violations: tuple[Violation, ...] = ()) -> RunRe
         stdout=Captured(b"out\n", False, 4),
         stderr=Captured(b"", False, 0),
         timings=Timings(0.1, 0.2, 0.0),
-        usage=Usage(0.01, None, "agent"),
+        usage=Usage(0.01, None, "supervisor"),
         violations=violations,
         backend="process",
     )

@@ -11,8 +11,8 @@ def inputs(paths: PathFacts, **extra) -> BwrapInputs:
         loader_links={"/bin": "usr/bin", "/lib": "usr/lib", "/lib64": "usr/lib64", "/sbin": "usr/sbin"},
         loader_dirs=(),
         etc_tree="/cache/etc-1234",
-        agent_host_path="/cache/contain-agent-x",
-        agent_args=("--control-fd", "5"),
+        supervisor_host_path="/cache/contain-supervisor-x",
+        supervisor_args=("--control-fd", "5"),
         data_fds={"/.contain/token": 7},
         empty_file_fd_for={},
         seccomp_fd=6,
@@ -44,9 +44,9 @@ def test_the_default_boundary_gets_an_empty_read_only_root_with_scratch_and_tmp_
         "--bind", "/cache/disk-budget/shm", "/dev/shm",
         "--bind", "/cache/disk-budget/scratch-0", "/work",
         "--remount-ro", "/dev",
-        "--ro-bind", "/cache/contain-agent-x", "/.contain/agent",
+        "--ro-bind", "/cache/contain-supervisor-x", "/.contain/supervisor",
         "--remount-ro", "/",
-        "--", "/.contain/agent", "--control-fd", "5",
+        "--", "/.contain/supervisor", "--control-fd", "5",
     ]
 
 
@@ -78,7 +78,7 @@ def test_binds_come_parent_first_then_protections_then_blocks():
         blocks={"/work/repo/secret.txt": "file"},
     )
     argv = plan_bwrap_argv(b, inputs(facts, empty_file_fd_for={"/work/repo/.bashrc": 8, "/work/repo/secret.txt": 9}))
-    tail = argv[argv.index("/.contain/agent") + 1 :]
+    tail = argv[argv.index("/.contain/supervisor") + 1 :]
     assert argv[len(PROLOGUE) : len(PROLOGUE) + 11] == [
         "--bind", "/cache/disk-budget/tmp", "/tmp",
         "--bind", "/cache/disk-budget/shm", "/dev/shm",
@@ -93,7 +93,7 @@ def test_binds_come_parent_first_then_protections_then_blocks():
         "--perms", "0555", "--tmpfs", "/work/repo/.vscode", "--remount-ro", "/work/repo/.vscode",
         "--perms", "0000", "--ro-bind-data", "9", "/work/repo/secret.txt",
         "--remount-ro", "/",
-        "--", "/.contain/agent", "--control-fd", "5",
+        "--", "/.contain/supervisor", "--control-fd", "5",
     ]
 
 
@@ -117,12 +117,12 @@ def test_hidden_sockets_are_covered_by_empty_unreadable_files_after_the_binds():
         hidden_sockets=("/inputs/home/.gnupg/S.gpg-agent",),
     )
     argv = plan_bwrap_argv(b, inputs(facts, empty_file_fd_for={"/inputs/home/.gnupg/S.gpg-agent": 8}))
-    tail = argv[argv.index("/.contain/agent") + 1 :]
+    tail = argv[argv.index("/.contain/supervisor") + 1 :]
     assert tail == [
         "--ro-bind", "/h/home", "/inputs/home",
         "--perms", "0000", "--ro-bind-data", "8", "/inputs/home/.gnupg/S.gpg-agent",
         "--remount-ro", "/",
-        "--", "/.contain/agent", "--control-fd", "5",
+        "--", "/.contain/supervisor", "--control-fd", "5",
     ]
 
 

@@ -360,7 +360,7 @@ def test_v1_launcher_join_names_each_tasks_file_and_counts_bwrap_in_pids(tmp_pat
     cg = SandboxCgroup.create("j1", RES, facts, ops=tree.ops(), launcher_joins=True)
     assert cg.joined_by_launcher
     assert cg.join_files() == tuple(f"{p}/tasks" for p in cg.paths) and len(cg.join_files()) == 5
-    assert (Path(cg.dirs["pids"]) / "pids.max").read_text() == "17"  # the workload still gets 16 - 1 (agent)
+    assert (Path(cg.dirs["pids"]) / "pids.max").read_text() == "17"  # the workload still gets 16 - 1 (supervisor)
     plain = SandboxCgroup.create("j2", RES, facts, ops=tree.ops())
     assert plain.join_files() == () and (Path(plain.dirs["pids"]) / "pids.max").read_text() == "16"
 

@@ -1,4 +1,4 @@
-"""plan_landlock as a truth table over (requirement, abi), and the agent arguments it gives."""
+"""plan_landlock as a truth table over (requirement, abi), and the supervisor arguments it gives."""
 
 from __future__ import annotations
 
@@ -19,9 +19,9 @@ def test_required_plan_reads_everything_and_writes_named_paths_plus_devices() ->
     )
 
 
-def test_agent_args_carry_the_whole_plan_in_order() -> None:
+def test_supervisor_args_carry_the_whole_plan_in_order() -> None:
     plan = LandlockPlan(abi=3, read_paths=("/",), write_paths=("/tmp", "/dev/null"), required=True)
-    assert plan.agent_args() == [
+    assert plan.supervisor_args() == [
         "--landlock-abi", "3",
         "--landlock-required",
         "--landlock-read", "/",
@@ -30,10 +30,10 @@ def test_agent_args_carry_the_whole_plan_in_order() -> None:
     ]  # fmt: skip
 
 
-def test_auto_plan_says_auto_to_the_agent() -> None:
+def test_auto_plan_says_auto_to_the_supervisor() -> None:
     plan = plan_landlock(abi=1, write_paths=[], requirement=LayerRequirement.AUTO)
     assert plan is not None
-    assert plan.agent_args() == [
+    assert plan.supervisor_args() == [
         "--landlock-abi", "1",
         "--landlock-auto",
         "--landlock-read", "/",

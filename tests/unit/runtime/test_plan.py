@@ -5,8 +5,8 @@ import pytest
 from contain.boundary import Boundary
 from contain.errors import UnsupportedHost
 from contain.host.facts import CgroupMount, HostFacts
-from contain.runtime.agent_channel import Rlimit
 from contain.runtime.plan import plan_base_env, plan_layers, plan_rlimits, sandbox_host_ids
+from contain.runtime.supervisor_channel import Rlimit
 
 V1 = tuple(
     CgroupMount(1, f"/sys/fs/cgroup/{c}", (c,), "/") for c in ("memory", "pids", "cpu", "cpuacct", "freezer")

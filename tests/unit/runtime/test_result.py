@@ -12,7 +12,7 @@ def result(**extra: object) -> RunResult:
         stdout=Captured(b"", False, 0),
         stderr=Captured(b"", False, 0),
         timings=Timings(0.0, 0.0, 0.0),
-        usage=Usage(0.0, None, "agent rusage"),
+        usage=Usage(0.0, None, "supervisor rusage"),
         violations=(),
         backend="process",
         **extra,  # type: ignore[arg-type]

@@ -1,7 +1,7 @@
-"""The in-sandbox agent as pid 1 of a real bwrap sandbox, driven through AgentChannel.
+"""The in-sandbox supervisor as pid 1 of a real bwrap sandbox, driven through SupervisorChannel.
 
-Each test starts one minimal bwrap (not the product launcher: this tests the agent and its
-channel alone) with the agent compiled by ``ensure_agent_binary`` into a temporary cache.
+Each test starts one minimal bwrap (not the product launcher: this tests the supervisor and its
+channel alone) with the supervisor compiled by ``ensure_supervisor_binary`` into a temporary cache.
 Process checks are made from the host, by pid namespace, never by asking the sandbox.
 """
 
@@ -27,18 +27,18 @@ import pytest
 from contain.boundary import LayerRequirement
 from contain.errors import SandboxLost, SandboxStartError, UnsupportedHost
 from contain.host.facts import detect_landlock_abi
-from contain.runtime.agent_build import ensure_agent_binary, expected_agent_path
-from contain.runtime.agent_channel import (
-    AgentChannel,
-    AgentErrorReply,
+from contain.runtime.landlock import plan_landlock
+from contain.runtime.supervisor_build import ensure_supervisor_binary, expected_supervisor_path
+from contain.runtime.supervisor_channel import (
     Exited,
     Ready,
     Rlimit,
     SpawnFailed,
     Started,
+    SupervisorChannel,
+    SupervisorErrorReply,
     encode_run,
 )
-from contain.runtime.landlock import plan_landlock
 
 pytestmark = pytest.mark.needs_bwrap
 
@@ -60,15 +60,15 @@ BASE_BWRAP = (
 
 
 @pytest.fixture(scope="session")
-def agent_binary(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def supervisor_binary(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if BWRAP is None:
         pytest.skip("bubblewrap is not installed")
     probe = subprocess.run([BWRAP, *BASE_BWRAP, "--", "/usr/bin/true"], capture_output=True, text=True, check=False)
     if probe.returncode != 0:
         pytest.skip(f"bwrap cannot create namespaces here: {probe.stderr.strip()}")
     with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("CONTAIN_CACHE_DIR", str(tmp_path_factory.mktemp("agent-cache")))
-        return ensure_agent_binary()
+        patch.setenv("CONTAIN_CACHE_DIR", str(tmp_path_factory.mktemp("supervisor-cache")))
+        return ensure_supervisor_binary()
 
 
 @dataclass
@@ -80,14 +80,14 @@ class RunOutcome:
 
 
 @dataclass
-class AgentSandbox:
+class SupervisorSandbox:
     proc: subprocess.Popen[bytes]
-    channel: AgentChannel
+    channel: SupervisorChannel
     ready: Ready
 
     @property
-    def agent_host_pid(self) -> int:
-        """The agent's pid on the host: bwrap's only child (bwrap --as-pid-1 execs the agent)."""
+    def supervisor_host_pid(self) -> int:
+        """The supervisor's pid on the host: bwrap's only child (bwrap --as-pid-1 execs the supervisor)."""
         children = Path(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children").read_text()
         pids = [int(p) for p in children.split()]
         assert len(pids) == 1, pids
@@ -125,34 +125,34 @@ def _read_all(fd: int) -> bytes:
     return b"".join(chunks)
 
 
-def start_agent(
-    agent: Path,
+def start_supervisor(
+    supervisor: Path,
     *,
     extra_bwrap: Sequence[str] = (),
-    agent_args: Sequence[str] = (),
+    supervisor_args: Sequence[str] = (),
     user: int | None = None,
-) -> AgentSandbox:
+) -> SupervisorSandbox:
     assert BWRAP is not None
-    host_end, agent_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-    fd = agent_end.fileno()
+    host_end, supervisor_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    fd = supervisor_end.fileno()
     argv = [
-        BWRAP, *BASE_BWRAP, *extra_bwrap, "--ro-bind", str(agent), "/.contain/agent",
-        "--", "/.contain/agent", "--control-fd", str(fd), *agent_args,
+        BWRAP, *BASE_BWRAP, *extra_bwrap, "--ro-bind", str(supervisor), "/.contain/supervisor",
+        "--", "/.contain/supervisor", "--control-fd", str(fd), *supervisor_args,
     ]  # fmt: skip
     proc = subprocess.Popen(argv, pass_fds=[fd], user=user)
-    agent_end.close()
-    channel = AgentChannel(host_end)
-    return AgentSandbox(proc, channel, channel.read_ready(10))
+    supervisor_end.close()
+    channel = SupervisorChannel(host_end)
+    return SupervisorSandbox(proc, channel, channel.read_ready(10))
 
 
 @pytest.fixture
-def sandbox(agent_binary: Path) -> Iterator[AgentSandbox]:
-    sb = start_agent(agent_binary)
+def sandbox(supervisor_binary: Path) -> Iterator[SupervisorSandbox]:
+    sb = start_supervisor(supervisor_binary)
     yield sb
     _stop(sb)
 
 
-def _stop(sb: AgentSandbox) -> None:
+def _stop(sb: SupervisorSandbox) -> None:
     sb.channel.close()
     try:
         sb.proc.wait(10)
@@ -187,7 +187,7 @@ def _landlock_abi_or_skip(minimum: int) -> int:
 # ---- basic runs --------------------------------------------------------------------------------
 
 
-def test_agent_is_pid_1_and_echo_output_reaches_the_host(sandbox: AgentSandbox) -> None:
+def test_supervisor_is_pid_1_and_echo_output_reaches_the_host(sandbox: SupervisorSandbox) -> None:
     assert sandbox.ready == Ready(pid=1, landlock="off", landlock_abi=0)
     out = sandbox.run(["/bin/echo", "hi"])
     assert isinstance(out.reply, Started)
@@ -197,7 +197,7 @@ def test_agent_is_pid_1_and_echo_output_reaches_the_host(sandbox: AgentSandbox) 
     assert out.stderr == b""
 
 
-def test_stdin_env_and_cwd_are_exactly_what_the_request_gives(sandbox: AgentSandbox) -> None:
+def test_stdin_env_and_cwd_are_exactly_what_the_request_gives(sandbox: SupervisorSandbox) -> None:
     out = sandbox.run(["cat"], stdin=b"from host")
     assert out.stdout == b"from host"
     out = sandbox.run(["env"], env={"PATH": "/usr/bin", "ONLY": "this"})
@@ -206,32 +206,32 @@ def test_stdin_env_and_cwd_are_exactly_what_the_request_gives(sandbox: AgentSand
     assert out.stdout == b"/proc\n"
 
 
-def test_workload_inherits_only_stdio_fds(sandbox: AgentSandbox) -> None:
+def test_workload_inherits_only_stdio_fds(sandbox: SupervisorSandbox) -> None:
     out = sandbox.run(["sh", "-c", "ls /proc/$$/fd"])
     assert out.stdout.split() == [b"0", b"1", b"2"]
 
 
-def test_workload_holds_no_capabilities_even_when_the_agent_does(sandbox: AgentSandbox) -> None:
+def test_workload_holds_no_capabilities_even_when_the_supervisor_does(sandbox: SupervisorSandbox) -> None:
     out = sandbox.run(["grep", "^Cap", "/proc/self/status"])
     caps = dict(line.split(":\t") for line in out.stdout.decode().splitlines())
     assert caps == {name: "0000000000000000" for name in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb")}
-    if os.geteuid() == 0:  # positive control: bwrap run by root leaves the agent every capability
-        agent_status = Path(f"/proc/{sandbox.agent_host_pid}/status").read_text()
-        assert "CapEff:\t0000000000000000" not in agent_status
+    if os.geteuid() == 0:  # positive control: bwrap run by root leaves the supervisor every capability
+        supervisor_status = Path(f"/proc/{sandbox.supervisor_host_pid}/status").read_text()
+        assert "CapEff:\t0000000000000000" not in supervisor_status
 
 
-def test_workload_cannot_reach_the_agents_proc_files(sandbox: AgentSandbox) -> None:
+def test_workload_cannot_reach_the_supervisors_proc_files(sandbox: SupervisorSandbox) -> None:
     for path in ("/proc/1/environ", "/proc/1/mem", "/proc/1/fd/3"):
         out = sandbox.run(["sh", "-c", f"cat {path} > /dev/null"])
         assert out.exited is not None and out.exited.exit_code != 0, path
         assert b"Permission denied" in out.stderr, path
-    # The launcher's environment reached the agent through bwrap; the agent wiped it.
-    environ = Path(f"/proc/{sandbox.agent_host_pid}/environ").read_bytes()
+    # The launcher's environment reached the supervisor through bwrap; the supervisor wiped it.
+    environ = Path(f"/proc/{sandbox.supervisor_host_pid}/environ").read_bytes()
     assert len(environ) > 0  # positive control: there was an environment to wipe
     assert environ.strip(b"\0") == b""
 
 
-def test_exit_code_and_signal_are_decoded(sandbox: AgentSandbox) -> None:
+def test_exit_code_and_signal_are_decoded(sandbox: SupervisorSandbox) -> None:
     out = sandbox.run(["sh", "-c", "exit 3"])
     assert out.exited is not None
     assert (out.exited.exit_code, out.exited.signal) == (3, None)
@@ -240,14 +240,14 @@ def test_exit_code_and_signal_are_decoded(sandbox: AgentSandbox) -> None:
     assert (out.exited.exit_code, out.exited.signal) == (None, signal.SIGTERM)
 
 
-def test_second_run_reuses_the_same_sandbox(sandbox: AgentSandbox) -> None:
+def test_second_run_reuses_the_same_sandbox(sandbox: SupervisorSandbox) -> None:
     first = sandbox.run(["sh", "-c", "echo kept > /tmp/state"])
     second = sandbox.run(["cat", "/tmp/state"])
     assert first.exited is not None and first.exited.exit_code == 0
     assert second.stdout == b"kept\n"
 
 
-def test_a_second_run_while_one_is_active_gets_an_error_reply(sandbox: AgentSandbox) -> None:
+def test_a_second_run_while_one_is_active_gets_an_error_reply(sandbox: SupervisorSandbox) -> None:
     r, w = os.pipe()
     started = sandbox.channel.start(["sleep", "1000"], ENV, "/", (), (r, w, w))
     assert isinstance(started, Started)
@@ -255,7 +255,7 @@ def test_a_second_run_while_one_is_active_gets_an_error_reply(sandbox: AgentSand
     os.close(r)
     os.close(w)
     reply = sandbox.channel.read_reply(10)
-    assert isinstance(reply, AgentErrorReply)
+    assert isinstance(reply, SupervisorErrorReply)
     assert "already active" in reply.message
     sandbox.channel.kill()
     exited = sandbox.channel.wait_exited(10)
@@ -287,24 +287,24 @@ def _frame(*items: str) -> bytes:
         (_frame("RUN", "cwd=/", "arg=true", "color=red"), 3, "unknown RUN item"),
     ],
 )
-def test_bad_requests_get_an_error_and_the_agent_carries_on(
-    sandbox: AgentSandbox, frame: bytes, nfds: int, message: str
+def test_bad_requests_get_an_error_and_the_supervisor_carries_on(
+    sandbox: SupervisorSandbox, frame: bytes, nfds: int, message: str
 ) -> None:
     r, w = os.pipe()
     sandbox.channel.send_request(frame, fds=[w] * nfds)
     os.close(r)
     os.close(w)
     reply = sandbox.channel.read_reply(10)
-    assert isinstance(reply, AgentErrorReply)
+    assert isinstance(reply, SupervisorErrorReply)
     assert message in reply.message
     after = sandbox.run(["/bin/echo", "still here"])
     assert after.stdout == b"still here\n"
 
 
-def test_an_oversize_frame_ends_the_sandbox(sandbox: AgentSandbox) -> None:
+def test_an_oversize_frame_ends_the_sandbox(sandbox: SupervisorSandbox) -> None:
     sandbox.channel.send_request(struct.pack("<I", (1 << 20) + 1))
     reply = sandbox.channel.read_reply(10)
-    assert isinstance(reply, AgentErrorReply) and "exceeds" in reply.message
+    assert isinstance(reply, SupervisorErrorReply) and "exceeds" in reply.message
     with pytest.raises(SandboxLost):
         sandbox.channel.read_reply(10)
     assert sandbox.proc.wait(10) == 1
@@ -313,7 +313,7 @@ def test_an_oversize_frame_ends_the_sandbox(sandbox: AgentSandbox) -> None:
 # ---- teardown ----------------------------------------------------------------------------------
 
 
-def test_daemon_left_behind_is_killed_before_exited(sandbox: AgentSandbox) -> None:
+def test_daemon_left_behind_is_killed_before_exited(sandbox: SupervisorSandbox) -> None:
     # setsid forks (the workload is already a session leader), so the daemon is an orphan in a
     # session of its own by the time the main process exits.
     script = (
@@ -322,10 +322,10 @@ def test_daemon_left_behind_is_killed_before_exited(sandbox: AgentSandbox) -> No
     out = sandbox.run(["sh", "-c", script])
     assert out.exited is not None and out.exited.exit_code == 0
     assert int(out.stdout) > 1  # positive control: the daemon did start
-    assert pids_in_namespace_of(sandbox.agent_host_pid) == [sandbox.agent_host_pid]
+    assert pids_in_namespace_of(sandbox.supervisor_host_pid) == [sandbox.supervisor_host_pid]
 
 
-def test_kill_ends_a_long_sleep_promptly(sandbox: AgentSandbox) -> None:
+def test_kill_ends_a_long_sleep_promptly(sandbox: SupervisorSandbox) -> None:
     r, w = os.pipe()
     started = sandbox.channel.start(["sleep", "1000"], ENV, "/", (), (r, w, w))
     os.close(r)
@@ -337,24 +337,24 @@ def test_kill_ends_a_long_sleep_promptly(sandbox: AgentSandbox) -> None:
     exited = sandbox.channel.wait_exited(10)
     assert exited is not None and exited.signal == signal.SIGKILL
     assert time.monotonic() - began < 2.0
-    assert pids_in_namespace_of(sandbox.agent_host_pid) == [sandbox.agent_host_pid]
+    assert pids_in_namespace_of(sandbox.supervisor_host_pid) == [sandbox.supervisor_host_pid]
 
 
-def test_closing_the_channel_kills_everything_and_ends_the_sandbox(agent_binary: Path) -> None:
-    sb = start_agent(agent_binary)
-    agent_pid = sb.agent_host_pid
+def test_closing_the_channel_kills_everything_and_ends_the_sandbox(supervisor_binary: Path) -> None:
+    sb = start_supervisor(supervisor_binary)
+    supervisor_pid = sb.supervisor_host_pid
     r, w = os.pipe()
     assert isinstance(sb.channel.start(["sleep", "1000"], ENV, "/", (), (r, w, w)), Started)
     os.close(r)
     os.close(w)
-    assert len(pids_in_namespace_of(agent_pid)) == 2  # positive control: agent + sleep
+    assert len(pids_in_namespace_of(supervisor_pid)) == 2  # positive control: supervisor + sleep
     sb.channel.close()
     assert sb.proc.wait(10) == 0
-    assert not os.path.exists(f"/proc/{agent_pid}")
+    assert not os.path.exists(f"/proc/{supervisor_pid}")
 
 
-def test_exit_request_ends_the_sandbox(agent_binary: Path) -> None:
-    sb = start_agent(agent_binary)
+def test_exit_request_ends_the_sandbox(supervisor_binary: Path) -> None:
+    sb = start_supervisor(supervisor_binary)
     sb.channel.exit()
     assert sb.proc.wait(10) == 0
     sb.channel.close()
@@ -368,26 +368,26 @@ def test_exit_request_ends_the_sandbox(agent_binary: Path) -> None:
     [
         (["/no/such/program"], ENV),
         (["no-such-program"], ENV),
-        (["true"], {"PATH": "/nonexistent"}),  # PATH comes from the request, not the agent
+        (["true"], {"PATH": "/nonexistent"}),  # PATH comes from the request, not the supervisor
     ],
 )
-def test_missing_program_fails_at_exec_with_enoent(sandbox: AgentSandbox, argv: list[str], env: dict[str, str]) -> None:
+def test_missing_program_fails_at_exec_with_enoent(sandbox: SupervisorSandbox, argv: list[str], env: dict[str, str]) -> None:
     out = sandbox.run(argv, env=env)
     assert out.reply == SpawnFailed(stage="exec", errno=errno.ENOENT)
     assert out.exited is None
 
 
-def test_missing_cwd_fails_at_chdir(sandbox: AgentSandbox) -> None:
+def test_missing_cwd_fails_at_chdir(sandbox: SupervisorSandbox) -> None:
     out = sandbox.run(["true"], cwd="/no/such/dir")
     assert out.reply == SpawnFailed(stage="chdir", errno=errno.ENOENT)
-    after = sandbox.run(["true"])  # the agent carries on
+    after = sandbox.run(["true"])  # the supervisor carries on
     assert after.exited is not None and after.exited.exit_code == 0
 
 
 # ---- rlimits -----------------------------------------------------------------------------------
 
 
-def test_cpu_rlimit_stops_a_busy_loop(sandbox: AgentSandbox) -> None:
+def test_cpu_rlimit_stops_a_busy_loop(sandbox: SupervisorSandbox) -> None:
     out = sandbox.run(["sh", "-c", "while :; do :; done"], rlimits=[Rlimit("CPU", 1, 2)])
     assert out.exited is not None
     assert out.exited.signal in (signal.SIGXCPU, signal.SIGKILL)
@@ -396,15 +396,15 @@ def test_cpu_rlimit_stops_a_busy_loop(sandbox: AgentSandbox) -> None:
     assert out.exited.utime_us + out.exited.stime_us >= 500_000
 
 
-def test_nproc_rlimit_stops_forks_for_an_unprivileged_sandbox(agent_binary: Path) -> None:
+def test_nproc_rlimit_stops_forks_for_an_unprivileged_sandbox(supervisor_binary: Path) -> None:
     # RLIMIT_NPROC never applies to host uid 0, so this sandbox runs as nobody (65534), with a
-    # copy of the agent where nobody can reach it (pytest's tmp dirs are 0700).
-    with tempfile.TemporaryDirectory(prefix="contain-agent-nproc-") as shared:
+    # copy of the supervisor where nobody can reach it (pytest's tmp dirs are 0700).
+    with tempfile.TemporaryDirectory(prefix="contain-supervisor-nproc-") as shared:
         os.chmod(shared, 0o755)
-        agent_copy = Path(shared) / "agent"
-        shutil.copy(agent_binary, agent_copy)
-        os.chmod(agent_copy, 0o755)
-        sb = start_agent(agent_copy, user=65534)
+        supervisor_copy = Path(shared) / "supervisor"
+        shutil.copy(supervisor_binary, supervisor_copy)
+        os.chmod(supervisor_copy, 0o755)
+        sb = start_supervisor(supervisor_copy, user=65534)
     try:
         script = "for i in 1 2 3 4 5 6 7 8; do sleep 5 & done; echo forked"
         free = sb.run(["sh", "-c", script])
@@ -420,19 +420,19 @@ def test_nproc_rlimit_stops_forks_for_an_unprivileged_sandbox(agent_binary: Path
 # ---- Landlock ----------------------------------------------------------------------------------
 
 
-def _landlock_sandbox(agent: Path, abi: int, *, landlock: bool) -> AgentSandbox:
+def _landlock_sandbox(supervisor: Path, abi: int, *, landlock: bool) -> SupervisorSandbox:
     args: list[str] = []
     if landlock:
         plan = plan_landlock(abi=abi, write_paths=["/tmp"], requirement=LayerRequirement.REQUIRED)
         assert plan is not None
-        args = plan.agent_args()
-    return start_agent(agent, extra_bwrap=["--tmpfs", "/work"], agent_args=args)
+        args = plan.supervisor_args()
+    return start_supervisor(supervisor, extra_bwrap=["--tmpfs", "/work"], supervisor_args=args)
 
 
 @pytest.mark.parametrize("landlock", [True, False], ids=["landlock", "control-without-landlock"])
-def test_landlock_keeps_writes_to_the_write_paths(agent_binary: Path, landlock: bool) -> None:
+def test_landlock_keeps_writes_to_the_write_paths(supervisor_binary: Path, landlock: bool) -> None:
     abi = _landlock_abi_or_skip(1)
-    sb = _landlock_sandbox(agent_binary, abi, landlock=landlock)
+    sb = _landlock_sandbox(supervisor_binary, abi, landlock=landlock)
     try:
         assert sb.ready.landlock == ("applied" if landlock else "off")
         in_tmp = sb.run(["sh", "-c", "echo x > /tmp/x && echo y > /dev/null"])
@@ -451,9 +451,9 @@ def test_landlock_keeps_writes_to_the_write_paths(agent_binary: Path, landlock: 
 
 
 @pytest.mark.parametrize("landlock", [True, False], ids=["landlock", "control-without-landlock"])
-def test_landlock_scoping_keeps_the_workload_from_signalling_the_agent(agent_binary: Path, landlock: bool) -> None:
+def test_landlock_scoping_keeps_the_workload_from_signalling_the_supervisor(supervisor_binary: Path, landlock: bool) -> None:
     abi = _landlock_abi_or_skip(6)
-    sb = _landlock_sandbox(agent_binary, abi, landlock=landlock)
+    sb = _landlock_sandbox(supervisor_binary, abi, landlock=landlock)
     try:
         out = sb.run(["sh", "-c", "kill -0 1"])
     finally:
@@ -462,19 +462,19 @@ def test_landlock_scoping_keeps_the_workload_from_signalling_the_agent(agent_bin
     assert (out.exited.exit_code != 0) is landlock
 
 
-def test_required_landlock_with_a_missing_path_refuses_to_start(agent_binary: Path) -> None:
+def test_required_landlock_with_a_missing_path_refuses_to_start(supervisor_binary: Path) -> None:
     abi = _landlock_abi_or_skip(1)
     args = ["--landlock-abi", str(abi), "--landlock-required", "--landlock-read", "/",
             "--landlock-write", "/no/such/path"]  # fmt: skip
     with pytest.raises(SandboxStartError, match="/no/such/path"):
-        start_agent(agent_binary, agent_args=args)
+        start_supervisor(supervisor_binary, supervisor_args=args)
 
 
-def test_auto_landlock_with_a_missing_path_reports_it_skipped(agent_binary: Path) -> None:
+def test_auto_landlock_with_a_missing_path_reports_it_skipped(supervisor_binary: Path) -> None:
     abi = _landlock_abi_or_skip(1)
     args = ["--landlock-abi", str(abi), "--landlock-auto", "--landlock-read", "/",
             "--landlock-write", "/no/such/path"]  # fmt: skip
-    sb = start_agent(agent_binary, agent_args=args)
+    sb = start_supervisor(supervisor_binary, supervisor_args=args)
     _stop(sb)
     assert sb.ready == Ready(pid=1, landlock="applied", landlock_abi=min(abi, 7), landlock_skipped=("/no/such/path",))
 
@@ -482,13 +482,13 @@ def test_auto_landlock_with_a_missing_path_reports_it_skipped(agent_binary: Path
 # ---- safety ------------------------------------------------------------------------------------
 
 
-def test_agent_refuses_to_start_when_not_pid_1(agent_binary: Path) -> None:
+def test_supervisor_refuses_to_start_when_not_pid_1(supervisor_binary: Path) -> None:
     canary = subprocess.Popen(["sleep", "1000"])
-    host_end, agent_end = socket.socketpair()
+    host_end, supervisor_end = socket.socketpair()
     try:
         done = subprocess.run(
-            [str(agent_binary), "--control-fd", str(agent_end.fileno())],
-            pass_fds=[agent_end.fileno()],
+            [str(supervisor_binary), "--control-fd", str(supervisor_end.fileno())],
+            pass_fds=[supervisor_end.fileno()],
             capture_output=True,
             timeout=10,
             check=False,
@@ -500,13 +500,13 @@ def test_agent_refuses_to_start_when_not_pid_1(agent_binary: Path) -> None:
         canary.kill()
         canary.wait()
         host_end.close()
-        agent_end.close()
+        supervisor_end.close()
 
 
 # ---- measurement -------------------------------------------------------------------------------
 
 
-def test_measure_run_round_trip_through_a_running_agent(sandbox: AgentSandbox) -> None:
+def test_measure_run_round_trip_through_a_running_supervisor(sandbox: SupervisorSandbox) -> None:
     """Reports the median RUN of /bin/true (start, exec, exit, teardown, EXITED); no bound."""
     samples = []
     for _ in range(200):
@@ -516,21 +516,21 @@ def test_measure_run_round_trip_through_a_running_agent(sandbox: AgentSandbox) -
         assert out.exited is not None and out.exited.exit_code == 0
     median_ms = statistics.median(samples) * 1000
     p90_ms = statistics.quantiles(samples, n=10)[-1] * 1000
-    print(f"\nagent RUN /bin/true round trip: median {median_ms:.2f} ms, p90 {p90_ms:.2f} ms")
+    print(f"\nsupervisor RUN /bin/true round trip: median {median_ms:.2f} ms, p90 {p90_ms:.2f} ms")
 
 
 # ---- the cached build --------------------------------------------------------------------------
 
 
-def test_agent_binary_is_built_once_as_0755_and_reused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_supervisor_binary_is_built_once_as_0755_and_reused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CONTAIN_CACHE_DIR", str(tmp_path / "cache"))
-    first = ensure_agent_binary()
+    first = ensure_supervisor_binary()
     assert first.parent == tmp_path / "cache"
-    assert first.name.startswith("contain-agent-") and len(first.name) == len("contain-agent-") + 16
+    assert first.name.startswith("contain-supervisor-") and len(first.name) == len("contain-supervisor-") + 16
     assert stat.S_IMODE(first.stat().st_mode) == 0o755
     assert [p.name for p in first.parent.iterdir()] == [first.name]  # no temp file left behind
-    assert ensure_agent_binary() == first
-    assert expected_agent_path() == first
+    assert ensure_supervisor_binary() == first
+    assert expected_supervisor_path() == first
     assert stat.S_IMODE(first.parent.stat().st_mode) == 0o755  # another uid may run bwrap
 
 
@@ -540,28 +540,28 @@ def test_group_writable_cache_dir_is_refused(tmp_path: Path, monkeypatch: pytest
     os.chmod(cache, 0o775)
     monkeypatch.setenv("CONTAIN_CACHE_DIR", str(cache))
     with pytest.raises(SandboxStartError, match="group or world writable"):
-        ensure_agent_binary()
+        ensure_supervisor_binary()
     assert list(cache.iterdir()) == []
 
 
 def test_a_cached_binary_with_a_loose_mode_is_refused(
-    agent_binary: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    supervisor_binary: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     cache = tmp_path / "cache"
     cache.mkdir()
-    swapped = cache / agent_binary.name
-    shutil.copy(agent_binary, swapped)
+    swapped = cache / supervisor_binary.name
+    shutil.copy(supervisor_binary, swapped)
     os.chmod(swapped, 0o777)
     monkeypatch.setenv("CONTAIN_CACHE_DIR", str(cache))
     with pytest.raises(SandboxStartError, match="mode 777"):
-        ensure_agent_binary()
+        ensure_supervisor_binary()
 
 
 def test_no_compiler_is_an_unsupported_host_with_the_fix(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CONTAIN_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
     with pytest.raises(UnsupportedHost) as caught:
-        ensure_agent_binary()
+        ensure_supervisor_binary()
     assert "apt-get install gcc libc6-dev" in caught.value.fix
 
 
@@ -570,8 +570,8 @@ def test_no_compiler_is_an_unsupported_host_with_the_fix(tmp_path: Path, monkeyp
 DISK_PROBE = "grep ' {d} ' /proc/self/mountinfo; stat -c '%a %u' {d}/tmp {d}/s0"
 
 
-def _launch(agent: Path, mountpoint: Path, *extra: str, as_user: bool = False) -> subprocess.CompletedProcess[str]:
-    argv = [str(agent), "--exec-as", "65534", "65534", *extra]
+def _launch(supervisor: Path, mountpoint: Path, *extra: str, as_user: bool = False) -> subprocess.CompletedProcess[str]:
+    argv = [str(supervisor), "--exec-as", "65534", "65534", *extra]
     if not extra or extra[-1] != "--":
         argv += ["--disk-tmpfs", str(mountpoint), "1048576", "300", "--disk-dir", "tmp", "1777"]
         argv += ["--disk-dir", "s0", "0755", "--"]
@@ -584,12 +584,12 @@ def _launch(agent: Path, mountpoint: Path, *extra: str, as_user: bool = False) -
 @pytest.mark.needs_root
 @pytest.mark.parametrize("as_user", [False, True], ids=["root", "ordinary-user"])
 def test_the_launcher_mounts_one_sized_inode_capped_tmpfs_only_in_its_own_namespace(
-    agent_binary: Path, host_tmp: Path, as_user: bool
+    supervisor_binary: Path, host_tmp: Path, as_user: bool
 ) -> None:
-    shutil.copy(agent_binary, host_tmp / "agent")  # the ordinary user must be able to run it
+    shutil.copy(supervisor_binary, host_tmp / "supervisor")  # the ordinary user must be able to run it
     mountpoint = host_tmp / "disk"
     mountpoint.mkdir()
-    done = _launch(host_tmp / "agent", mountpoint, as_user=as_user)
+    done = _launch(host_tmp / "supervisor", mountpoint, as_user=as_user)
     assert done.returncode == 0, done.stderr
     line, tmp, scratch = done.stdout.splitlines()
     assert "- tmpfs tmpfs " in line and "size=1024k,nr_inodes=300" in line and "nosuid,nodev" in line
@@ -612,22 +612,22 @@ def test_the_launcher_mounts_one_sized_inode_capped_tmpfs_only_in_its_own_namesp
     ids=["relative", "zero-size", "dotdot", "slash", "not-octal", "symlink"],
 )
 def test_the_launcher_refuses_a_bad_disk_budget_before_exec(
-    agent_binary: Path, host_tmp: Path, disk_args: list[str], message: str
+    supervisor_binary: Path, host_tmp: Path, disk_args: list[str], message: str
 ) -> None:
     (host_tmp / "disk").mkdir()
     (host_tmp / "link").symlink_to(host_tmp / "disk")
     args = [a.format(m=host_tmp / "disk", link=host_tmp / "link") for a in disk_args]
-    argv = [str(agent_binary), "--exec-as", "65534", "65534", *args, "--", "/bin/echo", "ran"]
+    argv = [str(supervisor_binary), "--exec-as", "65534", "65534", *args, "--", "/bin/echo", "ran"]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=10, check=False)
     assert done.returncode == 125 and message in done.stderr and "ran" not in done.stdout
 
 
 @pytest.mark.needs_root
-def test_an_ordinary_user_cannot_launch_as_another_user(agent_binary: Path, host_tmp: Path) -> None:
-    shutil.copy(agent_binary, host_tmp / "agent")
+def test_an_ordinary_user_cannot_launch_as_another_user(supervisor_binary: Path, host_tmp: Path) -> None:
+    shutil.copy(supervisor_binary, host_tmp / "supervisor")
     done = subprocess.run(
         ["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups",
-         str(host_tmp / "agent"), "--exec-as", "1000", "1000", "--", "/bin/echo", "ran"],
+         str(host_tmp / "supervisor"), "--exec-as", "1000", "1000", "--", "/bin/echo", "ran"],
         capture_output=True, text=True, timeout=10, check=False,
     )  # fmt: skip
     assert done.returncode == 125 and "only root may --exec-as another user" in done.stderr

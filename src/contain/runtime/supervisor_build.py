@@ -1,7 +1,7 @@
-"""Build (once) and locate the static in-sandbox agent binary.
+"""Build (once) and locate the static in-sandbox supervisor binary.
 
-The agent (``runtime/agent/contain-agent.c``) is bind-mounted read-only into every sandbox as
-``/.contain/agent`` and runs there as pid 1, so whoever can replace the cached binary controls
+The supervisor (``runtime/supervisor/contain-supervisor.c``) is bind-mounted read-only into every sandbox as
+``/.contain/supervisor`` and runs there as pid 1, so whoever can replace the cached binary controls
 every sandbox. What this module enforces:
 
 - the binary is named by the sha256 of the source and the compiler flags, so an edited source
@@ -31,26 +31,26 @@ from pathlib import Path
 from contain.errors import SandboxStartError, UnsupportedHost
 
 __all__ = [
-    "AGENT_CFLAGS",
-    "agent_cache_dir",
-    "agent_source",
-    "ensure_agent_binary",
-    "expected_agent_path",
+    "SUPERVISOR_CFLAGS",
+    "ensure_supervisor_binary",
+    "expected_supervisor_path",
+    "supervisor_cache_dir",
+    "supervisor_source",
 ]
 
-# -static: the agent runs in a root that may hold no libc at all. -Werror: a warning in a pid-1
+# -static: the supervisor runs in a root that may hold no libc at all. -Werror: a warning in a pid-1
 # program that parses input is a bug, not noise.
-AGENT_CFLAGS: tuple[str, ...] = ("-O2", "-static", "-std=gnu11", "-Wall", "-Wextra", "-Werror")
-_SOURCE_PACKAGE = "contain.runtime.agent"
-_SOURCE_NAME = "contain-agent.c"
+SUPERVISOR_CFLAGS: tuple[str, ...] = ("-O2", "-static", "-std=gnu11", "-Wall", "-Wextra", "-Werror")
+_SOURCE_PACKAGE = "contain.runtime.supervisor"
+_SOURCE_NAME = "contain-supervisor.c"
 _COMPILERS = ("cc", "gcc", "clang")
 _COMPILER_FIX = "apt-get install gcc libc6-dev, or run `make setup`"
 _COMPILE_TIMEOUT_S = 120
 
 
-def agent_source() -> bytes:
-    """The agent's C source, as shipped in the package."""
-    beside = Path(__file__).parent / "agent" / _SOURCE_NAME
+def supervisor_source() -> bytes:
+    """The supervisor's C source, as shipped in the package."""
+    beside = Path(__file__).parent / "supervisor" / _SOURCE_NAME
     if beside.is_file():  # an installed or editable package: skip importing importlib.resources
         return beside.read_bytes()
     import importlib.resources
@@ -62,13 +62,13 @@ def agent_source() -> bytes:
 def _build_digest() -> str:
     """First 16 hex digits of sha256(flags, source); hashed once per process."""
     digest = hashlib.sha256()
-    digest.update("\0".join(AGENT_CFLAGS).encode() + b"\0\0")
-    digest.update(agent_source())
+    digest.update("\0".join(SUPERVISOR_CFLAGS).encode() + b"\0\0")
+    digest.update(supervisor_source())
     return digest.hexdigest()[:16]
 
 
-def agent_cache_dir() -> Path:
-    """Where built agents live: $CONTAIN_CACHE_DIR, else /var/cache/contain for root, else
+def supervisor_cache_dir() -> Path:
+    """Where built supervisors live: $CONTAIN_CACHE_DIR, else /var/cache/contain for root, else
     $XDG_CACHE_HOME/contain or ~/.cache/contain."""
     explicit = os.environ.get("CONTAIN_CACHE_DIR")
     if explicit:
@@ -80,37 +80,37 @@ def agent_cache_dir() -> Path:
     return base / "contain"
 
 
-def expected_agent_path() -> Path:
-    """Where ``ensure_agent_binary`` puts (or finds) the agent for this source; builds nothing.
+def expected_supervisor_path() -> Path:
+    """Where ``ensure_supervisor_binary`` puts (or finds) the supervisor for this source; builds nothing.
 
     For ``contain doctor``: whether the file exists, and its owner and mode, tell whether a
     sandbox start will have to compile it first.
     """
-    return _agent_path_in(agent_cache_dir().absolute())
+    return _supervisor_path_in(supervisor_cache_dir().absolute())
 
 
-def _agent_path_in(cache_dir: Path) -> Path:
-    return cache_dir / f"contain-agent-{_build_digest()}"
+def _supervisor_path_in(cache_dir: Path) -> Path:
+    return cache_dir / f"contain-supervisor-{_build_digest()}"
 
 
-def ensure_agent_binary() -> Path:
-    """Return the path of a trusted, built agent binary, compiling it if needed.
+def ensure_supervisor_binary() -> Path:
+    """Return the path of a trusted, built supervisor binary, compiling it if needed.
 
     Returns:
-        An absolute path, ``<cache dir>/contain-agent-<digest>``.
+        An absolute path, ``<cache dir>/contain-supervisor-<digest>``.
 
     Raises:
         UnsupportedHost: no C compiler, or it cannot link a static binary.
         SandboxStartError: the cache directory or an existing binary fails the ownership and
             mode checks, or the build failed for another reason.
     """
-    return _ensure_in(agent_cache_dir().absolute())
+    return _ensure_in(supervisor_cache_dir().absolute())
 
 
 @functools.cache
 def _ensure_in(cache_dir: Path) -> Path:
     _prepare_cache_dir(cache_dir)
-    target = _agent_path_in(cache_dir)
+    target = _supervisor_path_in(cache_dir)
     try:
         info = os.lstat(target)
     except FileNotFoundError:
@@ -130,7 +130,7 @@ def _prepare_cache_dir(cache_dir: Path) -> None:
         info = os.lstat(cache_dir)
     except OSError as exc:
         raise SandboxStartError(
-            f"cannot create the agent cache directory {cache_dir}: {exc.strerror}",
+            f"cannot create the supervisor cache directory {cache_dir}: {exc.strerror}",
             "set CONTAIN_CACHE_DIR to a directory you own",
         ) from exc
     uid = os.geteuid()
@@ -143,7 +143,7 @@ def _prepare_cache_dir(cache_dir: Path) -> None:
     else:
         return
     raise SandboxStartError(
-        f"agent cache directory {cache_dir} {problem}: someone else could swap the agent",
+        f"supervisor cache directory {cache_dir} {problem}: someone else could swap the supervisor",
         f"run `chmod go-w {cache_dir}` if it is yours, or set CONTAIN_CACHE_DIR elsewhere",
     )
 
@@ -158,7 +158,7 @@ def _check_binary(target: Path, info: os.stat_result) -> None:
     else:
         return
     raise SandboxStartError(
-        f"agent binary {target} {problem}: it may have been swapped",
+        f"supervisor binary {target} {problem}: it may have been swapped",
         f"delete {target}; contain rebuilds it on the next start",
     )
 
@@ -170,23 +170,23 @@ def _find_compiler() -> str:
         found = shutil.which(name)
         if found:
             return found
-    raise UnsupportedHost("no C compiler (cc, gcc, clang) to build the sandbox agent", _COMPILER_FIX)
+    raise UnsupportedHost("no C compiler (cc, gcc, clang) to build the sandbox supervisor", _COMPILER_FIX)
 
 
 def _compile_into(cache_dir: Path, target: Path) -> None:
     import tempfile  # build path only
 
     compiler = _find_compiler()
-    fd, tmp_name = tempfile.mkstemp(prefix=".contain-agent-", dir=cache_dir)
+    fd, tmp_name = tempfile.mkstemp(prefix=".contain-supervisor-", dir=cache_dir)
     os.close(fd)
     tmp = Path(tmp_name)
     try:
-        with tempfile.TemporaryDirectory(prefix="contain-agent-src-") as src_dir:
+        with tempfile.TemporaryDirectory(prefix="contain-supervisor-src-") as src_dir:
             source = Path(src_dir) / _SOURCE_NAME
-            source.write_bytes(agent_source())
+            source.write_bytes(supervisor_source())
             try:
                 done = subprocess.run(
-                    [compiler, *AGENT_CFLAGS, "-o", str(tmp), str(source)],
+                    [compiler, *SUPERVISOR_CFLAGS, "-o", str(tmp), str(source)],
                     capture_output=True,
                     text=True,
                     timeout=_COMPILE_TIMEOUT_S,
@@ -194,7 +194,7 @@ def _compile_into(cache_dir: Path, target: Path) -> None:
                 )
             except (OSError, subprocess.TimeoutExpired) as exc:
                 raise SandboxStartError(
-                    f"could not run {compiler} to build the sandbox agent: {exc}", _COMPILER_FIX
+                    f"could not run {compiler} to build the sandbox supervisor: {exc}", _COMPILER_FIX
                 ) from exc
         if done.returncode != 0:
             _raise_compile_failure(compiler, done.stderr)
@@ -208,8 +208,10 @@ def _raise_compile_failure(compiler: str, stderr: str) -> None:
     tail = stderr.strip()[-800:]
     # A missing static libc shows up as a link error; everything else is our bug.
     if "cannot find -lc" in stderr or "crt1.o" in stderr or "No such file" in stderr:
-        raise UnsupportedHost(f"{compiler} cannot build a static binary for the sandbox agent: {tail}", _COMPILER_FIX)
+        raise UnsupportedHost(
+            f"{compiler} cannot build a static binary for the sandbox supervisor: {tail}", _COMPILER_FIX
+        )
     raise SandboxStartError(
-        f"building the sandbox agent with {compiler} failed: {tail}",
+        f"building the sandbox supervisor with {compiler} failed: {tail}",
         "report this with the compiler output above",
     )

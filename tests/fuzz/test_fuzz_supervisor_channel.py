@@ -1,8 +1,8 @@
-"""Fuzzing the host side of the agent control protocol (runtime/agent_channel.py).
+"""Fuzzing the host side of the supervisor control protocol (runtime/supervisor_channel.py).
 
-Properties: any bytes from the agent give a typed reply or ``SandboxLost``, never another
+Properties: any bytes from the supervisor give a typed reply or ``SandboxLost``, never another
 exception; frames round-trip through ``encode_frame`` / ``decode_items``; every valid reply
-rendered the way the agent prints it parses back to the same value.
+rendered the way the supervisor prints it parses back to the same value.
 """
 
 from __future__ import annotations
@@ -15,16 +15,16 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from contain.errors import SandboxLost
-from contain.runtime.agent_channel import (
+from contain.runtime.supervisor_channel import (
     LANDLOCK_STATES,
     SPAWN_STAGES,
-    AgentChannel,
-    AgentErrorReply,
-    AgentReply,
     Exited,
     Ready,
     SpawnFailed,
     Started,
+    SupervisorChannel,
+    SupervisorErrorReply,
+    SupervisorReply,
     decode_items,
     encode_frame,
     parse_reply,
@@ -100,8 +100,8 @@ def test_frames_round_trip(frame_items: list[str]) -> None:
     assert length == len(frame) - 4 and decode_items(frame[4:]) == frame_items
 
 
-def render(reply: AgentReply) -> list[str]:
-    """The items the agent prints for ``reply`` (contain-agent.c uses %d / %llu / %ld)."""
+def render(reply: SupervisorReply) -> list[str]:
+    """The items the supervisor prints for ``reply`` (contain-supervisor.c uses %d / %llu / %ld)."""
     if isinstance(reply, Ready):
         landlock = f"applied:{reply.landlock_abi}" if reply.landlock == "applied" else reply.landlock
         return [
@@ -122,7 +122,7 @@ def render(reply: AgentReply) -> list[str]:
             f"stime_us={reply.stime_us}",
             f"maxrss_kb={reply.maxrss_kb}",
         ]
-    assert isinstance(reply, AgentErrorReply)
+    assert isinstance(reply, SupervisorErrorReply)
     return ["ERROR", f"message={reply.message}"]
 
 
@@ -142,12 +142,12 @@ replies = st.one_of(
     st.builds(Started, pid=pids),
     st.builds(SpawnFailed, stage=st.sampled_from(SPAWN_STAGES), errno=st.integers(0, 4095)),
     st.builds(Exited, status=st.integers(0, 0xFFFF), utime_us=u64, stime_us=u64, maxrss_kb=u64),
-    st.builds(AgentErrorReply, message=st.text(st.characters(codec="utf-8", exclude_characters="\x00"), max_size=20)),
+    st.builds(SupervisorErrorReply, message=st.text(st.characters(codec="utf-8", exclude_characters="\x00"), max_size=20)),
 )
 
 
 @given(replies)
-def test_every_valid_reply_renders_and_parses_back_to_itself(reply: AgentReply) -> None:
+def test_every_valid_reply_renders_and_parses_back_to_itself(reply: SupervisorReply) -> None:
     assert parse_reply(decode_items(encode_frame(render(reply))[4:])) == reply
 
 
@@ -156,7 +156,7 @@ def test_every_valid_reply_renders_and_parses_back_to_itself(reply: AgentReply) 
 @example(struct.pack("<I", 12) + b"STARTED\x00pid=")
 def test_the_channel_reads_any_byte_stream_as_replies_or_sandbox_lost(stream: bytes) -> None:
     ours, theirs = socket.socketpair()
-    channel = AgentChannel(ours)
+    channel = SupervisorChannel(ours)
     try:
         theirs.sendall(stream)
         theirs.shutdown(socket.SHUT_WR)

@@ -1,4 +1,4 @@
-"""The agent protocol codec, and AgentChannel against a scripted peer on a socketpair."""
+"""The supervisor protocol codec, and SupervisorChannel against a scripted peer on a socketpair."""
 
 from __future__ import annotations
 
@@ -11,17 +11,17 @@ import struct
 import pytest
 
 from contain.errors import SandboxLost, SandboxStartError
-from contain.runtime.agent_channel import (
+from contain.runtime.supervisor_channel import (
     MAX_FRAME_BYTES,
     RLIMIT_NAMES,
     SPAWN_STAGES,
-    AgentChannel,
-    AgentErrorReply,
     Exited,
     Ready,
     Rlimit,
     SpawnFailed,
     Started,
+    SupervisorChannel,
+    SupervisorErrorReply,
     decode_items,
     encode_frame,
     encode_run,
@@ -117,19 +117,19 @@ def test_rlimit_refuses_unknown_names_and_inverted_or_out_of_range_values(
         Rlimit(name, soft, hard)
 
 
-def _agent_source() -> str:
-    source = importlib.resources.files("contain.runtime.agent").joinpath("contain-agent.c")
+def _supervisor_source() -> str:
+    source = importlib.resources.files("contain.runtime.supervisor").joinpath("contain-supervisor.c")
     return source.read_text()
 
 
-def test_rlimit_names_are_exactly_the_agents_table() -> None:
-    rows = re.findall(r'\{"(\w+)", RLIMIT_(\w+)\}', _agent_source())
+def test_rlimit_names_are_exactly_the_supervisors_table() -> None:
+    rows = re.findall(r'\{"(\w+)", RLIMIT_(\w+)\}', _supervisor_source())
     assert all(name == constant for name, constant in rows)
     assert tuple(sorted(name for name, _ in rows)) == RLIMIT_NAMES
 
 
-def test_spawn_stages_are_exactly_the_agents_stage_names() -> None:
-    names = re.findall(r'case ST_\w+: return "(\w+)";', _agent_source())
+def test_spawn_stages_are_exactly_the_supervisors_stage_names() -> None:
+    names = re.findall(r'case ST_\w+: return "(\w+)";', _supervisor_source())
     assert sorted(names) == sorted(SPAWN_STAGES)
 
 
@@ -154,8 +154,8 @@ def test_spawn_stages_are_exactly_the_agents_stage_names() -> None:
             ["EXITED", "status=256", "utime_us=10", "stime_us=20", "maxrss_kb=1024"],
             Exited(status=256, utime_us=10, stime_us=20, maxrss_kb=1024),
         ),
-        (["ERROR", "message=a run is already active"], AgentErrorReply("a run is already active")),
-        (["ERROR", "message=x=y"], AgentErrorReply("x=y")),
+        (["ERROR", "message=a run is already active"], SupervisorErrorReply("a run is already active")),
+        (["ERROR", "message=x=y"], SupervisorErrorReply("x=y")),
     ],
 )
 def test_parse_reply_builds_each_reply_type(items: list[str], expected: object) -> None:
@@ -177,7 +177,7 @@ def test_parse_reply_builds_each_reply_type(items: list[str], expected: object) 
         # Issue 18 item 10: a 5,000-digit pid raised a bare ValueError out of int().
         ["STARTED", "pid=" + "9" * 5000],
         ["EXITED", "status=0", "utime_us=" + "1" * 4301, "stime_us=0", "maxrss_kb=0"],
-        ["STARTED", "pid=007"],  # the agent prints %d: never a leading zero
+        ["STARTED", "pid=007"],  # the supervisor prints %d: never a leading zero
         ["STARTED", "pid=1_0"],  # int() accepts underscores
         ["STARTED", "pid= 7"],  # and surrounding whitespace
         ["STARTED", "pid=7\n"],
@@ -206,13 +206,13 @@ def test_exited_decodes_exit_codes_and_signals() -> None:
     assert (killed.exit_code, killed.signal) == (None, 9)
 
 
-# ---- AgentChannel against a scripted peer ------------------------------------------------------
+# ---- SupervisorChannel against a scripted peer ------------------------------------------------------
 
 
 @pytest.fixture
-def pair() -> tuple[AgentChannel, socket.socket]:
+def pair() -> tuple[SupervisorChannel, socket.socket]:
     host, peer = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-    return AgentChannel(host), peer
+    return SupervisorChannel(host), peer
 
 
 def _peer_read_frame(peer: socket.socket) -> tuple[list[str], list[int]]:
@@ -225,7 +225,7 @@ def _peer_read_frame(peer: socket.socket) -> tuple[list[str], list[int]]:
 
 
 def test_start_sends_run_with_three_fds_and_returns_started(
-    pair: tuple[AgentChannel, socket.socket],
+    pair: tuple[SupervisorChannel, socket.socket],
 ) -> None:
     channel, peer = pair
     r, w = os.pipe()
@@ -235,14 +235,14 @@ def test_start_sends_run_with_three_fds_and_returns_started(
     assert reply == Started(pid=7)
     assert items == ["RUN", "cwd=/", "arg=echo", "arg=hi", "env=PATH=/bin"]
     assert len(fds) == 3
-    os.write(fds[1], b"through the agent's copy")
-    assert os.read(r, 100) == b"through the agent's copy"
+    os.write(fds[1], b"through the supervisor's copy")
+    assert os.read(r, 100) == b"through the supervisor's copy"
     for fd in (*fds, r, w):
         os.close(fd)
 
 
 def test_wait_exited_returns_none_on_timeout_then_the_reply(
-    pair: tuple[AgentChannel, socket.socket],
+    pair: tuple[SupervisorChannel, socket.socket],
 ) -> None:
     channel, peer = pair
     peer.sendall(encode_frame(["STARTED", "pid=2"]))
@@ -259,7 +259,7 @@ def test_wait_exited_returns_none_on_timeout_then_the_reply(
 
 
 def test_start_refuses_a_second_run_before_exited(
-    pair: tuple[AgentChannel, socket.socket],
+    pair: tuple[SupervisorChannel, socket.socket],
 ) -> None:
     channel, peer = pair
     peer.sendall(encode_frame(["STARTED", "pid=2"]))
@@ -271,7 +271,7 @@ def test_start_refuses_a_second_run_before_exited(
     os.close(w)
 
 
-def test_error_reply_to_run_raises_sandbox_lost(pair: tuple[AgentChannel, socket.socket]) -> None:
+def test_error_reply_to_run_raises_sandbox_lost(pair: tuple[SupervisorChannel, socket.socket]) -> None:
     channel, peer = pair
     peer.sendall(encode_frame(["ERROR", "message=RUN needs exactly 3 fds"]))
     r, w = os.pipe()
@@ -281,21 +281,21 @@ def test_error_reply_to_run_raises_sandbox_lost(pair: tuple[AgentChannel, socket
     os.close(w)
 
 
-def test_error_before_ready_is_a_start_error(pair: tuple[AgentChannel, socket.socket]) -> None:
+def test_error_before_ready_is_a_start_error(pair: tuple[SupervisorChannel, socket.socket]) -> None:
     channel, peer = pair
     peer.sendall(encode_frame(["ERROR", "message=cannot open Landlock path /x"]))
     with pytest.raises(SandboxStartError, match="/x"):
         channel.read_ready(1.0)
 
 
-def test_eof_raises_sandbox_lost(pair: tuple[AgentChannel, socket.socket]) -> None:
+def test_eof_raises_sandbox_lost(pair: tuple[SupervisorChannel, socket.socket]) -> None:
     channel, peer = pair
     peer.close()
     with pytest.raises(SandboxLost, match="closed"):
         channel.read_ready(1.0)
 
 
-def test_oversize_header_raises_sandbox_lost(pair: tuple[AgentChannel, socket.socket]) -> None:
+def test_oversize_header_raises_sandbox_lost(pair: tuple[SupervisorChannel, socket.socket]) -> None:
     channel, peer = pair
     peer.sendall(struct.pack("<I", MAX_FRAME_BYTES + 1))
     with pytest.raises(SandboxLost, match="exceeds"):
@@ -303,7 +303,7 @@ def test_oversize_header_raises_sandbox_lost(pair: tuple[AgentChannel, socket.so
 
 
 def test_unexpected_reply_while_running_raises_sandbox_lost(
-    pair: tuple[AgentChannel, socket.socket],
+    pair: tuple[SupervisorChannel, socket.socket],
 ) -> None:
     channel, peer = pair
     peer.sendall(encode_frame(["STARTED", "pid=2"]) + encode_frame(["STARTED", "pid=3"]))
@@ -315,7 +315,7 @@ def test_unexpected_reply_while_running_raises_sandbox_lost(
     os.close(w)
 
 
-def test_kill_and_exit_send_bare_frames(pair: tuple[AgentChannel, socket.socket]) -> None:
+def test_kill_and_exit_send_bare_frames(pair: tuple[SupervisorChannel, socket.socket]) -> None:
     channel, peer = pair
     channel.kill()
     channel.exit()

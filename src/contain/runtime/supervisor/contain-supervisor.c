@@ -1,11 +1,11 @@
 /*
- * contain-agent: pid 1 of a contain sandbox.
+ * contain-supervisor: pid 1 of a contain sandbox.
  *
  * One bubblewrap instance per sandbox runs this program as pid 1 of the sandbox's pid namespace
- * (`bwrap --as-pid-1 ... -- /.contain/agent --control-fd N ...`). The host talks to it over a
- * Unix SOCK_STREAM socket (fd N, inherited through bwrap); docs/agent-protocol.md is the
- * protocol. For each RUN the agent forks and execs one workload with the three stdio fds the
- * host sent (SCM_RIGHTS). When the workload's main process exits, the agent sends SIGKILL to
+ * (`bwrap --as-pid-1 ... -- /.contain/supervisor --control-fd N ...`). The host talks to it over a
+ * Unix SOCK_STREAM socket (fd N, inherited through bwrap); docs/supervisor-protocol.md is the
+ * protocol. For each RUN the supervisor forks and execs one workload with the three stdio fds the
+ * host sent (SCM_RIGHTS). When the workload's main process exits, the supervisor sends SIGKILL to
  * every other process of the namespace (kill(-1) from pid 1), reaps them all and reports
  * EXITED, so nothing a run started survives into the next run.
  *
@@ -15,16 +15,16 @@
  *   - PR_SET_DUMPABLE 0, so the workload cannot open /proc/1/mem or /proc/1/fd/N, and the
  *     launcher's environment is wiped from /proc/1/environ;
  *   - per workload: fresh session, oom_score_adj 1000, rlimits, no_new_privs, no capabilities
- *     (even when bwrap, run by root, left the agent all of them), the Landlock
+ *     (even when bwrap, run by root, left the supervisor all of them), the Landlock
  *     ruleset built once at start (plus Landlock signal / abstract-socket scoping on ABI >= 6,
- *     so a workload cannot signal the agent), no fd but 0/1/2 survives exec;
+ *     so a workload cannot signal the supervisor), no fd but 0/1/2 survives exec;
  *   - teardown: SIGKILL to the whole namespace after every run, on KILL, on EXIT and on EOF.
  *
  * What it does not enforce: namespaces, mounts and the seccomp filter are bubblewrap's job
  * (set up before this program runs); memory / pid budgets across processes are cgroups' job.
- * The agent trusts the host but still bounds every length it reads.
+ * The supervisor trusts the host but still bounds every length it reads.
  *
- * Build: cc -O2 -static -Wall -Wextra -Werror -std=gnu11 (see contain.runtime.agent_build).
+ * Build: cc -O2 -static -Wall -Wextra -Werror -std=gnu11 (see contain.runtime.supervisor_build).
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -54,7 +54,7 @@
 #include <unistd.h>
 
 #define EXIT_REFUSED 125
-#define MAX_FRAME_BYTES (1u << 20) /* protocol bound, docs/agent-protocol.md */
+#define MAX_FRAME_BYTES (1u << 20) /* protocol bound, docs/supervisor-protocol.md */
 #define MAX_ITEM_TEXT 4096         /* one formatted reply item */
 #define CMSG_FD_CAPACITY 16        /* room to receive (and then reject) surplus fds */
 #define MAX_RLIMITS 16
@@ -170,7 +170,7 @@ static void logmsg(const char *fmt, ...) {
     va_end(ap);
     if (n < 0)
         return;
-    dprintf(STDERR_FILENO, "contain-agent: %s\n", buf);
+    dprintf(STDERR_FILENO, "contain-supervisor: %s\n", buf);
 }
 
 /* ---- outgoing frames -------------------------------------------------------------------- */
@@ -787,7 +787,7 @@ static const char *env_lookup(char **envp, const char *key) {
     return NULL;
 }
 
-/* execvpe() semantics, but searching the request's PATH, never the agent's. Empty PATH
+/* execvpe() semantics, but searching the request's PATH, never the supervisor's. Empty PATH
  * elements are skipped (they would mean "the current directory"). */
 static void __attribute__((noreturn)) exec_search(struct run_request *rq, int errfd) {
     const char *file = rq->argv[0];
@@ -830,7 +830,7 @@ static void __attribute__((noreturn)) exec_search(struct run_request *rq, int er
     child_fail(errfd, ST_EXEC, saw_eacces ? EACCES : (last == ENAMETOOLONG ? ENOENT : last));
 }
 
-/* Leave the workload with no capability at all, whatever bwrap left the agent (bwrap run by
+/* Leave the workload with no capability at all, whatever bwrap left the supervisor (bwrap run by
  * root keeps every capability inside the sandbox's user namespace unless told --cap-drop ALL).
  * With no_new_privs set, exec can never give back what is dropped here: the kernel intersects
  * the new permitted set with the old one (security/commoncap.c, cap_bprm_creds_from_file), which
@@ -875,13 +875,13 @@ static void __attribute__((noreturn)) child_exec(struct run_request *rq, const i
         signal(sig, SIG_DFL); /* EINVAL for SIGKILL/SIGSTOP/libc-reserved: nothing to reset */
     if (setsid() < 0)
         child_fail(errfd, ST_SETUP, errno);
-    /* The agent is non-dumpable, which makes the files of /proc/self root-owned; the workload is
+    /* The supervisor is non-dumpable, which makes the files of /proc/self root-owned; the workload is
      * dumpable again after execve anyway, so restore it now to be able to write oom_score_adj.
      * Nothing else runs in the namespace at this point (the previous run was killed), so no
      * process can use the window to open this child's /proc files. */
     if (prctl(PR_SET_DUMPABLE, 1, 0, 0, 0) < 0)
         child_fail(errfd, ST_SETUP, errno);
-    /* The workload goes first when the sandbox runs out of memory, never the agent. */
+    /* The workload goes first when the sandbox runs out of memory, never the supervisor. */
     int oom = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
     if (oom < 0)
         child_fail(errfd, ST_SETUP, errno);
@@ -914,7 +914,7 @@ static void __attribute__((noreturn)) child_exec(struct run_request *rq, const i
         if (setrlimit(rq->rlimits[i].resource, &rq->rlimits[i].value) < 0)
             child_fail(errfd, ST_RLIMIT, errno);
     }
-    /* After the rlimits, so a hard limit may still be raised when the agent holds
+    /* After the rlimits, so a hard limit may still be raised when the supervisor holds
      * CAP_SYS_RESOURCE; before exec, so the workload never holds a capability. */
     if (drop_all_capabilities() < 0)
         child_fail(errfd, ST_CAPS, errno);
@@ -1037,9 +1037,9 @@ static int handle_request(int ruleset_fd) {
 /* ---- main ------------------------------------------------------------------------------- */
 
 /* Launcher mode, on the host:
- *     contain-agent --exec-as UID GID [--join-cgroup DIR/tasks]...
- *                   [--disk-tmpfs MOUNTPOINT SIZE_BYTES INODES [--disk-dir NAME MODE]...]
- *                   -- PROGRAM ARGS...
+ *     contain-supervisor --exec-as UID GID [--join-cgroup DIR/tasks]...
+ *                        [--disk-tmpfs MOUNTPOINT SIZE_BYTES INODES [--disk-dir NAME MODE]...]
+ *                        -- PROGRAM ARGS...
  * first moves itself into each named cgroup v1 directory, then (with --disk-tmpfs) mounts the
  * sandbox's one disk budget, then drops every group, sets gid then uid (checking each took),
  * creates the --disk-dir directories and execs PROGRAM. The launcher uses it to start bwrap as
@@ -1073,12 +1073,13 @@ struct disk_dir {
 static int join_cgroup(const char *tasks_file) {
     const char *slash = strrchr(tasks_file, '/');
     if (tasks_file[0] != '/' || slash == NULL || strcmp(slash, "/tasks") != 0) {
-        dprintf(STDERR_FILENO, "contain-agent: --join-cgroup wants an absolute .../tasks path, got %s\n", tasks_file);
+        dprintf(STDERR_FILENO, "contain-supervisor: --join-cgroup wants an absolute .../tasks path, got %s\n",
+                tasks_file);
         return -1;
     }
     int fd = open(tasks_file, O_WRONLY | O_CLOEXEC | O_NOFOLLOW);
     if (fd < 0 || write(fd, "0", 1) != 1) {
-        dprintf(STDERR_FILENO, "contain-agent: cannot join cgroup %s: %s\n", tasks_file, strerror(errno));
+        dprintf(STDERR_FILENO, "contain-supervisor: cannot join cgroup %s: %s\n", tasks_file, strerror(errno));
         if (fd >= 0)
             close(fd);
         return -1;
@@ -1144,7 +1145,7 @@ static int make_disk_dirs(const char *mountpoint, const struct disk_dir *dirs, i
     for (int i = 0; i < n; i++) {
         if (mkdirat(root, dirs[i].name, 0700) < 0 || fchmodat(root, dirs[i].name, (mode_t)dirs[i].mode, 0) < 0) {
             int saved = errno;
-            dprintf(STDERR_FILENO, "contain-agent: cannot create %s/%s: %s\n", mountpoint, dirs[i].name,
+            dprintf(STDERR_FILENO, "contain-supervisor: cannot create %s/%s: %s\n", mountpoint, dirs[i].name,
                     strerror(saved));
             close(root);
             errno = saved;
@@ -1198,7 +1199,7 @@ static int exec_as(int argc, char **argv) {
         goto usage; /* the whole command line is checked before anything changes */
     int as_root = geteuid() == 0;
     if (!as_root && (getuid() != (uid_t)uid || getgid() != (gid_t)gid)) {
-        dprintf(STDERR_FILENO, "contain-agent: only root may --exec-as another user (%ld:%ld)\n", uid, gid);
+        dprintf(STDERR_FILENO, "contain-supervisor: only root may --exec-as another user (%ld:%ld)\n", uid, gid);
         return EXIT_REFUSED;
     }
     for (int j = 0; j < joins; j++)
@@ -1207,7 +1208,7 @@ static int exec_as(int argc, char **argv) {
     if (disk_mountpoint != NULL) {
         if (private_mount_namespace(as_root, uid, gid) < 0 ||
             mount_disk_budget(disk_mountpoint, disk_size, disk_inodes, uid, gid) < 0) {
-            dprintf(STDERR_FILENO, "contain-agent: cannot mount the disk budget on %s: %s\n", disk_mountpoint,
+            dprintf(STDERR_FILENO, "contain-supervisor: cannot mount the disk budget on %s: %s\n", disk_mountpoint,
                     strerror(errno));
             return EXIT_REFUSED;
         }
@@ -1215,21 +1216,21 @@ static int exec_as(int argc, char **argv) {
     /* In a user namespace of our own setgroups is denied (and there is no group to drop). */
     if ((as_root && setgroups(0, NULL) < 0) || setresgid((gid_t)gid, (gid_t)gid, (gid_t)gid) < 0 ||
         setresuid((uid_t)uid, (uid_t)uid, (uid_t)uid) < 0) {
-        dprintf(STDERR_FILENO, "contain-agent: cannot switch to %ld:%ld: %s\n", uid, gid, strerror(errno));
+        dprintf(STDERR_FILENO, "contain-supervisor: cannot switch to %ld:%ld: %s\n", uid, gid, strerror(errno));
         return EXIT_REFUSED;
     }
     if (getuid() != (uid_t)uid || geteuid() != (uid_t)uid || getgid() != (gid_t)gid || setuid(0) == 0) {
-        dprintf(STDERR_FILENO, "contain-agent: the switch to %ld:%ld did not hold\n", uid, gid);
+        dprintf(STDERR_FILENO, "contain-supervisor: the switch to %ld:%ld did not hold\n", uid, gid);
         return EXIT_REFUSED;
     }
     if (disk_mountpoint != NULL && make_disk_dirs(disk_mountpoint, dirs, n_dirs) < 0)
         return EXIT_REFUSED;
     /* Capabilities held in our own user namespace end at this exec: the uid is not 0 there. */
     execv(argv[i + 1], &argv[i + 1]);
-    dprintf(STDERR_FILENO, "contain-agent: cannot exec %s: %s\n", argv[i + 1], strerror(errno));
+    dprintf(STDERR_FILENO, "contain-supervisor: cannot exec %s: %s\n", argv[i + 1], strerror(errno));
     return EXIT_REFUSED;
 usage:
-    dprintf(STDERR_FILENO, "contain-agent: usage: --exec-as UID GID [--join-cgroup DIR/tasks]... "
+    dprintf(STDERR_FILENO, "contain-supervisor: usage: --exec-as UID GID [--join-cgroup DIR/tasks]... "
                            "[--disk-tmpfs MOUNTPOINT SIZE INODES [--disk-dir NAME MODE]...] -- PROGRAM "
                            "[ARGS...] (UID and GID must not be 0)\n");
     return EXIT_REFUSED;
@@ -1241,7 +1242,7 @@ int main(int argc, char **argv) {
     /* First, before anything else: kill(-1, SIGKILL) outside a pid namespace of our own would
      * kill every process this user may signal on the host. */
     if (getpid() != 1) {
-        dprintf(STDERR_FILENO, "contain-agent: refusing to start: not pid 1 of a pid namespace "
+        dprintf(STDERR_FILENO, "contain-supervisor: refusing to start: not pid 1 of a pid namespace "
                                "(run it only as bwrap --as-pid-1 --unshare-pid)\n");
         return EXIT_REFUSED;
     }

@@ -1,6 +1,6 @@
-"""The host's side of the control channel to the in-sandbox agent (pid 1 of a sandbox).
+"""The host's side of the control channel to the in-sandbox supervisor (pid 1 of a sandbox).
 
-The protocol is in docs/agent-protocol.md; the agent is ``runtime/agent/contain-agent.c``.
+The protocol is in docs/supervisor-protocol.md; the supervisor is ``runtime/supervisor/contain-supervisor.c``.
 Frames both ways are a 4-byte little-endian length (at most ``MAX_FRAME_BYTES``) and then that
 many bytes of NUL-terminated UTF-8 items; the first item is the message type, the rest are
 ``key=value``. A RUN carries exactly three fds (stdin, stdout, stderr) as SCM_RIGHTS on the
@@ -15,7 +15,7 @@ frame): a caller bug raises ``ValueError`` and nothing is sent.
 What it does not do: it starts nothing and kills nothing by itself. Launching bwrap, tearing the
 sandbox down when the channel is lost, timeouts of a whole run and output capture belong to the
 launcher and ``Sandbox``. The codec half (``encode_frame``, ``decode_items``, ``parse_reply``)
-is pure and tested without an agent.
+is pure and tested without a supervisor.
 """
 
 from __future__ import annotations
@@ -37,14 +37,14 @@ __all__ = [
     "MAX_FRAME_BYTES",
     "RLIMIT_NAMES",
     "SPAWN_STAGES",
-    "AgentChannel",
-    "AgentErrorReply",
-    "AgentReply",
     "Exited",
     "Ready",
     "Rlimit",
     "SpawnFailed",
     "Started",
+    "SupervisorChannel",
+    "SupervisorErrorReply",
+    "SupervisorReply",
     "decode_items",
     "encode_frame",
     "encode_run",
@@ -52,12 +52,12 @@ __all__ = [
 ]
 
 
-# Same bound as MAX_FRAME_BYTES in contain-agent.c; the agent refuses larger frames.
+# Same bound as MAX_FRAME_BYTES in contain-supervisor.c; the supervisor refuses larger frames.
 MAX_FRAME_BYTES = 1 << 20
 _HEADER = struct.Struct("<I")
 _RECV_CHUNK = 65536
 
-# The rlimits the agent knows (RLIMIT_NAMES in contain-agent.c), as in setrlimit(2) minus RLIMIT_.
+# The rlimits the supervisor knows (RLIMIT_NAMES in contain-supervisor.c), as in setrlimit(2) minus RLIMIT_.
 RLIMIT_NAMES: tuple[str, ...] = (
     "AS",
     "CORE",
@@ -73,7 +73,7 @@ RLIMIT_NAMES: tuple[str, ...] = (
 )
 
 # Where a spawn can fail ("setup" covers signals, setsid, oom_score_adj, no_new_privs and fd
-# shuffling; "caps" is dropping every capability); docs/agent-protocol.md gives the order.
+# shuffling; "caps" is dropping every capability); docs/supervisor-protocol.md gives the order.
 SPAWN_STAGES: tuple[str, ...] = ("fork", "setup", "landlock", "rlimit", "caps", "chdir", "exec")
 
 LANDLOCK_STATES: tuple[str, ...] = ("applied", "off", "unavailable")
@@ -107,7 +107,7 @@ class Rlimit:
 
 @dataclass(frozen=True)
 class Ready:
-    """The agent is pid 1, set up, and waiting for requests."""
+    """The supervisor is pid 1, set up, and waiting for requests."""
 
     pid: int
     landlock: str  # one of LANDLOCK_STATES
@@ -160,13 +160,13 @@ class Exited:
 
 
 @dataclass(frozen=True)
-class AgentErrorReply:
-    """The agent refused a request (bad request, a run already active) or could not start."""
+class SupervisorErrorReply:
+    """The supervisor refused a request (bad request, a run already active) or could not start."""
 
     message: str
 
 
-AgentReply = Ready | Started | SpawnFailed | Exited | AgentErrorReply
+SupervisorReply = Ready | Started | SpawnFailed | Exited | SupervisorErrorReply
 
 
 # ---- pure codec ------------------------------------------------------------------------------
@@ -206,16 +206,16 @@ def decode_items(payload: bytes) -> list[str]:
     """
     if not payload or payload[-1] != 0:
         raise SandboxLost(
-            "agent sent a frame that is not a sequence of NUL-terminated items",
-            "this is a bug in contain-agent or the host; report it with CONTAIN_DEBUG=1 output",
+            "supervisor sent a frame that is not a sequence of NUL-terminated items",
+            "this is a bug in contain-supervisor or the host; report it with CONTAIN_DEBUG=1 output",
         )
     try:
         return [raw.decode("utf-8") for raw in payload[:-1].split(b"\0")]
     except UnicodeDecodeError as exc:
-        raise SandboxLost(f"agent sent an item that is not UTF-8: {exc}", _BUG_FIX) from exc
+        raise SandboxLost(f"supervisor sent an item that is not UTF-8: {exc}", _BUG_FIX) from exc
 
 
-_BUG_FIX = "this is a bug in contain-agent or the host; report it with CONTAIN_DEBUG=1 output"
+_BUG_FIX = "this is a bug in contain-supervisor or the host; report it with CONTAIN_DEBUG=1 output"
 
 # For each reply type: the keys it must carry exactly once. READY may repeat landlock_skipped.
 _REPLY_KEYS: dict[str, frozenset[str]] = {
@@ -232,7 +232,7 @@ def _lost(cause: str) -> SandboxLost:
     return SandboxLost(cause, _BUG_FIX)
 
 
-# How the agent prints a number (%llu / %d): ASCII digits, no sign, no leading zero, at most the
+# How the supervisor prints a number (%llu / %d): ASCII digits, no sign, no leading zero, at most the
 # 20 digits of 2**64 - 1. Anything else is refused before int() sees it: int() takes "٣", "1_0"
 # and " 7", and raises ValueError past 4300 digits (a 5,000-digit pid once escaped that way).
 _DECIMAL = re.compile(r"0|[1-9][0-9]{0,19}")
@@ -240,50 +240,50 @@ _DECIMAL = re.compile(r"0|[1-9][0-9]{0,19}")
 
 def _int(kind: str, key: str, text: str, *, low: int = 0, high: int = 2**64 - 1) -> int:
     if not _DECIMAL.fullmatch(text):
-        raise _lost(f"agent {kind} has a malformed number {key}={text[:40]!r}")
+        raise _lost(f"supervisor {kind} has a malformed number {key}={text[:40]!r}")
     value = int(text)
     if not low <= value <= high:
-        raise _lost(f"agent {kind} has {key}={value}, outside {low}..{high}")
+        raise _lost(f"supervisor {kind} has {key}={value}, outside {low}..{high}")
     return value
 
 
-def parse_reply(items: Sequence[str]) -> AgentReply:
-    """Turn the items of one agent frame into a typed reply.
+def parse_reply(items: Sequence[str]) -> SupervisorReply:
+    """Turn the items of one supervisor frame into a typed reply.
 
     Raises:
         SandboxLost: unknown type, missing, duplicate, unknown or malformed keys.
     """
     if not items:
-        raise _lost("agent sent an empty frame")
+        raise _lost("supervisor sent an empty frame")
     kind, rest = items[0], items[1:]
     required = _REPLY_KEYS.get(kind)
     if required is None:
-        raise _lost(f"agent sent an unknown reply type {kind[:40]!r}")
+        raise _lost(f"supervisor sent an unknown reply type {kind[:40]!r}")
     fields: dict[str, str] = {}
     repeated: list[str] = []
     for item in rest:
         key, sep, value = item.partition("=")
         if not sep:
-            raise _lost(f"agent {kind} item {item[:60]!r} is not key=value")
+            raise _lost(f"supervisor {kind} item {item[:60]!r} is not key=value")
         if kind == "READY" and key in _REPEATABLE:
             repeated.append(value)
         elif key not in required:
-            raise _lost(f"agent {kind} has an unknown key {key[:40]!r}")
+            raise _lost(f"supervisor {kind} has an unknown key {key[:40]!r}")
         elif key in fields:
-            raise _lost(f"agent {kind} repeats key {key!r}")
+            raise _lost(f"supervisor {kind} repeats key {key!r}")
         else:
             fields[key] = value
     missing = sorted(required - fields.keys())
     if missing:
-        raise _lost(f"agent {kind} lacks {', '.join(missing)}")
+        raise _lost(f"supervisor {kind} lacks {', '.join(missing)}")
     return _build_reply(kind, fields, tuple(repeated))
 
 
-def _build_reply(kind: str, fields: dict[str, str], skipped: tuple[str, ...]) -> AgentReply:
+def _build_reply(kind: str, fields: dict[str, str], skipped: tuple[str, ...]) -> SupervisorReply:
     if kind == "READY":
         state, _, abi_text = fields["landlock"].partition(":")
         if state not in LANDLOCK_STATES or (state == "applied") != bool(abi_text):
-            raise _lost(f"agent READY has landlock={fields['landlock'][:40]!r}")
+            raise _lost(f"supervisor READY has landlock={fields['landlock'][:40]!r}")
         abi = _int(kind, "landlock", abi_text, low=1, high=1000) if abi_text else 0
         pid = _int(kind, "pid", fields["pid"], low=1, high=2**31 - 1)
         return Ready(pid=pid, landlock=state, landlock_abi=abi, landlock_skipped=skipped)
@@ -291,7 +291,7 @@ def _build_reply(kind: str, fields: dict[str, str], skipped: tuple[str, ...]) ->
         return Started(pid=_int(kind, "pid", fields["pid"], low=1, high=2**31 - 1))
     if kind == "SPAWN_FAILED":
         if fields["stage"] not in SPAWN_STAGES:
-            raise _lost(f"agent SPAWN_FAILED has an unknown stage {fields['stage'][:40]!r}")
+            raise _lost(f"supervisor SPAWN_FAILED has an unknown stage {fields['stage'][:40]!r}")
         return SpawnFailed(stage=fields["stage"], errno=_int(kind, "errno", fields["errno"], high=4095))
     if kind == "EXITED":
         return Exited(
@@ -300,7 +300,7 @@ def _build_reply(kind: str, fields: dict[str, str], skipped: tuple[str, ...]) ->
             stime_us=_int(kind, "stime_us", fields["stime_us"]),
             maxrss_kb=_int(kind, "maxrss_kb", fields["maxrss_kb"]),
         )
-    return AgentErrorReply(message=fields["message"])
+    return SupervisorErrorReply(message=fields["message"])
 
 
 def encode_run(argv: Sequence[str], env: Mapping[str, str], cwd: str, rlimits: Sequence[Rlimit]) -> bytes:
@@ -330,8 +330,8 @@ def encode_run(argv: Sequence[str], env: Mapping[str, str], cwd: str, rlimits: S
 # ---- the channel -----------------------------------------------------------------------------
 
 
-class AgentChannel:
-    """Requests to, and replies from, one agent over a connected SOCK_STREAM Unix socket.
+class SupervisorChannel:
+    """Requests to, and replies from, one supervisor over a connected SOCK_STREAM Unix socket.
 
     One run at a time: ``start`` then ``wait_exited`` (until it returns an ``Exited``). ``kill``
     may be called from another thread while ``wait_exited`` blocks.
@@ -346,26 +346,26 @@ class AgentChannel:
     # -- requests
 
     def read_ready(self, timeout_s: float) -> Ready:
-        """Wait for the agent's READY.
+        """Wait for the supervisor's READY.
 
         Raises:
-            SandboxStartError: the agent refused to start (its ERROR message is the cause), or
+            SandboxStartError: the supervisor refused to start (its ERROR message is the cause), or
                 did not answer within ``timeout_s``.
             SandboxLost: EOF or a malformed or unexpected frame.
         """
         reply = self.read_reply(timeout_s)
         if reply is None:
             raise SandboxStartError(
-                f"the sandbox agent did not report READY within {timeout_s:g}s",
+                f"the sandbox supervisor did not report READY within {timeout_s:g}s",
                 "check that bwrap can start on this host (`contain doctor`)",
             )
-        if isinstance(reply, AgentErrorReply):
+        if isinstance(reply, SupervisorErrorReply):
             raise SandboxStartError(
-                f"the sandbox agent refused to start: {reply.message}",
+                f"the sandbox supervisor refused to start: {reply.message}",
                 "see the message; for Landlock, set hardening.landlock to auto or off",
             )
         if not isinstance(reply, Ready):
-            raise _lost(f"agent sent {type(reply).__name__} before READY")
+            raise _lost(f"supervisor sent {type(reply).__name__} before READY")
         return reply
 
     def start(
@@ -378,26 +378,26 @@ class AgentChannel:
         *,
         reply_timeout_s: float = 30.0,
     ) -> Started | SpawnFailed:
-        """Ask the agent to run one workload with ``fds`` as its stdin, stdout and stderr.
+        """Ask the supervisor to run one workload with ``fds`` as its stdin, stdout and stderr.
 
-        The caller keeps ownership of ``fds`` (the kernel duplicates them into the agent) and
+        The caller keeps ownership of ``fds`` (the kernel duplicates them into the supervisor) and
         should close its copies of the workload's ends after this returns.
 
         Raises:
             ValueError: an invalid request (see ``encode_run``), or a run is already active.
-            SandboxLost: the agent refused (ERROR), answered out of step, or is gone.
+            SandboxLost: the supervisor refused (ERROR), answered out of step, or is gone.
         """
         if self._run_active:
-            raise ValueError("a run is already active on this agent; wait_exited() first")
+            raise ValueError("a run is already active on this supervisor; wait_exited() first")
         frame = encode_run(argv, env, cwd, rlimits)
         self.send_request(frame, fds=fds)
         reply = self.read_reply(reply_timeout_s)
         if reply is None:
-            raise _lost(f"agent did not answer RUN within {reply_timeout_s:g}s")
-        if isinstance(reply, AgentErrorReply):
-            raise _lost(f"agent refused RUN: {reply.message}")
+            raise _lost(f"supervisor did not answer RUN within {reply_timeout_s:g}s")
+        if isinstance(reply, SupervisorErrorReply):
+            raise _lost(f"supervisor refused RUN: {reply.message}")
         if not isinstance(reply, Started | SpawnFailed):
-            raise _lost(f"agent answered RUN with {type(reply).__name__}")
+            raise _lost(f"supervisor answered RUN with {type(reply).__name__}")
         self._run_active = isinstance(reply, Started)
         return reply
 
@@ -409,12 +409,12 @@ class AgentChannel:
             SandboxLost: EOF or a reply other than EXITED.
         """
         if not self._run_active:
-            raise ValueError("no run is active on this agent")
+            raise ValueError("no run is active on this supervisor")
         reply = self.read_reply(timeout_s)
         if reply is None:
             return None
         if not isinstance(reply, Exited):
-            raise _lost(f"agent sent {type(reply).__name__} while a run was active")
+            raise _lost(f"supervisor sent {type(reply).__name__} while a run was active")
         self._run_active = False
         return reply
 
@@ -423,23 +423,23 @@ class AgentChannel:
         return self._sock.fileno()
 
     def kill(self) -> None:
-        """SIGKILL every process of the sandbox but the agent; the active run then reports EXITED.
+        """SIGKILL every process of the sandbox but the supervisor; the active run then reports EXITED.
 
         Raises:
-            SandboxLost: the agent is gone.
+            SandboxLost: the supervisor is gone.
         """
         self.send_request(encode_frame(["KILL"]))
 
     def exit(self) -> None:
-        """Ask the agent to kill everything and exit (the sandbox then ends).
+        """Ask the supervisor to kill everything and exit (the sandbox then ends).
 
         Raises:
-            SandboxLost: the agent is already gone.
+            SandboxLost: the supervisor is already gone.
         """
         self.send_request(encode_frame(["EXIT"]))
 
     def close(self) -> None:
-        """Close the socket; the agent sees EOF, kills everything and exits."""
+        """Close the socket; the supervisor sees EOF, kills everything and exits."""
         self._sock.close()
 
     # -- low level (also used by tests that speak raw protocol)
@@ -457,10 +457,10 @@ class AgentChannel:
                     self._sock.sendall(frame[sent:])
         except OSError as exc:
             raise SandboxLost(
-                f"cannot send to the sandbox agent: {exc}", "the sandbox is gone; start a new one"
+                f"cannot send to the sandbox supervisor: {exc}", "the sandbox is gone; start a new one"
             ) from exc
 
-    def read_reply(self, timeout_s: float | None) -> AgentReply | None:
+    def read_reply(self, timeout_s: float | None) -> SupervisorReply | None:
         """Read and parse one frame; None when ``timeout_s`` passes first (state is kept).
 
         Raises:
@@ -479,7 +479,7 @@ class AgentChannel:
             return None
         (length,) = _HEADER.unpack_from(self._buf)
         if length > MAX_FRAME_BYTES:
-            raise _lost(f"agent frame of {length} bytes exceeds the {MAX_FRAME_BYTES} byte limit")
+            raise _lost(f"supervisor frame of {length} bytes exceeds the {MAX_FRAME_BYTES} byte limit")
         end = _HEADER.size + length
         if len(self._buf) < end:
             return None
@@ -498,11 +498,11 @@ class AgentChannel:
             chunk = self._sock.recv(_RECV_CHUNK)
         except (OSError, ValueError) as exc:  # ValueError: the socket was closed under us
             raise SandboxLost(
-                f"cannot read from the sandbox agent: {exc}", "the sandbox is gone; start a new one"
+                f"cannot read from the sandbox supervisor: {exc}", "the sandbox is gone; start a new one"
             ) from exc
         if not chunk:
             raise SandboxLost(
-                "the sandbox agent closed its control channel (it exited or was killed)",
+                "the sandbox supervisor closed its control channel (it exited or was killed)",
                 "the sandbox is gone; start a new one (bwrap's stderr says why)",
             )
         self._buf += chunk
