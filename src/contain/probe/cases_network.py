@@ -10,6 +10,10 @@ attack runs then), or when a sink holds the attack's canary.
 Positive control: the same shots, with another canary, from ``ctx.control`` (the bare host);
 every sink the host can reach must record them, or the case is INCONCLUSIVE.
 
+The cases that are nothing but shots (NE-01..05, NE-07) are rows of ``SHOTS_CASES``: which
+canaries to open, which shots to fire at which sink, which sinks to judge. NE-06, NE-08 and
+NE-10 have judges of their own and are written out as functions.
+
 Deliberate deviations from the catalogue, because probe traffic must stay on this host:
 - no shot is aimed at a real outside address (1.1.1.1, 192.0.2.1, 8.8.8.8, real metadata):
   the namespace canary stands in for "somewhere off the sandbox", and a shot that reaches it
@@ -29,15 +33,18 @@ connection is made anywhere). MMDS and virtio-fs halves apply to microVM backend
 from __future__ import annotations
 
 import base64
+import contextlib
 import dataclasses
+import enum
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from contain.probe.canaries import (
     CanaryUnavailable,
+    NetnsCanary,
     Sink,
     attack_source,
     decide,
@@ -51,7 +58,7 @@ from contain.probe.canaries import (
 )
 from contain.probe.case import AttackRun, CaseResult, Category, ProbeCase, ProbeContext, Verdict
 
-__all__ = ["CASES", "SHOOTER", "dns_label", "judge_shots"]
+__all__ = ["CASES", "SHOOTER", "SHOTS_CASES", "Canary", "ShotRow", "ShotsCase", "Spelling", "dns_label", "judge_shots"]
 
 # One shot per entry of P["shots"]; each is {"name", "kind", "host", "port", ...}.
 SHOOTER = r"""
@@ -260,108 +267,6 @@ def _unavailable(case_id: str, exc: CanaryUnavailable) -> CaseResult:
     return CaseResult(case_id, Verdict.INCONCLUSIVE, f"judge could not be set up: {exc}", {"cause": str(exc)})
 
 
-def _ne01(ctx: ProbeContext) -> CaseResult:
-    try:
-        with netns_canary() as n, tcp_canary() as lo:
-            shots = [
-                Shot("python_tcp_netns", "tcp", n.address, n.tcp.port),
-                Shot("python_tcp_host_loopback", "tcp", lo.host, lo.port),
-                Shot("bash_dev_tcp_netns", "bash_tcp", n.address, n.tcp.port),
-                Shot("curl_noproxy_netns", "curl", n.address, n.tcp.port),
-            ]
-            return _run_shots(
-                ctx,
-                "NE-01",
-                shots,
-                [n.tcp, n.packets, lo],
-                contained="no TCP connection and no packet reached the loopback or namespace canary",
-            )
-    except CanaryUnavailable as exc:
-        return _unavailable("NE-01", exc)
-
-
-def _ne02(ctx: ProbeContext) -> CaseResult:
-    try:
-        with netns_canary() as n, tcp_canary("::1") as lo6, tcp_canary() as lo4:
-            shots = [
-                Shot("tcp_ipv6_loopback", "tcp", "::1", lo6.port),
-                Shot("tcp_v4mapped_loopback", "tcp", "::ffff:127.0.0.1", lo4.port),
-                Shot("tcp_v4mapped_netns", "tcp", f"::ffff:{n.address}", n.tcp.port),
-                Shot("curl_ipv6_loopback", "curl", "::1", lo6.port),
-            ]
-            return _run_shots(
-                ctx,
-                "NE-02",
-                shots,
-                [n.tcp, n.packets, lo6, lo4],
-                contained="no IPv6 or v4-mapped connection reached a canary",
-            )
-    except CanaryUnavailable as exc:
-        return _unavailable("NE-02", exc)
-
-
-def _ne03(ctx: ProbeContext) -> CaseResult:
-    try:
-        with netns_canary() as n, udp_canary() as lo:
-            shots = [
-                Shot("udp_netns", "udp", n.address, n.udp.port),
-                Shot("udp_host_loopback", "udp", lo.host, lo.port),
-                Shot("quic_like_udp_netns", "udp", n.address, n.udp.port),
-                Shot("sctp_netns", "sctp", n.address, n.tcp.port, control_reaches=False),
-                Shot("dccp_netns", "dccp", n.address, n.tcp.port, control_reaches=False),
-            ]
-            return _run_shots(
-                ctx,
-                "NE-03",
-                shots,
-                [n.udp, n.packets, lo],
-                contained="no datagram or packet of any protocol reached a canary",
-            )
-    except CanaryUnavailable as exc:
-        return _unavailable("NE-03", exc)
-
-
-def _ne04(ctx: ProbeContext) -> CaseResult:
-    try:
-        with netns_canary() as n:
-            shots = [
-                # ping sockets need net.ipv4.ping_group_range; the host control lands the raw one.
-                Shot("icmp_ping_socket_netns", "ping", n.address, control_reaches=False),
-                Shot("icmp_raw_socket_netns", "raw_icmp", n.address),
-            ]
-            return _run_shots(
-                ctx,
-                "NE-04",
-                shots,
-                [n.packets],
-                contained="no ICMP echo (ping or raw socket) reached the namespace canary",
-            )
-    except CanaryUnavailable as exc:
-        return _unavailable("NE-04", exc)
-
-
-def _ne05(ctx: ProbeContext) -> CaseResult:
-    try:
-        with netns_canary() as n, dns_canary() as lo:
-            shots = [
-                Shot("libc_resolve_canary_name", "resolve", control_reaches=False),
-                Shot("dns_a_host_loopback_ns", "dns", lo.host, lo.port, qtype=1),
-                Shot("dns_txt_netns_ns", "dns", n.address, 53, qtype=16),
-                Shot("dns_null_netns_ns", "dns", n.address, 53, qtype=10),
-                Shot("dns_svcb_netns_ns", "dns", n.address, 53, qtype=64),
-                Shot("dns_over_tcp_netns", "dns_tcp", n.address, n.tcp.port),
-            ]
-            return _run_shots(
-                ctx,
-                "NE-05",
-                shots,
-                [n.dns, n.tcp, n.packets, lo],
-                contained="no DNS query carrying the canary reached a canary name server",
-            )
-    except CanaryUnavailable as exc:
-        return _unavailable("NE-05", exc)
-
-
 _METADATA_TARGETS = (
     "169.254.169.254",  # AWS v1/v2, GCP, Azure, OpenStack
     "169.254.170.2",  # ECS task metadata
@@ -411,6 +316,225 @@ def route_judge(attack: dict[str, Any] | None, control: dict[str, Any] | None) -
     if _off_loopback(control) is None:
         failures.append("the host control showed no route off loopback, so the route reading is blind here")
     return breaches, failures
+
+
+# --- the shots cases: one row each ---------------------------------------------------------------
+#
+# NE-01..05 and NE-07 are one shape: open canary sinks, fire shots at them from the target and
+# then from the host control, and judge the sinks with ``judge_shots``. Each is a ``ShotsCase``
+# row; ``ShotsCase.check`` is the one place that opens the sinks, aims the shots and runs them.
+
+
+class Canary(enum.Enum):
+    """A canary a shots case opens; the value is the key of the sink it provides."""
+
+    NETNS = "netns"  # netns_canary(): sinks netns.tcp, netns.udp, netns.dns (port 53), netns.packets
+    LOOPBACK_TCP = "lo.tcp"  # tcp_canary() on the host's 127.0.0.1
+    LOOPBACK6_TCP = "lo6.tcp"  # tcp_canary("::1")
+    LOOPBACK_UDP = "lo.udp"  # udp_canary() on 127.0.0.1
+    LOOPBACK_DNS = "lo.dns"  # dns_canary() on 127.0.0.1
+    VETH_HOST_TCP = "veth.tcp"  # tcp_canary() on the host end of the netns veth (opens after NETNS)
+
+
+_NETNS_SINKS = ("netns.tcp", "netns.udp", "netns.dns", "netns.packets")
+_PORTLESS_KINDS = frozenset({"ping", "raw_icmp"})  # ICMP has no port
+
+
+class Spelling(enum.Enum):
+    """How a shot writes the sink's host address."""
+
+    AS_IS = "as-is"
+    V4MAPPED = "v4mapped"  # ::ffff:a.b.c.d: the IPv4 sink dialled through an IPv6 socket
+
+
+@dataclass(frozen=True)
+class ShotRow:
+    """One shot of a row, aimed by sink key rather than by address (the sinks get random ports).
+
+    ``at`` names the sink whose host and port the shot dials; ``host`` replaces the host with a
+    literal name (the port stays the sink's); shots with no ``at`` dial nothing (resolve, route).
+    """
+
+    name: str
+    kind: str
+    at: str | None = None
+    host: str | None = None
+    spelling: Spelling = Spelling.AS_IS
+    qtype: int = 1
+    control_reaches: bool = True  # the host control must land this one (False: host-only limits)
+
+    def aimed(self, sinks: Mapping[str, Sink]) -> Shot:
+        if self.at is None:
+            return Shot(self.name, self.kind, self.host, None, self.qtype, self.control_reaches)
+        sink = sinks[self.at]
+        host = self.host if self.host is not None else sink.host
+        if self.spelling is Spelling.V4MAPPED:
+            host = f"::ffff:{host}"
+        port = None if self.kind in _PORTLESS_KINDS else sink.port
+        return Shot(self.name, self.kind, host, port, self.qtype, self.control_reaches)
+
+
+ExtraJudge = Callable[[dict[str, Any] | None, dict[str, Any] | None], tuple[list[str], list[str]]]
+
+
+@dataclass(frozen=True)
+class ShotsCase:
+    """A case that is nothing but shots at canary sinks, judged by ``judge_shots``.
+
+    ``canaries`` are opened in order (and closed in reverse); ``sinks`` are the keys of the
+    sinks judged, in evidence order; ``extra_judge`` adds breaches/control failures read from
+    the attack and control reports (``route_judge``).
+    """
+
+    id: str
+    title: str
+    expected: str
+    canaries: tuple[Canary, ...]
+    shots: tuple[ShotRow, ...]
+    sinks: tuple[str, ...]
+    contained: str
+    extra_judge: ExtraJudge | None = None
+
+    def sink_keys(self) -> tuple[str, ...]:
+        """Every sink key the row's canaries provide."""
+        keys: list[str] = []
+        for canary in self.canaries:
+            keys.extend(_NETNS_SINKS if canary is Canary.NETNS else (canary.value,))
+        return tuple(keys)
+
+    def check(self, ctx: ProbeContext) -> CaseResult:
+        try:
+            with contextlib.ExitStack() as stack:
+                opened = _open_canaries(self.canaries, stack)
+                return _run_shots(
+                    ctx,
+                    self.id,
+                    [shot.aimed(opened) for shot in self.shots],
+                    [opened[key] for key in self.sinks],
+                    contained=self.contained,
+                    extra=self.extra_judge,
+                )
+        except CanaryUnavailable as exc:
+            return _unavailable(self.id, exc)
+
+    def case(self) -> ProbeCase:
+        return ProbeCase(self.id, Category.NE, self.title, self.expected, self.check)
+
+
+def _open_canaries(canaries: Sequence[Canary], stack: contextlib.ExitStack) -> dict[str, Sink]:
+    opened: dict[str, Sink] = {}
+    netns: NetnsCanary | None = None
+    for canary in canaries:
+        if canary is Canary.NETNS:
+            netns = stack.enter_context(netns_canary())
+            opened.update(zip(_NETNS_SINKS, netns.sinks(), strict=True))
+        elif canary is Canary.VETH_HOST_TCP:
+            if netns is None:
+                raise ValueError("Canary.VETH_HOST_TCP needs Canary.NETNS opened before it")
+            opened[canary.value] = stack.enter_context(tcp_canary(netns.host_address))
+        else:
+            opened[canary.value] = stack.enter_context(_LOOPBACK_OPENERS[canary]())
+    return opened
+
+
+_LOOPBACK_OPENERS: dict[Canary, Callable[[], contextlib.AbstractContextManager[Sink]]] = {
+    Canary.LOOPBACK_TCP: tcp_canary,
+    Canary.LOOPBACK6_TCP: lambda: tcp_canary("::1"),
+    Canary.LOOPBACK_UDP: udp_canary,
+    Canary.LOOPBACK_DNS: dns_canary,
+}
+
+
+SHOTS_CASES: tuple[ShotsCase, ...] = (
+    ShotsCase(
+        "NE-01",
+        "direct TCP (python, bash /dev/tcp, curl --noproxy) to canaries",
+        "no connection; canary receivers silent",
+        canaries=(Canary.NETNS, Canary.LOOPBACK_TCP),
+        shots=(
+            ShotRow("python_tcp_netns", "tcp", at="netns.tcp"),
+            ShotRow("python_tcp_host_loopback", "tcp", at="lo.tcp"),
+            ShotRow("bash_dev_tcp_netns", "bash_tcp", at="netns.tcp"),
+            ShotRow("curl_noproxy_netns", "curl", at="netns.tcp"),
+        ),
+        sinks=("netns.tcp", "netns.packets", "lo.tcp"),
+        contained="no TCP connection and no packet reached the loopback or namespace canary",
+    ),
+    ShotsCase(
+        "NE-02",
+        "IPv6, v4-mapped and ::1 connections to canaries",
+        "no connection",
+        canaries=(Canary.NETNS, Canary.LOOPBACK6_TCP, Canary.LOOPBACK_TCP),
+        shots=(
+            ShotRow("tcp_ipv6_loopback", "tcp", at="lo6.tcp"),
+            ShotRow("tcp_v4mapped_loopback", "tcp", at="lo.tcp", spelling=Spelling.V4MAPPED),
+            ShotRow("tcp_v4mapped_netns", "tcp", at="netns.tcp", spelling=Spelling.V4MAPPED),
+            ShotRow("curl_ipv6_loopback", "curl", at="lo6.tcp"),
+        ),
+        sinks=("netns.tcp", "netns.packets", "lo6.tcp", "lo.tcp"),
+        contained="no IPv6 or v4-mapped connection reached a canary",
+    ),
+    ShotsCase(
+        "NE-03",
+        "UDP/QUIC-like datagrams, SCTP/DCCP to canaries",
+        "no packet",
+        canaries=(Canary.NETNS, Canary.LOOPBACK_UDP),
+        shots=(
+            ShotRow("udp_netns", "udp", at="netns.udp"),
+            ShotRow("udp_host_loopback", "udp", at="lo.udp"),
+            ShotRow("quic_like_udp_netns", "udp", at="netns.udp"),
+            # Made only where the protocol is already registered, so the control may not land them.
+            ShotRow("sctp_netns", "sctp", at="netns.tcp", control_reaches=False),
+            ShotRow("dccp_netns", "dccp", at="netns.tcp", control_reaches=False),
+        ),
+        sinks=("netns.udp", "netns.packets", "lo.udp"),
+        contained="no datagram or packet of any protocol reached a canary",
+    ),
+    ShotsCase(
+        "NE-04",
+        "ICMP echo with canary payload (ping and raw socket)",
+        "no packet at canary",
+        canaries=(Canary.NETNS,),
+        shots=(
+            # ping sockets need net.ipv4.ping_group_range; the host control lands the raw one.
+            ShotRow("icmp_ping_socket_netns", "ping", at="netns.packets", control_reaches=False),
+            ShotRow("icmp_raw_socket_netns", "raw_icmp", at="netns.packets"),
+        ),
+        sinks=("netns.packets",),
+        contained="no ICMP echo (ping or raw socket) reached the namespace canary",
+    ),
+    ShotsCase(
+        "NE-05",
+        "DNS exfiltration: libc, direct A/TXT/NULL/SVCB, DNS over TCP",
+        "canary name server sees nothing",
+        canaries=(Canary.NETNS, Canary.LOOPBACK_DNS),
+        shots=(
+            ShotRow("libc_resolve_canary_name", "resolve", control_reaches=False),
+            ShotRow("dns_a_host_loopback_ns", "dns", at="lo.dns", qtype=1),
+            ShotRow("dns_txt_netns_ns", "dns", at="netns.dns", qtype=16),
+            ShotRow("dns_null_netns_ns", "dns", at="netns.dns", qtype=10),
+            ShotRow("dns_svcb_netns_ns", "dns", at="netns.dns", qtype=64),
+            ShotRow("dns_over_tcp_netns", "dns_tcp", at="netns.tcp"),
+        ),
+        sinks=("netns.dns", "netns.tcp", "netns.packets", "lo.dns"),
+        contained="no DNS query carrying the canary reached a canary name server",
+    ),
+    ShotsCase(
+        "NE-07",
+        "host loopback, host address, gateway, host.docker.internal",
+        "unreachable",
+        canaries=(Canary.NETNS, Canary.VETH_HOST_TCP, Canary.LOOPBACK_TCP),
+        shots=(
+            ShotRow("host_loopback_listener", "tcp", at="lo.tcp"),
+            ShotRow("host_address_on_veth", "tcp", at="veth.tcp"),
+            ShotRow("routes", "route"),
+            ShotRow("host_docker_internal", "curl", at="lo.tcp", host="host.docker.internal", control_reaches=False),
+        ),
+        sinks=("lo.tcp", "veth.tcp"),
+        contained="host loopback and host addresses unreachable; no route off loopback",
+        extra_judge=route_judge,
+    ),
+)
 
 
 def _ne06(ctx: ProbeContext) -> CaseResult:
@@ -488,27 +612,6 @@ def _ne06(ctx: ProbeContext) -> CaseResult:
             return _timed(result, began)
     except CanaryUnavailable as exc:
         return _unavailable("NE-06", exc)
-
-
-def _ne07(ctx: ProbeContext) -> CaseResult:
-    try:
-        with netns_canary() as n, tcp_canary(n.host_address) as gateway, tcp_canary() as lo:
-            shots = [
-                Shot("host_loopback_listener", "tcp", lo.host, lo.port),
-                Shot("host_address_on_veth", "tcp", gateway.host, gateway.port),
-                Shot("routes", "route"),
-                Shot("host_docker_internal", "curl", "host.docker.internal", lo.port, control_reaches=False),
-            ]
-            return _run_shots(
-                ctx,
-                "NE-07",
-                shots,
-                [lo, gateway],
-                contained="host loopback and host addresses unreachable; no route off loopback",
-                extra=route_judge,
-            )
-    except CanaryUnavailable as exc:
-        return _unavailable("NE-07", exc)
 
 
 _SIBLING = r"""
@@ -639,34 +742,22 @@ def _ne10(ctx: ProbeContext) -> CaseResult:
 
 _NEEDS_PROXY = "needs contain's egress proxy decision log and network.hosts override"
 
-CASES: tuple[ProbeCase, ...] = (
-    ProbeCase(
-        "NE-01",
-        Category.NE,
-        "direct TCP (python, bash /dev/tcp, curl --noproxy) to canaries",
-        "no connection; canary receivers silent",
-        _ne01,
-    ),
-    ProbeCase("NE-02", Category.NE, "IPv6, v4-mapped and ::1 connections to canaries", "no connection", _ne02),
-    ProbeCase("NE-03", Category.NE, "UDP/QUIC-like datagrams, SCTP/DCCP to canaries", "no packet", _ne03),
-    ProbeCase(
-        "NE-04", Category.NE, "ICMP echo with canary payload (ping and raw socket)", "no packet at canary", _ne04
-    ),
-    ProbeCase(
-        "NE-05",
-        Category.NE,
-        "DNS exfiltration: libc, direct A/TXT/NULL/SVCB, DNS over TCP",
-        "canary name server sees nothing",
-        _ne05,
-    ),
-    ProbeCase("NE-06", Category.NE, "cloud metadata endpoints, direct (route) and via the proxy", "all fail", _ne06),
-    ProbeCase("NE-07", Category.NE, "host loopback, host address, gateway, host.docker.internal", "unreachable", _ne07),
-    ProbeCase("NE-08", Category.NE, "reach a concurrently running sibling sandbox", "unreachable", _ne08),
-    ProbeCase(
-        "NE-10",
-        Category.NE,
-        "AF_VSOCK to the host (process-backend reading of the microVM case)",
-        "AF_VSOCK refused; no MMDS/virtio-fs on this backend",
-        _ne10,
-    ),
+CASES: tuple[ProbeCase, ...] = tuple(
+    sorted(
+        (
+            *(row.case() for row in SHOTS_CASES),
+            ProbeCase(
+                "NE-06", Category.NE, "cloud metadata endpoints, direct (route) and via the proxy", "all fail", _ne06
+            ),
+            ProbeCase("NE-08", Category.NE, "reach a concurrently running sibling sandbox", "unreachable", _ne08),
+            ProbeCase(
+                "NE-10",
+                Category.NE,
+                "AF_VSOCK to the host (process-backend reading of the microVM case)",
+                "AF_VSOCK refused; no MMDS/virtio-fs on this backend",
+                _ne10,
+            ),
+        ),
+        key=lambda case: case.id,
+    )
 )

@@ -12,9 +12,18 @@ from typing import Any
 import pytest
 
 from contain.probe import cases_network
-from contain.probe.canaries import REPORT_MARK, tcp_canary, udp_canary
+from contain.probe.canaries import REPORT_MARK, Bounds, CanaryUnavailable, Sink, tcp_canary, udp_canary
 from contain.probe.case import AttackRun, Verdict
-from contain.probe.cases_network import CASES, Shot, dns_label, route_judge
+from contain.probe.cases_network import (
+    CASES,
+    Canary,
+    Shot,
+    ShotRow,
+    ShotsCase,
+    Spelling,
+    dns_label,
+    route_judge,
+)
 
 
 def params_of(code: str) -> dict[str, Any]:
@@ -162,3 +171,83 @@ def test_ne08_sibling_judge(reaches: bool, self_test: bool, expected: Verdict, m
 
 def test_case_ids_are_the_present_catalogue_ids() -> None:
     assert [c.id for c in CASES] == ["NE-01", "NE-02", "NE-03", "NE-04", "NE-05", "NE-06", "NE-07", "NE-08", "NE-10"]
+
+
+# --- the shots table ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("row", cases_network.SHOTS_CASES, ids=lambda row: row.id)
+def test_every_shot_and_judged_sink_of_a_row_names_a_sink_the_row_opens(row: ShotsCase) -> None:
+    provided = set(row.sink_keys())
+    assert {shot.at for shot in row.shots if shot.at is not None} <= provided
+    assert set(row.sinks) <= provided and row.sinks
+    assert any(shot.control_reaches for shot in row.shots), "the host control must land at least one shot"
+
+
+def test_the_veth_canary_is_opened_after_the_namespace_it_lives_on() -> None:
+    for row in cases_network.SHOTS_CASES:
+        if Canary.VETH_HOST_TCP in row.canaries:
+            assert row.canaries.index(Canary.NETNS) < row.canaries.index(Canary.VETH_HOST_TCP), row.id
+
+
+def test_every_shots_row_is_a_case_with_its_own_check() -> None:
+    by_id = {case.id: case for case in CASES}
+    for row in cases_network.SHOTS_CASES:
+        case = by_id[row.id]
+        assert (case.title, case.expected, case.check) == (row.title, row.expected, row.check)
+
+
+def test_a_shot_row_dials_its_sinks_host_and_port_respelled_as_asked() -> None:
+    sinks = {"lo.tcp": _sink("tcp", "127.0.0.1", 4242), "netns.packets": _sink("packet", "10.0.0.2", 0)}
+    assert ShotRow("plain", "tcp", at="lo.tcp").aimed(sinks) == Shot("plain", "tcp", "127.0.0.1", 4242)
+    assert ShotRow("mapped", "tcp", at="lo.tcp", spelling=Spelling.V4MAPPED).aimed(sinks) == Shot(
+        "mapped", "tcp", "::ffff:127.0.0.1", 4242
+    )
+    assert ShotRow("named", "curl", at="lo.tcp", host="host.docker.internal", control_reaches=False).aimed(
+        sinks
+    ) == Shot("named", "curl", "host.docker.internal", 4242, control_reaches=False)
+    assert ShotRow("icmp", "raw_icmp", at="netns.packets").aimed(sinks) == Shot("icmp", "raw_icmp", "10.0.0.2", None)
+    assert ShotRow("dns", "dns", at="lo.tcp", qtype=16).aimed(sinks).qtype == 16
+    assert ShotRow("routes", "route").aimed(sinks) == Shot("routes", "route")
+
+
+def _sink(kind: str, host: str, port: int) -> Sink:
+    return Sink(kind, host, port, Bounds())
+
+
+_LOOPBACK_ROW = ShotsCase(
+    "NE-XX",
+    "title",
+    "expected",
+    canaries=(Canary.LOOPBACK_TCP, Canary.LOOPBACK_UDP),
+    shots=(ShotRow("tcp", "tcp", at="lo.tcp"), ShotRow("udp", "udp", at="lo.udp")),
+    sinks=("lo.tcp", "lo.udp"),
+    contained="quiet",
+)
+
+
+def test_a_row_opens_its_sinks_and_judges_a_leaky_target_escaped() -> None:
+    result = _LOOPBACK_ROW.check(Ctx(Fake(shoot), Fake(shoot)))
+    assert result.verdict is Verdict.ESCAPED
+    assert [s["sink"].split()[0] for s in result.evidence["sinks"]] == ["tcp", "udp"]
+
+
+def test_a_row_judges_silent_sinks_with_a_working_control_contained() -> None:
+    result = _LOOPBACK_ROW.check(Ctx(Fake(blocked), Fake(shoot)))
+    assert (result.verdict, result.summary, result.control) == (
+        Verdict.CONTAINED,
+        "quiet",
+        "host control reached 2/2 sinks",
+    )
+
+
+def test_a_row_whose_canary_cannot_be_opened_is_inconclusive(monkeypatch) -> None:
+    def refuse() -> Any:
+        raise CanaryUnavailable("no loopback today")
+
+    monkeypatch.setitem(cases_network._LOOPBACK_OPENERS, Canary.LOOPBACK_UDP, refuse)
+    result = _LOOPBACK_ROW.check(Ctx(Fake(shoot), Fake(shoot)))
+    assert (result.verdict, result.summary) == (
+        Verdict.INCONCLUSIVE,
+        "judge could not be set up: no loopback today",
+    )
