@@ -15,6 +15,15 @@ mount table.
 Targets without contain hooks (``--wrap``) get the host paths of the planted workspaces; whether
 their sandbox shows them decides whether the in-sandbox control (e.g. "a sibling file is
 writable") holds, and a failed control makes the case INCONCLUSIVE, never CONTAINED.
+
+FS-08 and FS-09 (protected names in a writable workspace) share one shape and are rows of
+``PROTECTED_NAMES_CASES``, judged by ``ProtectedNamesCase.check``; the other cases each have
+their own attack, plant and judge and are written out as functions.
+
+Why one file past 600 lines: it holds one mechanism, the FS rows of the catalogue, and each case
+is its attack source, its host-side plant and judge, and its control side by side, so a reader
+checks one case without opening another file. Helpers shared with other categories live in
+``contain.probe.context``.
 """
 
 from __future__ import annotations
