@@ -9,13 +9,21 @@ import subprocess
 import pytest
 
 
-def _userns_works() -> bool:
-    if shutil.which("bwrap") is None:
-        return False
-    probe = subprocess.run(
+def _bwrap_missing() -> str | None:
+    """Why bubblewrap cannot build a sandbox's namespaces here, or None when it can.
+
+    The check unshares every namespace (as the sandboxes and the integration tests' own bwrap
+    command lines do), so a host that allows a user namespace but refuses, say, a network
+    namespace inside it is reported here instead of failing a test.
+    """
+    bwrap = shutil.which("bwrap")
+    if bwrap is None:
+        return "bubblewrap (bwrap) is not installed"
+    trial = subprocess.run(
         [
-            "bwrap",
-            "--unshare-user",
+            bwrap,
+            "--unshare-all",
+            "--die-with-parent",
             "--ro-bind",
             "/usr",
             "/usr",
@@ -28,25 +36,37 @@ def _userns_works() -> bool:
             "/usr/bin/true",
         ],
         capture_output=True,
+        text=True,
         check=False,
     )
-    return probe.returncode == 0
+    if trial.returncode != 0:
+        return f"bwrap cannot create user/pid/net/ipc namespaces here (kernel.unprivileged_userns_clone, user.max_user_namespaces, AppArmor?): {trial.stderr.strip()[-200:]}"
+    return None
 
 
-USERNS = _userns_works()
+def _netns_missing() -> str | None:
+    if not os.path.exists("/proc/self/ns/net"):
+        return "the kernel has no network namespaces (CONFIG_NET_NS)"
+    return None
+
+
+BWRAP_MISSING = _bwrap_missing()
+NETNS_MISSING = _netns_missing()
 IS_ROOT = os.geteuid() == 0
+
+# marker -> why tests carrying it cannot run on this host (None: they can).
+MARKER_SKIPS: dict[str, str | None] = {
+    "needs_bwrap": BWRAP_MISSING,
+    "needs_root": None if IS_ROOT else "needs root: cgroup creation and running the sandbox as another uid",
+    "needs_netns": NETNS_MISSING,
+}
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
-        if "needs_bwrap" in item.keywords and not USERNS:
-            item.add_marker(
-                pytest.mark.skip(reason="bubblewrap or unprivileged user namespaces are not available on this host")
-            )
-        if "needs_root" in item.keywords and not IS_ROOT:
-            item.add_marker(
-                pytest.mark.skip(reason="needs root: cgroup creation and running the sandbox as another uid")
-            )
+        for marker, reason in MARKER_SKIPS.items():
+            if reason is not None and marker in item.keywords:
+                item.add_marker(pytest.mark.skip(reason=reason))
 
 
 @pytest.fixture

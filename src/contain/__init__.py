@@ -8,9 +8,9 @@ imported on first use, so ``import contain.cli`` does not pay for pydantic or th
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
+import typing
 
-if TYPE_CHECKING:
+if typing.TYPE_CHECKING:
     from contain.boundary import Boundary, load_boundary
     from contain.errors import (
         BoundaryInvalid,
@@ -50,7 +50,7 @@ __all__ = [
 __version__ = "0.1.0"
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> typing.Any:
     if name in _WHERE:
         return getattr(importlib.import_module(_WHERE[name]), name)
     raise AttributeError(f"module 'contain' has no attribute {name!r}")

@@ -28,20 +28,17 @@ from contain.boundary import boundary_from_mapping
 from contain.egress import EgressEvent, EgressSession, start_egress
 from contain.egress.session import RESOLV_CONF_TEXT
 
-pytestmark = pytest.mark.needs_root
+# needs_root: setns into the test namespace and binding port 53 there.
+pytestmark = [pytest.mark.needs_root, pytest.mark.needs_netns]
 
 LOOPBACK_SPELLINGS = ["127.0.0.1", "127.1", "0177.0.0.1", "0x7f000001", "2130706433", "0x7f.0.0.01"]
 LITERAL_SPELLINGS_OF_127_0_0_2 = ["127.0.0.2", "127.2", "0x7f000002", "2130706434", "0177.0.0.02"]
 
 
 def _require_host() -> None:
-    if os.geteuid() != 0:
-        pytest.skip("needs root: setns into the test namespace and binding port 53 there")
     for tool in ("unshare", "nsenter", "ip"):
         if shutil.which(tool) is None:
             pytest.skip(f"{tool} is not installed (util-linux / iproute2)")
-    if not Path("/proc/self/ns/net").exists():
-        pytest.skip("kernel without network namespaces")
 
 
 # ---- host-side servers ---------------------------------------------------------------------

@@ -7,9 +7,9 @@ pay for pydantic on every ``contain run`` (see ``contain.boundary.cache``).
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
+import typing
 
-if TYPE_CHECKING:
+if typing.TYPE_CHECKING:
     from contain.boundary.kinds import (
         PROTECTED_PATHS,
         Backend,
@@ -84,7 +84,7 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> typing.Any:
     if name in _WHERE:
         return getattr(importlib.import_module(_WHERE[name]), name)
     raise AttributeError(f"module 'contain.boundary' has no attribute {name!r}")

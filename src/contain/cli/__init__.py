@@ -14,13 +14,13 @@ program run directly would (see ``contain.cli.run``).
 from __future__ import annotations
 
 import argparse
+import collections.abc
 import importlib
 import os
 import signal
 import sys
-from collections.abc import Sequence
 
-__all__ = ["error_lines", "main"]
+__all__ = ["COMMANDS", "error_lines", "main"]
 
 # name -> (module, one-line summary). The summary is here so `contain --help` imports nothing.
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -75,7 +75,7 @@ def error_lines(cause: str, fix: str) -> list[str]:
     return block("contain: ", cause) + (block("  fix: ", fix) if fix else [])
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: collections.abc.Sequence[str] | None = None) -> int:
     """Entry point of the console script; returns the process exit status."""
     args_list = list(sys.argv[1:] if argv is None else argv)
     if os.environ.get("CONTAIN_DEBUG"):

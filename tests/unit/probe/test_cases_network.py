@@ -1,111 +1,18 @@
-"""NE judges: a sink hit during the attack is ESCAPED, silence is CONTAINED, a blind control is
-INCONCLUSIVE. Targets here are scripted fakes; the sinks are real loopback listeners."""
+"""NE cases: the route judge, the NE-08 and NE-10 judges, and the SHOTS_CASES table (the shots
+mechanism itself is tested in test_shots.py). Targets here are scripted fakes."""
 
 from __future__ import annotations
 
-import json
-import secrets
-import socket
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import pytest
+from network_fakes import Ctx, Fake
 
 from contain.probe import cases_network
-from contain.probe.canaries import REPORT_MARK, tcp_canary, udp_canary
-from contain.probe.case import AttackRun, Verdict
-from contain.probe.cases_network import CASES, Shot, dns_label, route_judge
-
-
-def params_of(code: str) -> dict[str, Any]:
-    line = next(ln for ln in code.splitlines() if ln.startswith("P = json.loads("))
-    return dict(json.loads(json.loads(line[len("P = json.loads(") : -1])))
-
-
-def _report(values: dict[str, Any] | None) -> AttackRun:
-    out = b"" if values is None else ("\n" + REPORT_MARK + json.dumps(values) + "\n").encode()
-    return AttackRun(exit_code=0, signal=None, stdout=out, stderr=b"", timed_out=False, duration_s=0.01)
-
-
-class Fake:
-    """Runs a Python stand-in for the attack: ``behave(params)`` may really send to loopback."""
-
-    name = "fake"
-
-    def __init__(self, behave: Callable[[dict[str, Any]], dict[str, Any] | None], *, hooks: bool = True) -> None:
-        self.behave, self.has_contain_hooks = behave, hooks
-        self.kind = "process" if hooks else "wrap"
-
-    def run_python(self, code: str, *, timeout_s: float = 20.0, boundary: Mapping[str, Any] | None = None,
-                   env: Mapping[str, str] | None = None) -> AttackRun:
-        return _report(self.behave(params_of(code)))
-
-    def run_argv(self, argv: Sequence[str], **kw: Any) -> AttackRun:
-        raise AssertionError
-
-
-class Ctx:
-    def __init__(self, target: Fake, control: Fake) -> None:
-        self.target, self.control, self.run_id = target, control, "unit"
-
-    def canary(self, prefix: str = "canary") -> str:
-        return f"{prefix}-unit-{secrets.token_hex(4)}"
-
-
-def shoot(params: dict[str, Any]) -> dict[str, Any]:
-    """A leaky target: every TCP/UDP shot lands."""
-    out = {}
-    for s in params["shots"]:
-        if s["kind"] == "tcp":
-            with socket.create_connection((s["host"], s["port"]), timeout=2) as c:
-                c.sendall(params["canary"].encode())
-        elif s["kind"] == "udp":
-            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as c:
-                c.sendto(params["canary"].encode(), (s["host"], s["port"]))
-        out[s["name"]] = {"ok": True, "value": "sent"}
-    return out
-
-
-def blocked(params: dict[str, Any]) -> dict[str, Any]:
-    return {s["name"]: {"ok": False, "errno": "ENETUNREACH"} for s in params["shots"]}
-
-
-def silent_host(params: dict[str, Any]) -> dict[str, Any]:
-    return blocked(params)  # a control that reaches nothing
-
-
-def _run(target: Fake, control: Fake):
-    with tcp_canary() as tcp, udp_canary() as udp:
-        shots = [Shot("tcp", "tcp", tcp.host, tcp.port), Shot("udp", "udp", udp.host, udp.port)]
-        return cases_network._run_shots(Ctx(target, control), "NE-XX", shots, [tcp, udp], contained="quiet")
-
-
-def test_a_canary_at_a_sink_is_escaped() -> None:
-    result = _run(Fake(shoot), Fake(shoot))
-    assert result.verdict is Verdict.ESCAPED
-    assert "with the canary" in result.summary
-
-
-def test_silent_sinks_with_a_working_control_are_contained() -> None:
-    result = _run(Fake(blocked), Fake(shoot))
-    assert result.verdict is Verdict.CONTAINED, result.summary
-    assert result.control == "host control reached 2/2 sinks"
-
-
-def test_a_control_that_reaches_nothing_is_inconclusive() -> None:
-    result = _run(Fake(blocked), Fake(silent_host))
-    assert result.verdict is Verdict.INCONCLUSIVE
-    assert "control did not reach" in result.summary
-
-
-def test_an_attack_that_never_reports_is_inconclusive() -> None:
-    result = _run(Fake(lambda p: None), Fake(shoot))
-    assert result.verdict is Verdict.INCONCLUSIVE
-
-
-def test_dns_label_fits_one_label_and_is_lower_case() -> None:
-    label = dns_label("ne-0123456789ab-0123456789abcdef")
-    assert len(label) <= 63 and label == label.lower() and "=" not in label
+from contain.probe.case import Verdict
+from contain.probe.cases_network import CASES, route_judge
+from contain.probe.shots import Canary, ShotsCase
 
 
 def test_route_judge_breach_and_blind_control() -> None:
@@ -162,3 +69,29 @@ def test_ne08_sibling_judge(reaches: bool, self_test: bool, expected: Verdict, m
 
 def test_case_ids_are_the_present_catalogue_ids() -> None:
     assert [c.id for c in CASES] == ["NE-01", "NE-02", "NE-03", "NE-04", "NE-05", "NE-06", "NE-07", "NE-08", "NE-10"]
+
+
+# --- the shots table ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("row", cases_network.SHOTS_CASES, ids=lambda row: row.id)
+def test_every_shot_and_judged_sink_of_a_row_names_a_sink_the_row_opens(row: ShotsCase) -> None:
+    provided = set(row.sink_keys())
+    assert {shot.at for shot in row.shots if shot.at is not None} <= provided
+    assert set(row.sinks) <= provided and row.sinks
+    assert any(shot.control_reaches for shot in row.shots), "the host control must land at least one shot"
+
+
+def test_the_veth_canary_is_opened_after_the_namespace_it_lives_on() -> None:
+    for row in cases_network.SHOTS_CASES:
+        if Canary.VETH_HOST_TCP in row.canaries:
+            assert row.canaries.index(Canary.NETNS) < row.canaries.index(Canary.VETH_HOST_TCP), row.id
+
+
+def test_every_shots_row_is_a_case_with_its_own_check() -> None:
+    by_id = {case.id: case for case in CASES}
+    for row in cases_network.SHOTS_CASES:
+        case = by_id[row.id]
+        assert (case.title, case.expected, case.check) == (row.title, row.expected, row.check)
+
+

@@ -1,10 +1,9 @@
-"""Context helpers: attack reports, canary sinks, verdict order, boundary merging."""
+"""Context helpers: attack reports, canary sinks, verdict order (boundary merging: test_targets.py)."""
 
 from __future__ import annotations
 
 from contain.probe.case import AttackRun, Verdict
 from contain.probe.context import attack, attack_report, canary_sinks, succeeded, verdict
-from contain.probe.targets import DEFAULT_PROBE_BOUNDARY, deep_merge, target_kind
 
 
 def _run(stdout: bytes = b"", stderr: bytes = b"", events=()) -> AttackRun:
@@ -54,45 +53,3 @@ def test_a_missing_prerequisite_is_inconclusive():
 def test_contained_needs_no_breach_and_a_working_control():
     result = verdict("FS-01", breaches=[], control_shows_breach=True, contained="ok", control="c", evidence={})
     assert (result.verdict, result.summary, result.control) == (Verdict.CONTAINED, "ok", "c")
-
-
-def test_deep_merge_merges_mappings_and_replaces_lists():
-    merged = deep_merge(DEFAULT_PROBE_BOUNDARY, {"resources": {"pids_max": 99}, "files": [{"path": "/x"}]})
-    assert merged["resources"]["pids_max"] == 99
-    assert merged["resources"]["memory_bytes"] == DEFAULT_PROBE_BOUNDARY["resources"]["memory_bytes"]
-    assert merged["files"] == [{"path": "/x"}]
-    assert DEFAULT_PROBE_BOUNDARY["resources"]["pids_max"] == 32  # the base is not mutated
-
-
-def test_target_kind_prefers_the_declared_kind():
-    class Declared:
-        kind = "process"
-        has_contain_hooks = True
-
-    class Hooked:
-        has_contain_hooks = True
-
-    class Bare:
-        has_contain_hooks = False
-
-    assert [target_kind(Declared()), target_kind(Hooked()), target_kind(Bare())] == ["process", "contain", "wrap"]
-
-
-def test_run_context_removes_its_directory_and_refuses_late_use():
-    import pytest
-
-    from contain.probe.context import RunContext
-
-    class Bare:
-        name = "bare"
-        kind = "fake"
-        has_contain_hooks = False
-
-    ctx = RunContext(Bare(), control=Bare(), sandboxed_control=Bare(), run_id="unit")  # type: ignore[arg-type]
-    planted = ctx.plant_dir("x")
-    (planted / "file").write_text("canary")
-    assert planted.parent.name.startswith("contain-probe-unit-")
-    assert ctx.close() == []
-    assert not planted.parent.exists()
-    with pytest.raises(RuntimeError, match="closed"):
-        _ = ctx.root

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import time
+import threading
 
 import pytest
 
@@ -80,14 +80,23 @@ def test_a_crashing_case_is_an_error_with_its_traceback():
     assert "Traceback" in result.evidence["traceback"]
 
 
-def test_a_case_past_its_deadline_is_an_error():
-    def slow(ctx: ProbeContext) -> CaseResult:
-        time.sleep(2)
+def test_a_case_past_its_deadline_is_an_error_and_its_cleanup_waits_for_it():
+    release = threading.Event()
+    cleaned = []
+
+    def stuck(ctx: ProbeContext) -> CaseResult:
+        release.wait()  # held until the runner has given up on it: no wall-clock sleep
         return CaseResult("FS-01", Verdict.CONTAINED, "late")
 
-    result = run_case(_case("FS-01", check=slow), _ctx(), timeout_s=0.1)
+    ctx = _ctx()
+    ctx.defer(lambda: cleaned.append("cleaned"))  # a plant the case made before it got stuck
+    try:
+        result = run_case(_case("FS-01", check=stuck), ctx, timeout_s=0.0)
+    finally:
+        release.set()
     assert result.verdict is Verdict.ERROR
-    assert "did not finish" in result.summary
+    assert result.summary == "the case did not finish within 0s"
+    assert cleaned == []  # a case still running keeps its plants: cleaning under it would race
 
 
 def test_a_result_for_the_wrong_case_is_an_error():

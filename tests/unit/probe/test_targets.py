@@ -1,0 +1,83 @@
+"""Targets: boundary merging, the kind cases are looked up by, and the bounded host runner (real
+short host commands: exit status, output, the timeout, and a detached child that holds the pipes)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from contain.probe.targets import (
+    DEFAULT_PROBE_BOUNDARY,
+    RELAXED_CONTROL_BOUNDARY,
+    ContainTarget,
+    HostControlTarget,
+    WrapTarget,
+    deep_merge,
+    target_kind,
+)
+
+
+def test_deep_merge_merges_mappings_replaces_lists_and_copies():
+    base = {"resources": {"pids_max": 32, "memory_bytes": 1}, "files": [{"path": "/a"}]}
+    merged = deep_merge(base, {"resources": {"pids_max": 99}, "files": [{"path": "/x"}]})
+    assert merged == {"resources": {"pids_max": 99, "memory_bytes": 1}, "files": [{"path": "/x"}]}
+    merged["resources"]["memory_bytes"] = 2
+    assert base["resources"] == {"pids_max": 32, "memory_bytes": 1}  # the base is never mutated
+    assert deep_merge(base, None) == base and deep_merge(base, None) is not base
+
+
+def test_a_contain_target_starts_every_run_from_the_probe_default_boundary():
+    target = ContainTarget("process")
+    assert target.boundary_for(None) == DEFAULT_PROBE_BOUNDARY
+    run = target.boundary_for({"resources": {"pids_max": 5}})
+    assert run["resources"]["pids_max"] == 5
+    assert run["resources"]["memory_bytes"] == DEFAULT_PROBE_BOUNDARY["resources"]["memory_bytes"]
+    assert (target.kind, target.name, target.has_contain_hooks) == ("process", "contain:process", True)
+
+
+def test_the_relaxed_control_raises_every_budget_it_names():
+    base = DEFAULT_PROBE_BOUNDARY["resources"]
+    for key, value in RELAXED_CONTROL_BOUNDARY["resources"].items():
+        assert value > base[key], key
+
+
+def test_target_kind_prefers_the_declared_kind_then_the_hooks():
+    class Hooked:
+        has_contain_hooks = True
+
+    class Bare:
+        has_contain_hooks = False
+
+    assert [target_kind(WrapTarget(["env"])), target_kind(HostControlTarget())] == ["wrap", "host"]
+    assert [target_kind(Hooked()), target_kind(Bare())] == ["contain", "wrap"]
+
+
+def test_a_wrap_target_needs_a_prefix():
+    with pytest.raises(ValueError, match="needs a command prefix"):
+        WrapTarget([])
+
+
+def test_the_host_runner_reports_exit_status_and_both_streams():
+    run = HostControlTarget().run_argv(["/bin/sh", "-c", "echo out; echo err >&2; exit 3"], timeout_s=10)
+    assert (run.exit_code, run.signal, run.stdout, run.stderr, run.timed_out) == (3, None, b"out\n", b"err\n", False)
+    assert run.host_pid is not None
+
+
+def test_a_wrap_target_runs_the_command_behind_its_prefix_with_the_callers_env():
+    run = WrapTarget(["/usr/bin/env"]).run_python("import os; print(os.environ['PROBE_X'])", env={"PROBE_X": "42"})
+    assert (run.exit_code, run.stdout) == (0, b"42\n")
+
+
+def test_a_command_past_its_deadline_is_killed_and_marked_timed_out():
+    run = HostControlTarget().run_argv(["/bin/sh", "-c", "exec sleep 30"], timeout_s=0.2)
+    assert run.timed_out is True
+    assert (run.exit_code, run.signal) == (None, 9)
+    assert run.duration_s < 10
+
+
+def test_a_detached_child_holding_the_pipes_cannot_stall_the_run():
+    began = time.perf_counter()
+    run = HostControlTarget().run_argv(["/bin/sh", "-c", "sleep 30 & echo parent-done"], timeout_s=20)
+    assert (run.exit_code, run.stdout, run.timed_out) == (0, b"parent-done\n", False)
+    assert time.perf_counter() - began < 10  # not the child's 30 s: its process group was killed
