@@ -168,3 +168,16 @@ def test_the_sandbox_start_up_path_does_not_import_logging(module):
     script = f"import sys, {module}; print('logging' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True)
     assert done.stdout == "False\n"
+
+
+def test_contain_debug_switches_debug_records_on_and_sends_them_to_stderr():
+    script = (
+        "import sys; from contain.cli import main; from contain._log import LazyLogger;"
+        "status = main([]); LazyLogger('contain.x').debug('shown %s', 7); sys.exit(status)"
+    )
+    for debug, shown in (("1", True), ("", False)):
+        env = {"PATH": "/usr/bin:/bin", "CONTAIN_DEBUG": debug}
+        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=30, env=env)
+        assert done.returncode == 2  # main([]) prints the usage and returns 2
+        assert ("DEBUG:contain.x:shown 7" in done.stderr) is shown
+        assert "shown" not in done.stdout
