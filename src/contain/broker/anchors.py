@@ -27,7 +27,6 @@ anchor of a ledger whose broker started empty is first written with its first ch
 
 from __future__ import annotations
 
-import logging
 import os
 import shutil
 import subprocess
@@ -36,6 +35,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol
 
+from contain._log import LazyLogger
 from contain.broker.config import CheckpointAnchorConfig
 from contain.errors import LedgerAnchorError
 from contain.visible_text import for_terminal
@@ -50,7 +50,7 @@ __all__ = [
     "publisher_for",
 ]
 
-log = logging.getLogger(__name__)
+log = LazyLogger(__name__)
 
 # Environment variables an anchor command never inherits: the executors' secrets (actions.SecretStore).
 _WITHHELD_ENV_PREFIXES = ("CONTAIN_BROKER_SECRET_",)

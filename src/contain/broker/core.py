@@ -51,7 +51,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-import logging
 import threading
 import time
 from collections.abc import Callable, Generator, Mapping, Sequence
@@ -60,6 +59,7 @@ from typing import Any, cast
 
 from pydantic import ValidationError
 
+from contain._log import LazyLogger
 from contain.broker.actions import Action, ActionFailed, CheckResult, Decision, Intent, Principal, SecretStore
 from contain.broker.actions import action_tool_digest as _tool_digest
 from contain.broker.idempotency import (
@@ -80,7 +80,7 @@ from contain.gate.grants import GrantKey, verify_grant
 
 __all__ = ["Broker", "BrokerReply", "BrokerRequest", "ExecutorCall", "Steps", "StoreWrite"]
 
-log = logging.getLogger(__name__)
+log = LazyLogger(__name__)
 _TOKEN_CACHE_SIZE = 1024
 _REASON_LIMIT = 300  # characters of a refusal's reason kept in its entry and reply
 

@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import logging
 import os
 import queue
 import selectors
@@ -55,13 +54,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from contain._log import LazyLogger
 from contain.broker.core import Broker, BrokerReply, ExecutorCall, Steps, StoreWrite
 from contain.broker.http_wire import HttpError, HttpRequest, RequestReader, reply_bytes
 from contain.broker.peers import PeerDecision, broker_uid, decide_peer, peer_uid
 
 __all__ = ["ServerLimits", "ServerLoop"]
 
-log = logging.getLogger(__name__)
+log = LazyLogger(__name__)
 
 Route = Callable[[HttpRequest, str], "BrokerReply | Steps"]  # (request, peer)
 _LISTEN, _WAKE = object(), object()

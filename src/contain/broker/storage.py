@@ -33,7 +33,6 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
-import logging
 import os
 import sqlite3
 import stat
@@ -44,6 +43,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Protocol, TypeVar, cast
 
+from contain._log import LazyLogger
 from contain.broker.idempotency import IdempotencyRecord
 from contain.broker.ledger import GENESIS_HASH, LedgerEntry
 from contain.errors import BrokerStateUnsafe, LedgerInUse
@@ -51,7 +51,7 @@ from contain.errors import BrokerStateUnsafe, LedgerInUse
 __all__ = ["PostgresStore", "SqliteStore", "Store", "Txn", "check_private_directory", "open_store"]
 
 T = TypeVar("T")
-log = logging.getLogger(__name__)
+log = LazyLogger(__name__)
 
 _SCHEMA = (
     """CREATE TABLE IF NOT EXISTS ledger (

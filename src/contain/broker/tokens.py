@@ -30,7 +30,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
-import logging
 import os
 import secrets
 import time
@@ -39,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from contain._log import LazyLogger
 from contain.boundary.documents import decode_base64url, parse_json_document
 from contain.gate.digests import canonical_json
 
@@ -53,7 +53,7 @@ __all__ = [
     "verify_token",
 ]
 
-log = logging.getLogger(__name__)
+log = LazyLogger(__name__)
 
 TOKEN_PREFIX = "cbt1"
 # Domain separation from grant MACs ("contain-grant-v1\x00") made with a different key anyway.

@@ -17,13 +17,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ipaddress
-import logging
 import socket
 import struct
 import time
 from collections.abc import Callable, Coroutine
 from typing import Any
 
+from contain._log import LazyLogger
 from contain.egress.log import EgressEvent, decision_event
 from contain.egress.policy import Decision, Destination, Via
 from contain.egress.proxy import DIAL_TIMEOUT_S, Decide, Record
@@ -31,7 +31,7 @@ from contain.egress.tunnel import dial_pinned, pump, tune_stream
 
 __all__ = ["PLACEHOLDER_NETWORK", "CaptureServer", "PlaceholderTable"]
 
-log = logging.getLogger(__name__)
+log = LazyLogger(__name__)
 
 # Inside 127/8, so the sandbox's lo already routes it and nothing outside the netns ever sees
 # it; /16 leaves room for 65534 names per session.

@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ipaddress
-import logging
 import struct
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -33,8 +32,6 @@ __all__ = [
     "parse_question",
     "plan_response",
 ]
-
-log = logging.getLogger(__name__)
 
 Answer = Callable[[str], Awaitable[ipaddress.IPv4Address | None]]
 

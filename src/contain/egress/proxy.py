@@ -28,12 +28,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import re
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+from contain._log import LazyLogger
 from contain.egress.addresses import UnreadableLiteral, parse_ip_literal
 from contain.egress.log import EgressEvent, decision_event
 from contain.egress.policy import Decision, Destination, Via
@@ -53,7 +53,7 @@ __all__ = [
     "plan_forward_head",
 ]
 
-log = logging.getLogger(__name__)
+log = LazyLogger(__name__)
 
 Decide = Callable[[Destination], Awaitable[Decision]]
 Record = Callable[[EgressEvent], None]

@@ -29,17 +29,17 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
-import logging
 import socket
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 
+from contain._log import LazyLogger
 from contain.egress.addresses import IPAddress, classify_address
 from contain.egress.policy import Decision, Destination, EgressPolicy, deny
 
 __all__ = ["Lookup", "Resolver", "system_lookup"]
 
-log = logging.getLogger(__name__)
+log = LazyLogger(__name__)
 
 Lookup = Callable[[str, int], Awaitable[list[IPAddress]]]
 

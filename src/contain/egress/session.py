@@ -27,13 +27,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ipaddress
-import logging
 import os
 import socket
 import threading
 import time
 from collections.abc import Callable
 
+from contain._log import LazyLogger
 from contain.boundary.hostnames import HostnameError, canonical_hostname
 from contain.boundary.plain import PlainBoundary
 from contain.egress.addresses import local_interface_addresses
@@ -58,7 +58,7 @@ __all__ = [
     "start_egress",
 ]
 
-log = logging.getLogger(__name__)
+log = LazyLogger(__name__)
 
 PROXY_ADDRESS = ("127.0.0.1", 3128)
 DNS_ADDRESS = ("127.0.0.1", 53)

@@ -25,7 +25,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
-import logging
 import os
 import secrets
 import sqlite3
@@ -36,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from contain._log import LazyLogger
 from contain.boundary.documents import UnreadableDocument, decode_base64url, parse_json_document
 from contain.errors import GateError
 from contain.gate.digests import canonical_json
@@ -69,7 +69,7 @@ _GRANT_FIELDS = frozenset(
     {"grant_id", "principal", "tool", "tool_digest", "argument_digest", "scope", "reviewer", "reason", "issued_at"}
 )
 _SCOPE_FIELDS = frozenset({"kind", "uses", "expires_at"})
-log = logging.getLogger(__name__)
+log = LazyLogger(__name__)
 
 
 @dataclass(frozen=True)

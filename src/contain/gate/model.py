@@ -26,11 +26,11 @@ rules, independent of the total number of rules. Globs with no literal prefix or
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from contain._log import LazyLogger
 from contain.boundary import Boundary, ToolRule, ToolVerdict
 from contain.errors import BoundaryInvalid
 from contain.gate.rules import CompiledRule, compile_rule, glob_prefix, glob_suffix
@@ -38,7 +38,7 @@ from contain.gate.schema import validate_arguments
 
 __all__ = ["Decision", "Gate", "ToolCall"]
 
-logger = logging.getLogger(__name__)
+log = LazyLogger(__name__)
 
 # Deny is tried first, then review, then allow: the first rule that applies decides.
 _VERDICT_ORDER = {ToolVerdict.DENY: 0, ToolVerdict.REVIEW: 1, ToolVerdict.ALLOW: 2}
@@ -165,7 +165,7 @@ class Gate:
         try:
             return self._evaluate(call)
         except Exception as exc:  # fail closed: an error in the decision path is a deny
-            logger.warning("gate error on tool %r: %s", getattr(call, "tool", "?"), exc, exc_info=True)
+            log.warning("gate error on tool %r: %s", getattr(call, "tool", "?"), exc, exc_info=True)
             return Decision(
                 ToolVerdict.DENY,
                 "error",

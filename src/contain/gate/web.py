@@ -48,7 +48,6 @@ import hmac
 import html
 import ipaddress
 import json
-import logging
 import secrets
 import threading
 import time
@@ -59,6 +58,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+from contain._log import LazyLogger
 from contain.errors import GateError
 from contain.gate.grants import (
     DEFAULT_GRANT_TTL_S,
@@ -81,7 +81,7 @@ __all__ = [
     "render_arguments",
 ]
 
-logger = logging.getLogger(__name__)
+log = LazyLogger(__name__)
 
 COOKIE_NAME = "contain_review"
 MAX_BODY_BYTES = 64 * 1024
@@ -535,7 +535,7 @@ def _handler_class(app: ReviewApp) -> type[BaseHTTPRequestHandler]:
                 try:
                     response = app.handle(method, self.path, headers, body)
                 except Exception:  # never approve on an error; show a 500 and log it
-                    logger.exception("review page error")
+                    log.exception("review page error")
                     response = _page("Error", "<p>Internal error; nothing was changed.</p>", status=500)
             self.send_response(response.status)
             for name, value in response.headers:
@@ -558,7 +558,7 @@ def _handler_class(app: ReviewApp) -> type[BaseHTTPRequestHandler]:
         def log_message(self, format: str, *args: Any) -> None:
             # The request line holds the capability (redacted: it appears only in the CLI's one
             # announcement) and anything a client sent (rendered: logs go to a terminal).
-            logger.info("%s %s", self.address_string(), for_terminal(app.redact(format % args)))
+            log.info("%s %s", self.address_string(), for_terminal(app.redact(format % args)))
 
     return Handler
 

@@ -47,7 +47,6 @@ gateway stops waiting, it cannot undo what the upstream does.
 from __future__ import annotations
 
 import json
-import logging
 import os
 import threading
 import time
@@ -58,6 +57,7 @@ from typing import Any, Protocol
 import anyio
 import mcp_types as types
 
+from contain._log import LazyLogger
 from contain.boundary.model import ToolVerdict
 from contain.gate.digests import argument_digest, canonical_json
 from contain.gate.grants import GrantCheck, GrantKey, UseCounter, verify_grant
@@ -79,7 +79,7 @@ __all__ = [
     "split_exposed_name",
 ]
 
-log = logging.getLogger(__name__)
+log = LazyLogger(__name__)
 
 
 class UpstreamSession(Protocol):

@@ -10,7 +10,6 @@ with a warning.
 from __future__ import annotations
 
 import ipaddress
-import logging
 import socket
 import sys
 from collections.abc import Awaitable, Callable
@@ -24,8 +23,6 @@ from mcp.server.stdio import stdio_server
 from contain.errors import GateError
 
 __all__ = ["CallTool", "ListTools", "build_server", "parse_listen_address", "serve_http", "serve_stdio"]
-
-log = logging.getLogger(__name__)
 
 ListTools = Callable[[], Awaitable[list[types.Tool]]]
 CallTool = Callable[[str, dict[str, Any] | None], Awaitable[types.CallToolResult]]

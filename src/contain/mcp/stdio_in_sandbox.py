@@ -29,7 +29,6 @@ plain host processes to exercise the framing without a sandbox.
 
 from __future__ import annotations
 
-import logging
 import os
 import subprocess
 import sys
@@ -43,6 +42,7 @@ import mcp_types as types
 from mcp.client._transport import TransportStreams
 from mcp.shared.message import SessionMessage
 
+from contain._log import LazyLogger
 from contain.boundary.model import Boundary
 from contain.visible_text import for_terminal
 
@@ -57,7 +57,7 @@ __all__ = [
     "process_stdio_transport",
 ]
 
-log = logging.getLogger(__name__)
+log = LazyLogger(__name__)
 
 MAX_LINE_BYTES = 16 * 1024 * 1024  # one JSON-RPC message; server-everything's largest is ~2 MiB
 _READ_CHUNK = 65536

@@ -17,7 +17,6 @@ SHELL, TERM, USER) plus the upstream's ``env:``, never the gateway's whole envir
 
 from __future__ import annotations
 
-import logging
 from collections.abc import AsyncIterator, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
@@ -25,6 +24,7 @@ from typing import Any
 import mcp_types as types
 from mcp import Client, MCPError, StdioServerParameters
 
+from contain._log import LazyLogger
 from contain.boundary.model import Boundary
 from contain.errors import ContainError, GateError
 from contain.mcp.config import HttpUpstream, StdioUpstream, Upstream, UpstreamLimits
@@ -32,7 +32,7 @@ from contain.mcp.stdio_in_sandbox import SandboxLauncher, process_stdio_transpor
 
 __all__ = ["McpUpstream", "connect_upstreams"]
 
-log = logging.getLogger(__name__)
+log = LazyLogger(__name__)
 
 _MAX_PAGES = 100  # a server that paginates forever is cut off
 

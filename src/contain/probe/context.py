@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import logging
 import os
 import secrets
 import shutil
@@ -37,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from contain._log import LazyLogger
 from contain.probe.case import AttackRun, CaseResult, ProbeContext, Target, Verdict
 from contain.probe.targets import RELAXED_CONTROL_BOUNDARY, ContainTarget, HostControlTarget
 
@@ -56,7 +56,7 @@ __all__ = [
     "verdict",
 ]
 
-log = logging.getLogger(__name__)
+log = LazyLogger(__name__)
 
 REPORT_MARK = "@@PROBE@@"
 _TRIM = 2000

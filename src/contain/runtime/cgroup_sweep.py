@@ -27,7 +27,7 @@ from contain.runtime.cgroups import CgroupOps
 
 __all__ = ["sweep_stale_cgroups"]
 
-_log = LazyLogger(__name__)
+log = LazyLogger(__name__)
 _KERNEL_OPS = CgroupOps()  # frozen: the kernel's rmdir
 
 _LEAF_RE = re.compile(rf"^{re.escape(LEAF_PREFIX)}(\d+)-")  # then the owner's pid (cgroups.py names leaves)
@@ -71,7 +71,7 @@ def sweep_stale_cgroups(
             try:
                 ops.rmdir(path)
             except OSError as exc:
-                _log.warning("stale cgroup %s not removed: %s", path, errno_name(exc.errno or 0))
+                log.warning("stale cgroup %s not removed: %s", path, errno_name(exc.errno or 0))
                 continue
             removed.append(path)
     return removed

@@ -75,7 +75,7 @@ __all__ = [
     "parse_keyed_counters",
 ]
 
-_log = LazyLogger(__name__)
+log = LazyLogger(__name__)
 
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,31}$")
 
@@ -233,7 +233,7 @@ class SandboxCgroup:
         except BaseException:
             cgroup._rmdir_all(deadline=time.monotonic() + 1.0, strict=False)
             raise
-        _log.debug("created cgroup %s", cgroup.paths)
+        log.debug("created cgroup %s", cgroup.paths)
         return cgroup
 
     def _apply(self, plan: dict[str, dict[str, str]]) -> None:
@@ -400,7 +400,7 @@ class SandboxCgroup:
             return True
         except OSError as exc:
             self._close_peak_fd()
-            _log.warning(
+            log.warning(
                 "memory.peak of %s is not resettable (%s); peak memory stays cumulative",
                 self.dirs["memory"],
                 errno_name(exc.errno or 0),
@@ -463,7 +463,7 @@ class SandboxCgroup:
             events = posixpath.join(self.dirs["freezer"], "cgroup.events")
             frozen = _wait_until(lambda: parse_keyed_counters(_read(events)).get("frozen") == 1, deadline)
         if not frozen:  # kill anyway: SIGKILL still lands, the next round catches stragglers
-            _log.warning("cgroup %s did not freeze before the deadline", self.dirs["freezer"])
+            log.warning("cgroup %s did not freeze before the deadline", self.dirs["freezer"])
 
     def _thaw(self) -> None:
         if self.version == 1:
@@ -494,7 +494,7 @@ class SandboxCgroup:
                         f"cannot remove cgroup {path}: {errno_name(exc.errno or 0)}",
                         f"check `cat {path}/cgroup.procs`; remove it with rmdir once empty",
                     ) from exc
-                _log.warning("leaving cgroup %s: %s", path, exc)
+                log.warning("leaving cgroup %s: %s", path, exc)
 
 
 def _make_leaf(hierarchy: CgroupHierarchy, leaf: str, ops: CgroupOps) -> str:

@@ -32,7 +32,7 @@ __all__ = [
     "plan_filter",
 ]
 
-logger = LazyLogger(__name__)
+log = LazyLogger(__name__)
 
 _LIBSECCOMP_FIX = "install or upgrade the Debian package libseccomp2 (>= 2.5): apt-get install libseccomp2"
 
@@ -198,7 +198,7 @@ def plan_filter(
         else:
             denies.append((rule, nr))
     if absent:
-        logger.debug("seccomp: %s has no %s; rows skipped", arch, sorted({r.syscall for r in absent}))
+        log.debug("seccomp: %s has no %s; rows skipped", arch, sorted({r.syscall for r in absent}))
     return FilterPlan(target, tuple(denies), tuple(allows), tuple(absent))
 
 
