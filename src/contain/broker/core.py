@@ -55,7 +55,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Generator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
 from pydantic import ValidationError
@@ -64,6 +64,7 @@ from contain.broker.actions import Action, ActionFailed, CheckResult, Decision, 
 from contain.broker.actions import action_tool_digest as _tool_digest
 from contain.broker.idempotency import (
     IdempotencyRecord,
+    State,
     assign_key,
     client_key_problem,
     plan_claim,
@@ -124,6 +125,12 @@ class _Ctx:
     def record_key(self) -> str:
         """Where this request's idempotency record lives: ``<task>/<key>`` (see ``idempotency``)."""
         return record_key(self.task, self.key)
+
+    def record(self, state: State, status_code: int, response: Mapping[str, Any], intent_seq: int) -> IdempotencyRecord:
+        """The idempotency record this request stores under its own slot."""
+        return IdempotencyRecord(
+            self.principal, self.record_key, self.action, self.digest, state, status_code, response, intent_seq
+        )
 
     def slots(self) -> list[tuple[str, str]]:
         """The (principal, record key) slots this request may read: its own, and the bare key a v1
@@ -332,9 +339,7 @@ class Broker:
                     return raced
             seq = self._chain(txn, *earlier, denial)
             if store:
-                txn.put_record(
-                    IdempotencyRecord(ctx.principal, ctx.record_key, ctx.action, ctx.digest, "done", status, body, seq)
-                )
+                txn.put_record(ctx.record("done", status, body, seq))
             return BrokerReply(status, {**body, "ledger_seq": seq, "replayed": False})
 
         keys = ctx.slots() if store or settle else []
@@ -634,9 +639,7 @@ class Broker:
                 },
             )
         seq = self._chain(txn, *drafts)
-        txn.put_record(
-            IdempotencyRecord(ctx.principal, ctx.record_key, ctx.action, ctx.digest, "in_flight", 0, {}, seq)
-        )
+        txn.put_record(ctx.record("in_flight", 0, {}, seq))
         return seq
 
     def _execute(self, ctx: _Ctx, action: Action, args: Any, intent: Intent, intent_seq: int) -> Steps:
@@ -680,10 +683,7 @@ class Broker:
 
         def finish(txn: Txn) -> int:
             seq = self._chain(txn, outcome)
-            record = IdempotencyRecord(
-                ctx.principal, ctx.record_key, ctx.action, ctx.digest, "done", status, body, intent_seq
-            )
-            txn.put_record(record)
+            txn.put_record(ctx.record("done", status, body, intent_seq))
             return seq
 
         seq = yield StoreWrite(finish)
@@ -728,18 +728,7 @@ class Broker:
             result = json.loads(canonical_json(dict(found.result or {})))
             body = {**base, "status": "succeeded", "result": result, "reconciled": True}
             self._append(txn, ctx, "reconcile", {**detail, "status": "succeeded", "result_value": result})
-            txn.put_record(
-                IdempotencyRecord(
-                    record.principal,
-                    record.key,
-                    record.action,
-                    record.argument_digest,
-                    "done",
-                    200,
-                    body,
-                    record.intent_seq,
-                )
-            )
+            txn.put_record(replace(record, state="done", status_code=200, response=body))
         elif found.state == "not_applied":
             self._append(txn, ctx, "reconcile", {**detail, "status": "not_applied"})
             txn.delete_record(record.principal, record.key)
@@ -754,18 +743,7 @@ class Broker:
                 },
             }
             self._append(txn, ctx, "reconcile", {**detail, "status": "unknown"})
-            txn.put_record(
-                IdempotencyRecord(
-                    record.principal,
-                    record.key,
-                    record.action,
-                    record.argument_digest,
-                    "unknown",
-                    500,
-                    body,
-                    record.intent_seq,
-                )
-            )
+            txn.put_record(replace(record, state="unknown", status_code=500, response=body))
 
 
 def _short(exc: Exception) -> str:
