@@ -27,7 +27,7 @@ import secrets
 import sqlite3
 import time
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -38,6 +38,7 @@ from contain.errors import GateError
 from contain.gate.digests import argument_digest, canonical_json
 from contain.gate.grants import GrantKey, GrantScope, SqliteUseCounter, decode_grant, mint_grant
 from contain.gate.model import Decision, ToolCall
+from contain.sqlite_txn import immediate_transaction
 
 __all__ = [
     "DEFAULT_PENDING_TTL_S",
@@ -241,17 +242,8 @@ class ReviewStore:
 
     @contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
-        conn = self._connect()
-        try:
-            conn.execute("BEGIN IMMEDIATE")
+        with closing(self._connect()) as conn, immediate_transaction(conn):
             yield conn
-            conn.execute("COMMIT")
-        except BaseException:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            raise
-        finally:
-            conn.close()
 
     def now(self) -> float:
         """The store's clock."""
