@@ -22,8 +22,8 @@ from contain.gate.grants import (
 )
 from contain.gate.model import Decision, Gate, ToolCall
 from contain.gate.store import (
-    RequestStatus,
     ReviewRequest,
+    ReviewState,
     ReviewStore,
     default_key_path,
     default_state_dir,
@@ -38,8 +38,8 @@ __all__ = [
     "GrantKey",
     "GrantScope",
     "MemoryUseCounter",
-    "RequestStatus",
     "ReviewRequest",
+    "ReviewState",
     "ReviewStore",
     "SqliteUseCounter",
     "ToolCall",

@@ -42,8 +42,8 @@ from contain.sqlite_txn import immediate_transaction
 
 __all__ = [
     "DEFAULT_PENDING_TTL_S",
-    "RequestStatus",
     "ReviewRequest",
+    "ReviewState",
     "ReviewStore",
     "default_key_path",
     "default_state_dir",
@@ -106,8 +106,8 @@ def default_key_path(environ: Mapping[str, str] | None = None) -> Path:
     return default_state_dir(environ) / "grant.key"
 
 
-class RequestStatus(StrEnum):
-    """Where a review request is in its life."""
+class ReviewState(StrEnum):
+    """Where a review request is in its life (the one enum: the MCP gateway's ``ReviewStatus`` uses it too)."""
 
     PENDING = "pending"
     APPROVED = "approved"
@@ -120,7 +120,7 @@ class ReviewRequest:
     """One row of the queue, as stored."""
 
     request_id: str
-    status: RequestStatus
+    status: ReviewState
     principal: str
     server: str
     tool: str
@@ -184,7 +184,7 @@ def _row_to_request(row: sqlite3.Row) -> ReviewRequest:
     schema = json.loads(row["input_schema"]) if row["input_schema"] is not None else None
     return ReviewRequest(
         request_id=row["id"],
-        status=RequestStatus(row["status"]),
+        status=ReviewState(row["status"]),
         principal=row["principal"],
         server=row["server"],
         tool=row["tool"],
@@ -318,7 +318,7 @@ class ReviewStore:
             raise GateError(f"no review request {request_id!r}", "list requests with: contain review list")
         return _row_to_request(row)
 
-    def list(self, status: RequestStatus | None = None, *, limit: int = 200) -> list[ReviewRequest]:
+    def list(self, status: ReviewState | None = None, *, limit: int = 200) -> list[ReviewRequest]:
         """Requests, newest first, optionally only those with ``status``."""
         conn = self._connect()
         try:
