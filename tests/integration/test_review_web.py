@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 
 from contain.boundary import ToolVerdict
+from contain.decision import Decision
 from contain.gate import GrantKey, ReviewState, ReviewStore, decode_grant, verify_grant
-from contain.gate.model import Decision, ToolCall
+from contain.gate.model import ToolCall
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [

@@ -60,7 +60,8 @@ from typing import Any, cast
 
 from pydantic import ValidationError
 
-from contain.broker.actions import Action, ActionFailed, CheckResult, Decision, Intent, Principal, SecretStore
+from contain.boundary import ToolVerdict
+from contain.broker.actions import Action, ActionFailed, CheckResult, Intent, Principal, SecretStore
 from contain.broker.actions import action_tool_digest as _tool_digest
 from contain.broker.idempotency import (
     IdempotencyRecord,
@@ -76,6 +77,7 @@ from contain.broker.ledger import Checkpointer, EntryDraft, EntrySubject, chain,
 from contain.broker.refusals import RefusalTally, RefusalWindow, bounded_text
 from contain.broker.storage import Store, Txn
 from contain.broker.tokens import TokenCheck, TokenKey, TokenScope, verify_token
+from contain.decision import Decision
 from contain.gate.digests import DIGEST_PREFIX, canonical_json
 from contain.gate.grants import GrantKey, verify_grant
 
@@ -540,7 +542,7 @@ class Broker:
             authz = action.authorize(principal, args)
         except Exception as exc:  # fail closed: an authorization rule that breaks denies
             authz = Decision.deny("authorize", f"authorization rule failed: {type(exc).__name__}")
-        if authz.verdict != "allow":
+        if authz.verdict is not ToolVerdict.ALLOW:
             return authz, 403
         if action.validate is None:  # registered without a business rule (contain check flags it)
             business = Decision.allow("validate", f"{action.name} has no business rule")
@@ -561,12 +563,12 @@ class Broker:
         else:  # rules may do I/O: a server runs them off its loop (``_decide`` never raises an Exception)
             decision, deny_status = yield ExecutorCall(functools.partial(self._decide, action, principal, args))
         ctx.extra = {**ctx.extra, "rule_id": decision.rule_id}
-        if decision.verdict == "deny":
+        if decision.verdict is ToolVerdict.DENY:
             code = "unauthorized" if deny_status == 403 else "business_rule"
             return (yield from self._refuse(ctx, deny_status, code, decision.reason, store=True))
         uses = _DeferredUse()
         grant_detail: dict[str, Any] = {}
-        if decision.verdict == "review":
+        if decision.verdict is ToolVerdict.REVIEW:
             if not grant:
                 return (yield from self._pending(ctx, action, arguments, decision))
             verdict = verify_grant(
@@ -585,7 +587,9 @@ class Broker:
         intent = Intent(action.name, ctx.principal, ctx.task, ctx.record_key, ctx.digest, arguments)
         drafts = (
             self._draft(ctx, "request", {"replayed": False}),
-            self._draft(ctx, "decision", {"verdict": decision.verdict, "reason": decision.reason, **grant_detail}),
+            self._draft(
+                ctx, "decision", {"verdict": decision.verdict.value, "reason": decision.reason, **grant_detail}
+            ),
             self._draft(ctx, "intent", {"arguments": arguments}),
         )
         claimed = yield StoreWrite(lambda t: self._claim(t, ctx, drafts, uses), ctx.slots())

@@ -1,10 +1,11 @@
 """The tool-approval gate: decisions before an action starts, grants, and the review queue.
 
-``Gate.evaluate(ToolCall) -> Decision`` (allow / deny / review) from the manifest's ``tools:``
+``Gate.evaluate(ToolCall) -> Decision`` (``contain.decision``; allow / deny / review) from the manifest's ``tools:``
 rules; ``mint_grant`` / ``verify_grant`` for signed approvals bound to exact calls; ``ReviewStore``
 for pending, approved, denied and expired requests. See docs/gate.md.
 """
 
+from contain.decision import Decision
 from contain.gate.digests import argument_digest, canonical_json, tool_digest
 from contain.gate.grants import (
     Grant,
@@ -20,7 +21,7 @@ from contain.gate.grants import (
     parse_duration,
     verify_grant,
 )
-from contain.gate.model import Decision, Gate, ToolCall
+from contain.gate.model import Gate, ToolCall
 from contain.gate.store import (
     ReviewRequest,
     ReviewState,

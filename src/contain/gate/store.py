@@ -34,10 +34,11 @@ from pathlib import Path
 from typing import Any
 
 from contain.boundary import ToolVerdict
+from contain.decision import Decision
 from contain.errors import GateError
 from contain.gate.digests import argument_digest, canonical_json
 from contain.gate.grants import GrantKey, GrantScope, SqliteUseCounter, decode_grant, mint_grant
-from contain.gate.model import Decision, ToolCall
+from contain.gate.model import ToolCall
 from contain.sqlite_txn import immediate_transaction
 
 __all__ = [

@@ -18,9 +18,10 @@ import threading
 from dataclasses import dataclass
 from typing import Protocol
 
+from contain.decision import Decision
 from contain.errors import GateError
 from contain.gate.digests import argument_digest
-from contain.gate.model import Decision, ToolCall
+from contain.gate.model import ToolCall
 from contain.gate.store import ReviewState, ReviewStore
 
 __all__ = ["MemoryReviewQueue", "ReviewQueue", "ReviewState", "ReviewStatus", "StoreReviewQueue"]

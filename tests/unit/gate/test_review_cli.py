@@ -7,8 +7,9 @@ import pytest
 
 from contain.boundary import ToolVerdict
 from contain.cli import main
+from contain.decision import Decision
 from contain.gate import GrantKey, ReviewState, ReviewStore, decode_grant, default_state_dir
-from contain.gate.model import Decision, ToolCall
+from contain.gate.model import ToolCall
 
 REVIEW = Decision(ToolVerdict.REVIEW, "tools[0]", "tools[0] requires a human review")
 

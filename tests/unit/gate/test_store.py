@@ -6,10 +6,11 @@ import threading
 import pytest
 
 from contain.boundary import ToolVerdict
+from contain.decision import Decision
 from contain.errors import GateError
 from contain.gate.digests import argument_digest
 from contain.gate.grants import GrantKey, GrantScope, decode_grant, verify_grant
-from contain.gate.model import Decision, ToolCall
+from contain.gate.model import ToolCall
 from contain.gate.store import ReviewState, ReviewStore
 
 KEY = GrantKey.from_bytes(b"s" * 32)

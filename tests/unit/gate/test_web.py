@@ -6,8 +6,9 @@ from urllib.parse import urlencode
 import pytest
 
 from contain.boundary import ToolVerdict
+from contain.decision import Decision
 from contain.gate.grants import GrantKey, decode_grant
-from contain.gate.model import Decision, ToolCall
+from contain.gate.model import ToolCall
 from contain.gate.store import ReviewState, ReviewStore
 from contain.gate.web import COOKIE_NAME, ReviewApp, render_arguments, scope_from_form
 
