@@ -551,7 +551,8 @@ class Broker:
                 business = action.validate(principal, args)
             except Exception as exc:  # fail closed
                 business = Decision.deny("validate", f"business rule failed: {type(exc).__name__}")
-        base = Decision(action.verdict, "action.verdict", f"{action.name} is registered with verdict {action.verdict}")
+        registered = f"{action.name} is registered with verdict {action.verdict}"
+        base = Decision(ToolVerdict(action.verdict), "action.verdict", registered)
         return base.stricter(authz).stricter(business), 422
 
     def _decide_and_execute(
