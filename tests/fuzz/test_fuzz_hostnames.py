@@ -228,7 +228,7 @@ POLICY = EgressPolicy.from_boundary(boundary_from_mapping({"network": {"allow": 
 def test_the_policy_never_allows_what_the_reference_decision_refuses(destination: tuple[str, int]) -> None:
     host, port = destination
     decision = POLICY.check_target(Destination(host, port, Via.CONNECT))
-    if decision.allowed:
+    if decision.is_allowed:
         expected = reference_allows(host, port)
         assert expected is not None, f"policy allowed {host!r}:{port} ({decision.reason})"
         domain, labels = expected
@@ -242,4 +242,4 @@ def test_the_policy_never_allows_what_the_reference_decision_refuses(destination
 @given(st.sampled_from(NUMERIC_AFTER_CANONICALISATION), st.sampled_from([80, 443]))
 def test_numeric_spellings_are_never_matched_as_names(host: str, port: int) -> None:
     decision = POLICY.check_target(Destination(host, port, Via.CONNECT))
-    assert not decision.allowed and decision.rule_id == "egress.ip_literal"
+    assert not decision.is_allowed and decision.rule_id == "egress.ip_literal"

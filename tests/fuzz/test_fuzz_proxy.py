@@ -14,8 +14,9 @@ import socket
 from hypothesis import example, given
 from hypothesis import strategies as st
 
+from contain.boundary import ToolVerdict
 from contain.egress.log import EgressEvent
-from contain.egress.policy import Decision, Destination
+from contain.egress.policy import Destination, EgressDecision
 from contain.egress.proxy import (
     MAX_CONTENT_LENGTH,
     BadRequest,
@@ -151,9 +152,10 @@ def serve_once(request: bytes) -> tuple[list[EgressEvent], list[Destination]]:
     asked: list[Destination] = []
     events: list[EgressEvent] = []
 
-    async def decide(destination: Destination) -> Decision:
+    async def decide(destination: Destination) -> EgressDecision:
         asked.append(destination)
-        return Decision(False, "egress.not_allowed", "fuzz: everything is denied", destination.host, destination.port)
+        reason = "fuzz: everything is denied"
+        return EgressDecision(ToolVerdict.DENY, "egress.not_allowed", reason, destination.host, destination.port)
 
     async def main() -> None:
         ours, theirs = socket.socketpair()

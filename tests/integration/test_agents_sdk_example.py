@@ -24,7 +24,7 @@ from gated_tools import GateApprovals, resume_gated, run_gated  # noqa: E402
 from scripted_model import ScriptedModel  # noqa: E402
 
 from contain.boundary import load_boundary  # noqa: E402
-from contain.gate import Gate, GrantKey, GrantScope, RequestStatus, ReviewStore  # noqa: E402
+from contain.gate import Gate, GrantKey, GrantScope, ReviewState, ReviewStore  # noqa: E402
 
 CONFIG = RunConfig(tracing_disabled=True)
 
@@ -88,7 +88,7 @@ def test_review_becomes_a_pending_request_and_a_grant_resumes_the_run(world):
     run = asyncio.run(run_gated(a, "go", approvals, run_config=CONFIG))
     assert run.result is None and len(run.pending) == 1 and run.state
     request = approvals.store.get(run.pending[0])
-    assert (request.status, request.tool, request.arguments) == (RequestStatus.PENDING, "write_file", WRITE)
+    assert (request.status, request.tool, request.arguments) == (ReviewState.PENDING, "write_file", WRITE)
     assert ran == [] and "/work/out/report.txt" not in files
 
     # Resuming before anyone decides keeps waiting on the same request.

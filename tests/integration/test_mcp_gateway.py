@@ -28,7 +28,7 @@ import pytest
 from mcp import Client, StdioServerParameters
 
 from contain.gate import GrantKey, GrantScope, argument_digest, mint_grant
-from contain.gate.store import RequestStatus, ReviewStore
+from contain.gate.store import ReviewState, ReviewStore
 
 REPO = Path(__file__).resolve().parents[2]
 NODE_MODULES = REPO / "tests" / "npm" / "node_modules"
@@ -406,7 +406,7 @@ def test_a_waiting_review_call_proceeds_when_a_reviewer_approves_it_meanwhile(ho
         store = world.store
         deadline = time.monotonic() + 30
         while not approved and time.monotonic() < deadline:
-            pending = store.list(RequestStatus.PENDING)
+            pending = store.list(ReviewState.PENDING)
             if pending:
                 assert pending[0].arguments == arguments
                 store.approve(pending[0].request_id, key=world.key, scope=GrantScope.once(now=time.time()), reviewer="bob")

@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 
 from contain.boundary import ToolVerdict
-from contain.gate import GrantKey, RequestStatus, ReviewStore, decode_grant, verify_grant
-from contain.gate.model import Decision, ToolCall
+from contain.decision import Decision
+from contain.gate import GrantKey, ReviewState, ReviewStore, decode_grant, verify_grant
+from contain.gate.model import ToolCall
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
@@ -107,12 +108,12 @@ def test_review_page_in_chromium_approves_one_and_denies_another(served):
             browser.close()
 
     approved = store.get(first.request_id)
-    assert approved.status is RequestStatus.APPROVED
+    assert approved.status is ReviewState.APPROVED
     assert (approved.reviewer, approved.review_reason) == ("web:tester", "report output is fine")
     grant = decode_grant(approved.grant_token)
     assert (grant.scope.kind, grant.scope.uses) == ("uses", 2)
     denied = store.get(second.request_id)
-    assert (denied.status, denied.review_reason, denied.grant_token) == (RequestStatus.DENIED, "writes to cron", None)
+    assert (denied.status, denied.review_reason, denied.grant_token) == (ReviewState.DENIED, "writes to cron", None)
 
     # The grant the page minted verifies for exactly the approved call, twice, with the served key.
     key = GrantKey.load_or_create(key_path)
@@ -231,7 +232,7 @@ def test_a_page_on_another_loopback_port_cannot_steal_the_session_and_approve(se
 
     assert attacker.cookies, "the attacker's page was not reached"
     after = store.get(pending.request_id)
-    assert (after.status, after.grant_token) == (RequestStatus.PENDING, None), attacker.attempts
+    assert (after.status, after.grant_token) == (ReviewState.PENDING, None), attacker.attempts
     assert not [c for c in attacker.cookies if "contain_review=" in c], attacker.cookies
 
 

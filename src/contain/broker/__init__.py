@@ -1,6 +1,7 @@
 """The trusted write broker: credentials stay outside, every write authorized, done once, on a ledger.
 
-``Broker`` (core) decides and executes; ``BrokerServer`` (service) serves it as JSON over a Unix
+``Decision`` (``contain.decision``, re-exported for action authors) is what ``authorize`` and ``validate``
+return. ``Broker`` (core) decides and executes; ``BrokerServer`` (service) serves it as JSON over a Unix
 socket; ``Store`` backends (SQLite WAL, PostgreSQL) keep the hash-chained ledger and the
 idempotency records; ``mint_token``/``verify_token`` are the callers' capability tokens;
 ``attachments_for`` connects a sandbox. See docs/broker.md.
@@ -10,7 +11,6 @@ from contain.broker.actions import (
     Action,
     ActionFailed,
     CheckResult,
-    Decision,
     ExecContext,
     Intent,
     Principal,
@@ -39,6 +39,7 @@ from contain.broker.service import BrokerServer, build_broker, openapi_document
 from contain.broker.storage import PostgresStore, SqliteStore, Store, open_store
 from contain.broker.tokens import TokenCheck, TokenKey, TokenScope, attenuate, mint_token, verify_token
 from contain.broker.verification import LedgerVerdict, verify_ledger
+from contain.decision import Decision
 
 __all__ = [
     "Action",

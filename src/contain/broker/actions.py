@@ -6,7 +6,7 @@ broker.yaml; the function receives the action's ``options`` and returns an ``Act
   * ``arguments``: a pydantic model; anything it rejects is a 400 before any decision;
   * ``authorize(principal, args)``: resource constraints tied to the principal (for example "the
     invoice belongs to the principal"), so a prompt-injected model cannot aim the write at someone
-    else's record; returns a ``Decision`` (allow/deny);
+    else's record; returns a ``contain.decision.Decision`` (allow/deny);
   * ``validate(principal, args)``: the business rule; may return allow, deny, or review (for
     example "the amount may change by at most 10% unless reviewed");
   * ``execute(args, context)``: performs the write with credentials from ``context.secret(name)``,
@@ -33,13 +33,13 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
+from contain.decision import Decision
 from contain.gate.digests import tool_digest
 
 __all__ = [
     "Action",
     "ActionFailed",
     "CheckResult",
-    "Decision",
     "ExecContext",
     "Intent",
     "Principal",
@@ -48,41 +48,12 @@ __all__ = [
     "action_tool_digest",
 ]
 
-Verdict = Literal["allow", "review", "deny"]
-_RANK = {"allow": 0, "review": 1, "deny": 2}
-
-
 @dataclass(frozen=True)
 class Principal:
     """On whose behalf a request runs, as the capability token says (never as the body says)."""
 
     name: str
     task: str
-
-
-@dataclass(frozen=True)
-class Decision:
-    """A verdict with the rule that made it and why; feeds the ledger and the HTTP body alike."""
-
-    verdict: Verdict
-    rule_id: str
-    reason: str
-
-    @staticmethod
-    def allow(rule_id: str, reason: str = "allowed") -> Decision:
-        return Decision("allow", rule_id, reason)
-
-    @staticmethod
-    def deny(rule_id: str, reason: str) -> Decision:
-        return Decision("deny", rule_id, reason)
-
-    @staticmethod
-    def review(rule_id: str, reason: str) -> Decision:
-        return Decision("review", rule_id, reason)
-
-    def stricter(self, other: Decision) -> Decision:
-        """The stricter of two decisions (deny > review > allow); ties keep ``self``."""
-        return other if _RANK[other.verdict] > _RANK[self.verdict] else self
 
 
 class ActionFailed(Exception):

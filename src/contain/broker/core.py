@@ -54,16 +54,18 @@ import json
 import threading
 import time
 from collections.abc import Callable, Generator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
 from pydantic import ValidationError
 
 from contain._log import LazyLogger
-from contain.broker.actions import Action, ActionFailed, CheckResult, Decision, Intent, Principal, SecretStore
+from contain.boundary import ToolVerdict
+from contain.broker.actions import Action, ActionFailed, CheckResult, Intent, Principal, SecretStore
 from contain.broker.actions import action_tool_digest as _tool_digest
 from contain.broker.idempotency import (
     IdempotencyRecord,
+    State,
     assign_key,
     client_key_problem,
     plan_claim,
@@ -75,6 +77,7 @@ from contain.broker.ledger import Checkpointer, EntryDraft, EntrySubject, chain,
 from contain.broker.refusals import RefusalTally, RefusalWindow, bounded_text
 from contain.broker.storage import Store, Txn
 from contain.broker.tokens import TokenCheck, TokenKey, TokenScope, verify_token
+from contain.decision import Decision
 from contain.gate.digests import DIGEST_PREFIX, canonical_json
 from contain.gate.grants import GrantKey, verify_grant
 
@@ -124,6 +127,12 @@ class _Ctx:
     def record_key(self) -> str:
         """Where this request's idempotency record lives: ``<task>/<key>`` (see ``idempotency``)."""
         return record_key(self.task, self.key)
+
+    def record(self, state: State, status_code: int, response: Mapping[str, Any], intent_seq: int) -> IdempotencyRecord:
+        """The idempotency record this request stores under its own slot."""
+        return IdempotencyRecord(
+            self.principal, self.record_key, self.action, self.digest, state, status_code, response, intent_seq
+        )
 
     def slots(self) -> list[tuple[str, str]]:
         """The (principal, record key) slots this request may read: its own, and the bare key a v1
@@ -332,9 +341,7 @@ class Broker:
                     return raced
             seq = self._chain(txn, *earlier, denial)
             if store:
-                txn.put_record(
-                    IdempotencyRecord(ctx.principal, ctx.record_key, ctx.action, ctx.digest, "done", status, body, seq)
-                )
+                txn.put_record(ctx.record("done", status, body, seq))
             return BrokerReply(status, {**body, "ledger_seq": seq, "replayed": False})
 
         keys = ctx.slots() if store or settle else []
@@ -535,7 +542,7 @@ class Broker:
             authz = action.authorize(principal, args)
         except Exception as exc:  # fail closed: an authorization rule that breaks denies
             authz = Decision.deny("authorize", f"authorization rule failed: {type(exc).__name__}")
-        if authz.verdict != "allow":
+        if authz.verdict is not ToolVerdict.ALLOW:
             return authz, 403
         if action.validate is None:  # registered without a business rule (contain check flags it)
             business = Decision.allow("validate", f"{action.name} has no business rule")
@@ -544,7 +551,8 @@ class Broker:
                 business = action.validate(principal, args)
             except Exception as exc:  # fail closed
                 business = Decision.deny("validate", f"business rule failed: {type(exc).__name__}")
-        base = Decision(action.verdict, "action.verdict", f"{action.name} is registered with verdict {action.verdict}")
+        registered = f"{action.name} is registered with verdict {action.verdict}"
+        base = Decision(ToolVerdict(action.verdict), "action.verdict", registered)
         return base.stricter(authz).stricter(business), 422
 
     def _decide_and_execute(
@@ -556,12 +564,12 @@ class Broker:
         else:  # rules may do I/O: a server runs them off its loop (``_decide`` never raises an Exception)
             decision, deny_status = yield ExecutorCall(functools.partial(self._decide, action, principal, args))
         ctx.extra = {**ctx.extra, "rule_id": decision.rule_id}
-        if decision.verdict == "deny":
+        if decision.verdict is ToolVerdict.DENY:
             code = "unauthorized" if deny_status == 403 else "business_rule"
             return (yield from self._refuse(ctx, deny_status, code, decision.reason, store=True))
         uses = _DeferredUse()
         grant_detail: dict[str, Any] = {}
-        if decision.verdict == "review":
+        if decision.verdict is ToolVerdict.REVIEW:
             if not grant:
                 return (yield from self._pending(ctx, action, arguments, decision))
             verdict = verify_grant(
@@ -580,7 +588,9 @@ class Broker:
         intent = Intent(action.name, ctx.principal, ctx.task, ctx.record_key, ctx.digest, arguments)
         drafts = (
             self._draft(ctx, "request", {"replayed": False}),
-            self._draft(ctx, "decision", {"verdict": decision.verdict, "reason": decision.reason, **grant_detail}),
+            self._draft(
+                ctx, "decision", {"verdict": decision.verdict.value, "reason": decision.reason, **grant_detail}
+            ),
             self._draft(ctx, "intent", {"arguments": arguments}),
         )
         claimed = yield StoreWrite(lambda t: self._claim(t, ctx, drafts, uses), ctx.slots())
@@ -634,9 +644,7 @@ class Broker:
                 },
             )
         seq = self._chain(txn, *drafts)
-        txn.put_record(
-            IdempotencyRecord(ctx.principal, ctx.record_key, ctx.action, ctx.digest, "in_flight", 0, {}, seq)
-        )
+        txn.put_record(ctx.record("in_flight", 0, {}, seq))
         return seq
 
     def _execute(self, ctx: _Ctx, action: Action, args: Any, intent: Intent, intent_seq: int) -> Steps:
@@ -680,10 +688,7 @@ class Broker:
 
         def finish(txn: Txn) -> int:
             seq = self._chain(txn, outcome)
-            record = IdempotencyRecord(
-                ctx.principal, ctx.record_key, ctx.action, ctx.digest, "done", status, body, intent_seq
-            )
-            txn.put_record(record)
+            txn.put_record(ctx.record("done", status, body, intent_seq))
             return seq
 
         seq = yield StoreWrite(finish)
@@ -728,18 +733,7 @@ class Broker:
             result = json.loads(canonical_json(dict(found.result or {})))
             body = {**base, "status": "succeeded", "result": result, "reconciled": True}
             self._append(txn, ctx, "reconcile", {**detail, "status": "succeeded", "result_value": result})
-            txn.put_record(
-                IdempotencyRecord(
-                    record.principal,
-                    record.key,
-                    record.action,
-                    record.argument_digest,
-                    "done",
-                    200,
-                    body,
-                    record.intent_seq,
-                )
-            )
+            txn.put_record(replace(record, state="done", status_code=200, response=body))
         elif found.state == "not_applied":
             self._append(txn, ctx, "reconcile", {**detail, "status": "not_applied"})
             txn.delete_record(record.principal, record.key)
@@ -754,18 +748,7 @@ class Broker:
                 },
             }
             self._append(txn, ctx, "reconcile", {**detail, "status": "unknown"})
-            txn.put_record(
-                IdempotencyRecord(
-                    record.principal,
-                    record.key,
-                    record.action,
-                    record.argument_digest,
-                    "unknown",
-                    500,
-                    body,
-                    record.intent_seq,
-                )
-            )
+            txn.put_record(replace(record, state="unknown", status_code=500, response=body))
 
 
 def _short(exc: Exception) -> str:

@@ -145,8 +145,12 @@ class ServerLoop:
         limits: ServerLimits | None = None,
         executor_threads: int = 64,
         drain_timeout_s: float = 10.0,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        """``clock`` (seconds, monotonic) times deadlines, idle connections, sweeps and the drain;
+        tests inject one they advance. ``select`` still waits at most ``sweep_every_s`` real seconds."""
         self._broker = broker
+        self._clock = clock
         self._route = route
         self._limits = limits = limits or ServerLimits()
         self._idle_timeout_s = limits.idle_timeout_s
@@ -206,7 +210,7 @@ class ServerLoop:
 
     def run(self) -> None:
         drain_deadline: float | None = None
-        next_sweep = time.monotonic() + self._sweep_every_s
+        next_sweep = self._clock() + self._sweep_every_s
         try:
             while True:
                 for key, mask in self._selector.select(timeout=self._sweep_every_s):
@@ -229,7 +233,7 @@ class ServerLoop:
                     self._advance(path, value, error)
                 self._commit()
                 self._take_ready()
-                now = time.monotonic()
+                now = self._clock()
                 if now >= next_sweep:
                     self._sweep(now)
                     self._write_refusal_summaries()
@@ -277,7 +281,7 @@ class ServerLoop:
                 continue
             self._refusing = False
             sock.setblocking(False)
-            conn = _Conn(sock, time.monotonic(), decision.peer)
+            conn = _Conn(sock, self._clock(), decision.peer)
             self._per_peer[conn.peer] += 1
             self._conns.add(conn)
             self._interest(conn)
@@ -377,7 +381,7 @@ class ServerLoop:
         if not data:  # the client is done sending: answer what it sent whole, then close
             conn.eof = True
         else:
-            conn.last = time.monotonic()
+            conn.last = self._clock()
             if conn.deadline is None and not conn.active and not conn.out:  # the first byte of a request
                 conn.deadline = conn.last + self._request_timeout_s
             conn.reader.feed(data)
@@ -395,7 +399,7 @@ class ServerLoop:
                 return
             if sent:
                 del conn.out[:sent]
-                conn.last = time.monotonic()
+                conn.last = self._clock()
                 if not conn.out:
                     # the reply is out; bytes already read ahead are the next request's first
                     conn.deadline = conn.last + self._request_timeout_s if conn.reader.buffered else None
@@ -437,7 +441,7 @@ class ServerLoop:
 
     def _refuse(self, conn: _Conn, status: int, code: str, reason: str) -> None:
         """Answer a refusal made by the loop itself (framing, deadline, no room) and close after it."""
-        conn.deadline = time.monotonic() + self._request_timeout_s  # for sending the refusal
+        conn.deadline = self._clock() + self._request_timeout_s  # for sending the refusal
         self._start(conn, self._broker.refusal_steps(status, code, reason, peer=conn.peer), keep=False)
 
     # -- paths --------------------------------------------------------------------------------------
@@ -559,7 +563,7 @@ class ServerLoop:
             return
         keep = keep and not self._stopping
         conn.out += reply_bytes(reply.status, reply.body, keep_alive=keep)
-        conn.deadline = time.monotonic() + self._request_timeout_s  # the client must take its reply
+        conn.deadline = self._clock() + self._request_timeout_s  # the client must take its reply
         if not keep:
             conn.closing = True
         self._flush(conn)

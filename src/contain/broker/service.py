@@ -34,6 +34,7 @@ import os
 import socket
 import stat
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -259,8 +260,10 @@ class BrokerServer:
         socket_mode: int = SOCKET_MODE,
         executor_threads: int = 64,
         limits: ServerLimits | None = None,
+        loop_clock: Callable[[], float] = time.monotonic,
     ):
-        """Bind and listen (serving starts with ``start``).
+        """Bind and listen (serving starts with ``start``). ``loop_clock``: the server loop's
+        monotonic clock (``ServerLoop``'s ``clock``).
 
         Raises:
             BrokerStateUnsafe: the socket's directory may be changed by other users, or the path
@@ -298,6 +301,7 @@ class BrokerServer:
             functools.partial(route_steps, broker, spec=spec),
             executor_threads=executor_threads,
             limits=limits,
+            clock=loop_clock,
         )
         self._thread: threading.Thread | None = None
 

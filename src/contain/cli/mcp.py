@@ -63,14 +63,14 @@ def execute(args: argparse.Namespace) -> int:
 
 
 def _listen(text: str | None) -> tuple[str, int] | None:
-    from contain.mcp.serving import parse_listen_address
+    from contain.mcp.transport import parse_listen_address
 
     return parse_listen_address(text) if text else None
 
 
 def _gateway(args: argparse.Namespace) -> int:
     from contain.mcp.config import load_gateway_config
-    from contain.mcp.service import run_gateway
+    from contain.mcp.gateway_runner import run_gateway
 
     config = load_gateway_config(args.config)
     listen = _listen(args.http)
@@ -80,8 +80,8 @@ def _gateway(args: argparse.Namespace) -> int:
 
 def _serve(args: argparse.Namespace) -> int:
     from contain.boundary import load_boundary
-    from contain.mcp.server import SandboxTools
-    from contain.mcp.serving import build_server, serve_http, serve_stdio
+    from contain.mcp.sandbox_tools import SandboxTools
+    from contain.mcp.transport import build_server, serve_http, serve_stdio
 
     if args.manifest is None:
         from contain.boundary import Boundary

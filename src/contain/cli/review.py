@@ -94,10 +94,10 @@ def _utc(ts: float) -> str:
 
 
 def _list(store: ReviewStore, *, show_all: bool, as_json: bool) -> int:
-    from contain.gate import RequestStatus
+    from contain.gate import ReviewState
 
     store.expire_stale()
-    requests = store.list(None if show_all else RequestStatus.PENDING)
+    requests = store.list(None if show_all else ReviewState.PENDING)
     if as_json:
         json.dump([r.as_dict() for r in requests], sys.stdout, indent=2, ensure_ascii=False)
         sys.stdout.write("\n")

@@ -7,7 +7,7 @@ from contain.egress.addresses import (
     parse_ip_literal,
 )
 from contain.egress.log import EgressEvent
-from contain.egress.policy import DENY_RULES, Decision, Destination, EgressPolicy, Via
+from contain.egress.policy import DENY_RULES, Destination, EgressDecision, EgressPolicy, Via
 from contain.egress.resolve import Resolver
 from contain.egress.session import RESOLV_CONF_TEXT, EgressSession, start_egress
 
@@ -15,8 +15,8 @@ __all__ = [
     "DENY_RULES",
     "RESOLV_CONF_TEXT",
     "SPECIAL_RANGES",
-    "Decision",
     "Destination",
+    "EgressDecision",
     "EgressEvent",
     "EgressPolicy",
     "EgressSession",

@@ -25,7 +25,7 @@ from typing import Any
 
 from contain._log import LazyLogger
 from contain.egress.log import EgressEvent, decision_event
-from contain.egress.policy import Decision, Destination, Via
+from contain.egress.policy import Destination, EgressDecision, Via
 from contain.egress.proxy import DIAL_TIMEOUT_S, Decide, Record
 from contain.egress.tunnel import dial_pinned, pump, tune_stream
 
@@ -93,7 +93,7 @@ class CaptureServer:
 
     def _event(
         self,
-        decision: Decision,
+        decision: EgressDecision,
         *,
         address: str | None = None,
         up: int = 0,
@@ -107,7 +107,7 @@ class CaptureServer:
     async def _serve(self, name: str, port: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         tune_stream(writer)
         decision = await self.decide(Destination(name, port, Via.TRANSPARENT))
-        if not decision.allowed:
+        if not decision.is_allowed:
             self.record(self._event(decision))
             _reset(writer)
             return

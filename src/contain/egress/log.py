@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from contain.egress.policy import Decision
+    from contain.egress.policy import EgressDecision
 
 __all__ = [
     "MAX_EVENTS",
@@ -86,7 +86,7 @@ class EgressEvent:
 
 
 def decision_event(
-    decision: Decision,
+    decision: EgressDecision,
     via: str,
     *,
     time: float,
@@ -101,7 +101,7 @@ def decision_event(
         host=decision.host,
         port=decision.port,
         address=address,
-        verdict="allow" if decision.allowed else "deny",
+        verdict="allow" if decision.is_allowed else "deny",
         reason=reason or decision.reason,
         rule_id=decision.rule_id,
         via=via,

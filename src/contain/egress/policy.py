@@ -13,7 +13,8 @@ What this module enforces (pure, no I/O):
   never ``example.com``, ``evilexample.com`` or ``example.com.evil.test``.
 * A matching host on an unlisted port is refused with its own rule id, so the message says which
   ports would have worked.
-* Every answer is a ``Decision`` value; refusals carry a rule id from ``DENY_RULES`` or
+* Every answer is an ``EgressDecision`` value (a ``contain.decision.Decision`` with the host, port
+  and checked addresses); refusals carry a rule id from ``DENY_RULES`` or
   ``SPECIAL_RANGES`` and a reason written for the agent that has to act on it.
 
 What it does not do: resolve names or check resolved addresses (``resolve.py``), or speak HTTP
@@ -27,15 +28,17 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from contain.boundary.hostnames import HostnameError, HostnameIsAddress, canonical_hostname
+from contain.boundary.kinds import ToolVerdict
 from contain.boundary.plain import PlainBoundary
+from contain.decision import Decision
 from contain.egress.addresses import IPAddress, IPNetwork, UnreadableLiteral, parse_ip_literal
 
 __all__ = [
     "DENY_RULES",
     "AllowEntry",
-    "Decision",
     "DenyRule",
     "Destination",
+    "EgressDecision",
     "EgressPolicy",
     "Via",
     "deny",
@@ -61,12 +64,10 @@ class Destination:
 
 
 @dataclass(frozen=True)
-class Decision:
-    """The answer for one attempt. ``addresses`` are the checked addresses to dial, in order."""
+class EgressDecision(Decision):
+    """The answer for one attempt: a ``contain.decision.Decision`` (allow or deny, never review)
+    plus the destination it is about. ``addresses`` are the checked addresses to dial, in order."""
 
-    allowed: bool
-    rule_id: str | None
-    reason: str
     host: str
     port: int
     addresses: tuple[IPAddress, ...] = field(default=())
@@ -93,11 +94,11 @@ DENY_RULES: tuple[DenyRule, ...] = (
 _DENY_IDS = frozenset(rule.rule_id for rule in DENY_RULES)
 
 
-def deny(rule_id: str, reason: str, *, host: str, port: int) -> Decision:
+def deny(rule_id: str, reason: str, *, host: str, port: int) -> EgressDecision:
     """Build a refusal; ``rule_id`` must be a ``DENY_RULES`` row or an address-range rule id."""
     if rule_id not in _DENY_IDS and not rule_id.startswith("egress.special_address."):
         raise ValueError(f"unknown deny rule id {rule_id!r}")
-    return Decision(False, rule_id, reason, host, port)
+    return EgressDecision(ToolVerdict.DENY, rule_id, reason, host, port)
 
 
 @dataclass(frozen=True)
@@ -171,7 +172,7 @@ class EgressPolicy:
                 return entry
         return None
 
-    def check_target(self, destination: Destination) -> Decision:
+    def check_target(self, destination: Destination) -> EgressDecision:
         """Decide everything that can be decided before resolution.
 
         Returns:
@@ -201,12 +202,13 @@ class EgressPolicy:
             )
         return self.check_name(name, port)
 
-    def check_name(self, name: str, port: int) -> Decision:
+    def check_name(self, name: str, port: int) -> EgressDecision:
         """Match a canonical name and port against the allow entries."""
         named = [e for e in self.entries if e.matches_name(name)]
         for entry in named:
             if port in entry.ports:
-                return Decision(True, entry.rule_id, f"{name}:{port} matches {entry.rule_id}", name, port)
+                reason = f"{name}:{port} matches {entry.rule_id}"
+                return EgressDecision(ToolVerdict.ALLOW, entry.rule_id, reason, name, port)
         if named:
             ports = frozenset().union(*(e.ports for e in named))
             return deny(
@@ -217,7 +219,7 @@ class EgressPolicy:
             )
         return deny("egress.not_allowed", f"{name}:{port} is not in network.allow", host=name, port=port)
 
-    def _check_literal(self, raw: str, address: IPAddress, port: int) -> Decision:
+    def _check_literal(self, raw: str, address: IPAddress, port: int) -> EgressDecision:
         entry = self.entry_naming_address(address, port)
         if entry is None:
             return deny(
@@ -227,8 +229,8 @@ class EgressPolicy:
                 host=str(address),
                 port=port,
             )
-        return Decision(
-            True,
+        return EgressDecision(
+            ToolVerdict.ALLOW,
             entry.rule_id,
             f"{address}:{port} is named by {entry.rule_id}",
             str(address),

@@ -1,6 +1,6 @@
 """The HTTP proxy the sandbox's proxy variables point to: CONNECT and absolute-form plain HTTP.
 
-It knows HTTP and nothing about policy: it receives ``decide(Destination) -> Decision`` and a
+It knows HTTP and nothing about policy: it receives ``decide(Destination) -> EgressDecision`` and a
 ``record(EgressEvent)`` callable. What it enforces (ESCAPE_CATALOG PX-01..PX-15):
 
 * The request head is read strictly, bounded (``MAX_HEAD_BYTES``) and timed
@@ -34,9 +34,10 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from contain._log import LazyLogger
+from contain.boundary.kinds import ToolVerdict
 from contain.egress.addresses import UnreadableLiteral, parse_ip_literal
 from contain.egress.log import EgressEvent, decision_event
-from contain.egress.policy import Decision, Destination, Via
+from contain.egress.policy import Destination, EgressDecision, Via
 from contain.egress.tunnel import Dialled, dial_pinned, pump, tune_stream
 from contain.http_framing import TOKEN, FramingError, parse_content_length, parse_header_line
 
@@ -55,7 +56,7 @@ __all__ = [
 
 log = LazyLogger(__name__)
 
-Decide = Callable[[Destination], Awaitable[Decision]]
+Decide = Callable[[Destination], Awaitable[EgressDecision]]
 Record = Callable[[EgressEvent], None]
 
 MAX_HEAD_BYTES = 16 * 1024  # larger than any real request line + headers a tool sends
@@ -336,7 +337,7 @@ class ProxyServer:
 
     def _event(
         self,
-        decision: Decision,
+        decision: EgressDecision,
         via: Via,
         *,
         address: str | None = None,
@@ -355,7 +356,7 @@ class ProxyServer:
         finally:
             writer.close()
 
-    async def _refuse(self, writer: asyncio.StreamWriter, status: int, decision: Decision, via: Via) -> None:
+    async def _refuse(self, writer: asyncio.StreamWriter, status: int, decision: EgressDecision, via: Via) -> None:
         self.record(self._event(decision, via))
         writer.write(refusal_response(status, decision.rule_id or "egress.request", decision.reason))
         with contextlib.suppress(ConnectionError):
@@ -382,7 +383,7 @@ class ProxyServer:
             await self._refuse(writer, exc.status, _malformed(exc, rule_id=rule), Via.HTTP)
             return
         decision = await self.decide(Destination(host, port, via))
-        if not decision.allowed:
+        if not decision.is_allowed:
             await self._refuse(writer, 403, decision, via)
             return
         try:
@@ -404,7 +405,7 @@ class ProxyServer:
         reader: asyncio.StreamReader,
         writer: asyncio.StreamWriter,
         upstream: Dialled,
-        decision: Decision,
+        decision: EgressDecision,
         extra: bytes,
     ) -> None:
         writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
@@ -418,7 +419,7 @@ class ProxyServer:
         reader: asyncio.StreamReader,
         writer: asyncio.StreamWriter,
         upstream: Dialled,
-        decision: Decision,
+        decision: EgressDecision,
         head: RequestHead,
         origin: str,
         extra: bytes,
@@ -456,9 +457,9 @@ class ProxyServer:
             )
 
 
-def _malformed(exc: BadRequest, *, rule_id: str = "egress.request") -> Decision:
+def _malformed(exc: BadRequest, *, rule_id: str = "egress.request") -> EgressDecision:
     shown = exc.target[:200]
-    return Decision(False, rule_id, f"request refused: {exc.reason}", shown, 0)
+    return EgressDecision(ToolVerdict.DENY, rule_id, f"request refused: {exc.reason}", shown, 0)
 
 
 async def _copy_exact(

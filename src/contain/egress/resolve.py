@@ -35,7 +35,7 @@ from dataclasses import replace
 
 from contain._log import LazyLogger
 from contain.egress.addresses import IPAddress, classify_address
-from contain.egress.policy import Decision, Destination, EgressPolicy, deny
+from contain.egress.policy import Destination, EgressDecision, EgressPolicy, deny
 
 __all__ = ["Lookup", "Resolver", "system_lookup"]
 
@@ -55,7 +55,7 @@ async def system_lookup(name: str, port: int) -> list[IPAddress]:
 
 
 class Resolver:
-    """Turns a ``Destination`` into a ``Decision`` with checked, pinned addresses."""
+    """Turns a ``Destination`` into a ``EgressDecision`` with checked, pinned addresses."""
 
     def __init__(
         self,
@@ -70,7 +70,7 @@ class Resolver:
         self.lookup = lookup
         self.timeout_s = timeout_s
 
-    async def decide(self, destination: Destination) -> Decision:
+    async def decide(self, destination: Destination) -> EgressDecision:
         """The ``decide`` callable the proxy and capture listeners receive. Never raises.
 
         Any exception inside is a refusal (``egress.internal_error``): fail closed.
@@ -86,9 +86,9 @@ class Resolver:
                 port=destination.port,
             )
 
-    async def _decide(self, destination: Destination) -> Decision:
+    async def _decide(self, destination: Destination) -> EgressDecision:
         first = self.policy.check_target(destination)
-        if not first.allowed or first.addresses:
+        if not first.is_allowed or first.addresses:
             return first
         name, port = first.host, first.port
         override = self.policy.hosts.get(name)
@@ -118,7 +118,7 @@ class Resolver:
                 return refusal
         return replace(first, addresses=unique)
 
-    def check_address(self, name: str, port: int, address: IPAddress, *, from_hosts: bool) -> Decision | None:
+    def check_address(self, name: str, port: int, address: IPAddress, *, from_hosts: bool) -> EgressDecision | None:
         """Return a refusal if ``address`` may not be dialled for ``name``, else ``None``."""
         row = classify_address(address, host_addresses=self.host_addresses)
         if row is None or self.policy.entry_naming_address(address, port) is not None:

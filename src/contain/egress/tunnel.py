@@ -1,6 +1,6 @@
 """Dialling a checked address and copying bytes both ways: shared by the proxy and capture.
 
-``dial_pinned`` connects to the addresses a ``Decision`` carries, numerically and in order, with
+``dial_pinned`` connects to the addresses a ``EgressDecision`` carries, numerically and in order, with
 no name lookup (the address checked is the address dialled). ``pump`` copies bytes in both
 directions until both sides finish, and returns the byte counts for the record.
 

@@ -1,10 +1,11 @@
 """The tool-approval gate: decisions before an action starts, grants, and the review queue.
 
-``Gate.evaluate(ToolCall) -> Decision`` (allow / deny / review) from the manifest's ``tools:``
+``Gate.evaluate(ToolCall) -> Decision`` (``contain.decision``; allow / deny / review) from the manifest's ``tools:``
 rules; ``mint_grant`` / ``verify_grant`` for signed approvals bound to exact calls; ``ReviewStore``
 for pending, approved, denied and expired requests. See docs/gate.md.
 """
 
+from contain.decision import Decision
 from contain.gate.digests import argument_digest, canonical_json, tool_digest
 from contain.gate.grants import (
     Grant,
@@ -20,10 +21,10 @@ from contain.gate.grants import (
     parse_duration,
     verify_grant,
 )
-from contain.gate.model import Decision, Gate, ToolCall
+from contain.gate.model import Gate, ToolCall
 from contain.gate.store import (
-    RequestStatus,
     ReviewRequest,
+    ReviewState,
     ReviewStore,
     default_key_path,
     default_state_dir,
@@ -38,8 +39,8 @@ __all__ = [
     "GrantKey",
     "GrantScope",
     "MemoryUseCounter",
-    "RequestStatus",
     "ReviewRequest",
+    "ReviewState",
     "ReviewStore",
     "SqliteUseCounter",
     "ToolCall",

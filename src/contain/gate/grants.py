@@ -31,6 +31,7 @@ import sqlite3
 import stat
 import threading
 import time
+from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -39,6 +40,7 @@ from contain._log import LazyLogger
 from contain.boundary.documents import UnreadableDocument, decode_base64url, parse_json_document
 from contain.errors import GateError
 from contain.gate.digests import canonical_json
+from contain.sqlite_txn import immediate_transaction
 
 __all__ = [
     "DEFAULT_GRANT_TTL_S",
@@ -419,27 +421,17 @@ class SqliteUseCounter:
 
     def consume(self, grant_id: str, max_uses: int | None) -> bool:
         """See ``UseCounter.consume``."""
-        conn = self._connect()
-        try:
-            conn.execute("BEGIN IMMEDIATE")
+        with closing(self._connect()) as conn, immediate_transaction(conn):
             row = conn.execute("SELECT used FROM grant_uses WHERE grant_id = ?", (grant_id,)).fetchone()
             used = int(row[0]) if row else 0
             if max_uses is not None and used >= max_uses:
-                conn.execute("ROLLBACK")
-                return False
+                return False  # nothing written: the commit only releases the lock
             conn.execute(
                 "INSERT INTO grant_uses (grant_id, used) VALUES (?, 1) "
                 "ON CONFLICT(grant_id) DO UPDATE SET used = used + 1",
                 (grant_id,),
             )
-            conn.execute("COMMIT")
             return True
-        except BaseException:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            raise
-        finally:
-            conn.close()
 
     def used(self, grant_id: str) -> int:
         """How many uses were recorded for ``grant_id``."""

@@ -32,11 +32,12 @@ from typing import Any
 
 from contain._log import LazyLogger
 from contain.boundary import Boundary, ToolRule, ToolVerdict
+from contain.decision import Decision
 from contain.errors import BoundaryInvalid
 from contain.gate.rules import CompiledRule, compile_rule, glob_prefix, glob_suffix
 from contain.gate.schema import validate_arguments
 
-__all__ = ["Decision", "Gate", "ToolCall"]
+__all__ = ["Gate", "ToolCall"]
 
 log = LazyLogger(__name__)
 
@@ -59,20 +60,6 @@ class ToolCall:
     tool_digest: str
     arguments: Mapping[str, Any]
     input_schema: Mapping[str, Any] | None = None
-
-
-@dataclass(frozen=True)
-class Decision:
-    """The gate's answer: a verdict, the id of the rule that decided, and a sentence for the agent."""
-
-    verdict: ToolVerdict
-    rule_id: str
-    reason: str
-
-    @property
-    def is_allowed(self) -> bool:
-        """True only for ``allow``."""
-        return self.verdict is ToolVerdict.ALLOW
 
 
 @dataclass

@@ -27,22 +27,24 @@ import secrets
 import sqlite3
 import time
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
 from contain.boundary import ToolVerdict
+from contain.decision import Decision
 from contain.errors import GateError
 from contain.gate.digests import argument_digest, canonical_json
 from contain.gate.grants import GrantKey, GrantScope, SqliteUseCounter, decode_grant, mint_grant
-from contain.gate.model import Decision, ToolCall
+from contain.gate.model import ToolCall
+from contain.sqlite_txn import immediate_transaction
 
 __all__ = [
     "DEFAULT_PENDING_TTL_S",
-    "RequestStatus",
     "ReviewRequest",
+    "ReviewState",
     "ReviewStore",
     "default_key_path",
     "default_state_dir",
@@ -105,8 +107,8 @@ def default_key_path(environ: Mapping[str, str] | None = None) -> Path:
     return default_state_dir(environ) / "grant.key"
 
 
-class RequestStatus(StrEnum):
-    """Where a review request is in its life."""
+class ReviewState(StrEnum):
+    """Where a review request is in its life (the one enum: the MCP gateway's ``ReviewStatus`` uses it too)."""
 
     PENDING = "pending"
     APPROVED = "approved"
@@ -119,7 +121,7 @@ class ReviewRequest:
     """One row of the queue, as stored."""
 
     request_id: str
-    status: RequestStatus
+    status: ReviewState
     principal: str
     server: str
     tool: str
@@ -183,7 +185,7 @@ def _row_to_request(row: sqlite3.Row) -> ReviewRequest:
     schema = json.loads(row["input_schema"]) if row["input_schema"] is not None else None
     return ReviewRequest(
         request_id=row["id"],
-        status=RequestStatus(row["status"]),
+        status=ReviewState(row["status"]),
         principal=row["principal"],
         server=row["server"],
         tool=row["tool"],
@@ -241,17 +243,8 @@ class ReviewStore:
 
     @contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
-        conn = self._connect()
-        try:
-            conn.execute("BEGIN IMMEDIATE")
+        with closing(self._connect()) as conn, immediate_transaction(conn):
             yield conn
-            conn.execute("COMMIT")
-        except BaseException:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            raise
-        finally:
-            conn.close()
 
     def now(self) -> float:
         """The store's clock."""
@@ -326,7 +319,7 @@ class ReviewStore:
             raise GateError(f"no review request {request_id!r}", "list requests with: contain review list")
         return _row_to_request(row)
 
-    def list(self, status: RequestStatus | None = None, *, limit: int = 200) -> list[ReviewRequest]:
+    def list(self, status: ReviewState | None = None, *, limit: int = 200) -> list[ReviewRequest]:
         """Requests, newest first, optionally only those with ``status``."""
         conn = self._connect()
         try:

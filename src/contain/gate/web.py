@@ -67,7 +67,7 @@ from contain.gate.grants import (
     describe_scope,
     parse_duration,
 )
-from contain.gate.store import RequestStatus, ReviewRequest, ReviewStore
+from contain.gate.store import ReviewRequest, ReviewState, ReviewStore
 from contain.visible_text import count_escaped, for_terminal
 
 __all__ = [
@@ -382,8 +382,8 @@ class ReviewApp:
 
     def _index(self, session: str, message: str) -> Response:
         self.store.expire_stale()
-        pending = self.store.list(RequestStatus.PENDING)
-        decided = [r for r in self.store.list(limit=50) if r.status is not RequestStatus.PENDING][:20]
+        pending = self.store.list(ReviewState.PENDING)
+        decided = [r for r in self.store.list(limit=50) if r.status is not ReviewState.PENDING][:20]
         csrf = self.csrf_for(session)
         parts = [f"<h1>contain review</h1><p>{len(pending)} pending request(s).</p>"]
         if message:
@@ -443,7 +443,7 @@ class ReviewApp:
             f"<p>Argument digest <code>{_e(r.argument_digest)}</code><br>Tool definition digest "
             f"<code>{_v(r.tool_digest)}</code></p>"
         )
-        if r.status is not RequestStatus.PENDING:
+        if r.status is not ReviewState.PENDING:
             if r.scope is not None:
                 out.append(f"<p>Approved by {_v(r.reviewer)}: allows {base}, {_e(describe_scope(r.scope))}.</p>")
             elif r.review_reason:

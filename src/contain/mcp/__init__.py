@@ -14,11 +14,11 @@ from contain.mcp.config import (
 )
 from contain.mcp.exposure import EXPOSURE_RULES, ExposureRule, plan_listing
 from contain.mcp.gateway import GRANT_ARGUMENT, CallLog, Gateway, UpstreamSession, exposed_name, split_exposed_name
+from contain.mcp.gateway_runner import open_gateway, run_gateway
 from contain.mcp.pins import NewTool, NewToolPolicy, Pin, PinCheck, PinState, PinStore, ToolDefinition
 from contain.mcp.review import MemoryReviewQueue, ReviewQueue, ReviewState, ReviewStatus, StoreReviewQueue
+from contain.mcp.sandbox_tools import LANGUAGES, SandboxTools
 from contain.mcp.sanitize import STRIPPED_RANGES, SanitizeReport, StrippedRange, sanitize_text
-from contain.mcp.server import LANGUAGES, SandboxTools
-from contain.mcp.service import open_gateway, run_gateway
 from contain.mcp.status import RESERVED_CHANNEL_RULES, STATUS_META_KEY, ChannelRule
 from contain.mcp.stdio_in_sandbox import (
     HostProcessLauncher,

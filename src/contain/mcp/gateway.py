@@ -59,9 +59,10 @@ import mcp_types as types
 
 from contain._log import LazyLogger
 from contain.boundary.model import ToolVerdict
+from contain.decision import Decision
 from contain.gate.digests import argument_digest, canonical_json
 from contain.gate.grants import GrantCheck, GrantKey, UseCounter, verify_grant
-from contain.gate.model import Decision, Gate, ToolCall
+from contain.gate.model import Gate, ToolCall
 from contain.gate.schema import validate_arguments
 from contain.mcp.config import UpstreamLimits
 from contain.mcp.exposure import GRANT_ARGUMENT, NAME_SEPARATOR, exposed_name, exposed_tool, plan_listing

@@ -49,6 +49,7 @@ from typing import Any
 
 from contain.errors import GateError
 from contain.gate.digests import canonical_json, tool_digest
+from contain.sqlite_txn import immediate_transaction
 
 __all__ = ["NewTool", "NewToolPolicy", "Pin", "PinCheck", "PinState", "PinStore", "ToolDefinition"]
 
@@ -188,13 +189,8 @@ class PinStore:
             if not self._wal:
                 db.execute("PRAGMA journal_mode=WAL")  # persistent in the file; set once per store
                 self._wal = True
-            db.execute("BEGIN IMMEDIATE")
-            try:
+            with immediate_transaction(db):
                 yield db
-            except BaseException:
-                db.execute("ROLLBACK")
-                raise
-            db.execute("COMMIT")
         finally:
             db.close()
 

@@ -16,24 +16,15 @@ from __future__ import annotations
 import itertools
 import threading
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import Protocol
 
+from contain.decision import Decision
 from contain.errors import GateError
 from contain.gate.digests import argument_digest
-from contain.gate.model import Decision, ToolCall
-from contain.gate.store import RequestStatus, ReviewStore
+from contain.gate.model import ToolCall
+from contain.gate.store import ReviewState, ReviewStore
 
 __all__ = ["MemoryReviewQueue", "ReviewQueue", "ReviewState", "ReviewStatus", "StoreReviewQueue"]
-
-
-class ReviewState(StrEnum):
-    """Where a review request stands."""
-
-    PENDING = "pending"
-    APPROVED = "approved"
-    DENIED = "denied"
-    EXPIRED = "expired"
 
 
 @dataclass(frozen=True)
@@ -104,14 +95,6 @@ class MemoryReviewQueue:
             self._status[request_id] = ReviewStatus(request_id, ReviewState.DENIED, reason=reason)
 
 
-_STATES = {
-    RequestStatus.PENDING: ReviewState.PENDING,
-    RequestStatus.APPROVED: ReviewState.APPROVED,
-    RequestStatus.DENIED: ReviewState.DENIED,
-    RequestStatus.EXPIRED: ReviewState.EXPIRED,
-}
-
-
 class StoreReviewQueue:
     """A ReviewQueue on ``contain.gate.store.ReviewStore`` (SQLite, shared with ``contain review``)."""
 
@@ -126,11 +109,9 @@ class StoreReviewQueue:
             request = self.store.get(request_id)
         except GateError as exc:
             return ReviewStatus(request_id, ReviewState.EXPIRED, reason=exc.cause)
-        if request.status is RequestStatus.PENDING and request.expires_at <= self.store.now():
+        if request.status is ReviewState.PENDING and request.expires_at <= self.store.now():
             return ReviewStatus(request_id, ReviewState.EXPIRED, reason="nobody decided in time")
-        return ReviewStatus(
-            request_id, _STATES[request.status], request.grant_token, request.review_reason or ""
-        )
+        return ReviewStatus(request_id, request.status, request.grant_token, request.review_reason or "")
 
     def approved_grant(self, call: ToolCall) -> str | None:
         return self.store.grant_for(call)

@@ -265,6 +265,25 @@ def test_authorize_that_raises_denies_fail_closed(tmp_path: Path, clock: Clock) 
     b.close()
 
 
+@pytest.mark.parametrize("rule", ["authorize", "validate"])
+def test_a_rule_that_returns_a_misspelt_verdict_is_refused_and_nothing_is_executed(
+    tmp_path: Path, clock: Clock, rule: str
+) -> None:
+    executed: list[Any] = []
+
+    def misspelt(p: Principal, a: Args) -> Decision:
+        return Decision("alow", "typo", "an action author's typo")  # type: ignore[arg-type]
+
+    rules = {"authorize": lambda p, a: Decision.allow("a"), "validate": lambda p, a: Decision.allow("v"), rule: misspelt}
+    action = Action(name="x", description="x", arguments=Args, execute=lambda a, c: executed.append(a) or {}, **rules)
+    b = _broker_with(tmp_path, clock, action)
+    token = mint_token(TOKEN_KEY, task="t", principal="p", actions=["x"], ttl_s=60, now=clock.now)
+    status, body = call(b, token, {"n": 1}, action="x")
+    assert (status, executed) == ({"authorize": 403, "validate": 422}[rule], [])
+    assert "ValueError" in body["error"]["reason"]
+    b.close()
+
+
 @pytest.mark.parametrize("quick", [False, True])
 def test_rules_are_a_blocking_step_unless_the_action_declares_them_quick(tmp_path: Path, clock: Clock,
                                                                          quick: bool) -> None:

@@ -143,6 +143,36 @@ def _connect(server: BrokerServer) -> socket.socket:
     return sock
 
 
+class LoopClock:
+    """The server loop's monotonic clock, advanced by the test (no test waits for real time to pass)."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def _round_trip(sock: socket.socket) -> None:
+    """A barrier: once the reply is here, the loop has handled everything that reached it before
+    the request (one select() returns every ready socket, and the next pass starts after this one)."""
+    sock.sendall(b"GET /v1/health HTTP/1.1\r\n\r\n")
+    assert b"200 OK" in sock.recv(65536)
+
+
+def _is_open(sock: socket.socket) -> bool:
+    sock.setblocking(False)
+    try:
+        return sock.recv(1, socket.MSG_PEEK) != b""
+    except BlockingIOError:
+        return True
+    finally:
+        sock.setblocking(True)
+
+
 def _closed_by_peer(sock: socket.socket) -> bool:
     try:
         return sock.recv(1) == b""
@@ -236,29 +266,25 @@ def test_pipelined_requests_are_answered_in_order(served: BrokerServer) -> None:
     assert data.rstrip().endswith(b'{"ok": true}')
 
 
-def test_idle_and_stalled_connections_are_closed_after_their_timeouts(broker: Broker, tmp_path: Path) -> None:
-    server = _serve(broker, tmp_path, limits=ServerLimits(idle_timeout_s=0.3, request_timeout_s=0.3))
+def test_idle_and_stalled_connections_are_closed_after_their_timeouts_and_not_before(
+    broker: Broker, tmp_path: Path
+) -> None:
+    clock = LoopClock()
+    limits = ServerLimits(idle_timeout_s=60, request_timeout_s=60, sweep_every_s=0.05)  # only loop time passes
+    server = _serve(broker, tmp_path, limits=limits, loop_clock=clock)
     try:
         silent, stalled, busy = _connect(server), _connect(server), _connect(server)
         stalled.sendall(b"POST /v1/actions/count HTTP/1.1\r\nContent-Length: 50\r\n\r\n{")
-        began = time.monotonic()
-        for sock in (silent, stalled):
-            sock.setblocking(False)
-        closed: set[socket.socket] = set()
-        received = {silent: b"", stalled: b""}
-        while len(closed) < 2 and time.monotonic() - began < 5:
-            busy.sendall(b"GET /v1/health HTTP/1.1\r\n\r\n")  # a connection in use stays open
-            assert b"200 OK" in busy.recv(65536)
-            time.sleep(0.05)
-            for sock in (silent, stalled):
-                with contextlib.suppress(BlockingIOError):
-                    data = sock.recv(65536)
-                    received[sock] += data
-                    if data == b"":
-                        closed.add(sock)
-        assert len(closed) == 2 and 0.25 < time.monotonic() - began < 5
-        assert received[silent] == b""  # idle: closed without a word
-        assert received[stalled].startswith(b"HTTP/1.1 408 ")  # mid-request: told why, then closed
+        _round_trip(busy)  # all three accepted, the stalled request's bytes read
+        clock.advance(59.9)  # just short of both timeouts
+        _round_trip(busy)  # this pass sweeps ...
+        _round_trip(busy)  # ... and has finished once the next one answers
+        assert _is_open(silent) and _is_open(stalled)
+        clock.advance(0.2)
+        _round_trip(busy)
+        _round_trip(busy)  # a connection in use stays open
+        assert _read_to_end(silent) == b""  # idle: closed without a word
+        assert _read_to_end(stalled).startswith(b"HTTP/1.1 408 ")  # mid-request: told why, then closed
     finally:
         server.shutdown()
 
@@ -268,20 +294,11 @@ def test_connections_over_the_cap_are_closed_at_once(broker: Broker, tmp_path: P
     try:
         held = [_connect(server), _connect(server)]
         for sock in held:
-            sock.sendall(b"GET /v1/health HTTP/1.1\r\n\r\n")
-            assert b"200 OK" in sock.recv(65536)
+            _round_trip(sock)
         assert _closed_by_peer(_connect(server))
         held[0].close()
-        deadline = time.monotonic() + 5
-        while time.monotonic() < deadline:  # a freed slot is usable again
-            sock = _connect(server)
-            with contextlib.suppress(OSError):  # refused while the broker had not yet seen the close
-                sock.sendall(b"GET /v1/health HTTP/1.1\r\n\r\n")
-                if b"200 OK" in sock.recv(65536):
-                    break
-            time.sleep(0.05)
-        else:
-            pytest.fail("a freed connection slot was not reused")
+        _round_trip(held[1])  # the loop has seen the close
+        _round_trip(_connect(server))  # so the freed slot is usable again
     finally:
         server.shutdown()
 
@@ -317,10 +334,12 @@ def test_shutdown_finishes_a_write_in_progress_and_refuses_new_connections(
     slow = threading.Thread(target=lambda: held.update(reply=_client(server).call("hold", {"n": 5}, retries=0)))
     slow.start()
     assert actions.holding.wait(10)
+    watcher = _connect(server)
+    _round_trip(watcher)  # an idle connection: closed as soon as shutdown stops accepting
     stopper = threading.Thread(target=server.shutdown)
     stopper.start()
-    time.sleep(0.2)
-    assert stopper.is_alive()  # waiting for the write in progress
+    assert _read_to_end(watcher) == b""  # shutdown has begun ...
+    assert stopper.is_alive()  # ... and waits for the write in progress (its reply is asserted below)
     actions.release.set()
     stopper.join(10)
     slow.join(10)
@@ -387,15 +406,8 @@ def test_connections_of_one_peer_over_its_cap_are_closed_at_once_and_others_are_
         extra = _connect(server)
         assert _closed_by_peer(extra)  # this uid holds its three already
         held[0].close()
-        deadline = time.monotonic() + 5
-        while time.monotonic() < deadline:  # its slot is free again once the broker saw the close
-            sock = _connect(server)
-            with contextlib.suppress(OSError):
-                sock.sendall(b"GET /v1/health HTTP/1.1\r\n\r\n")
-                if b"200 OK" in sock.recv(65536):
-                    break
-        else:
-            pytest.fail("a freed slot of the peer was not reused")
+        _round_trip(held[1])  # the loop has seen the close
+        _round_trip(_connect(server))  # so the peer's freed slot is usable again
         refused = [r for r in server.broker.refusals.take_due(now=time.time(), everything=True)]
         assert refused and sum(w.by_code["503 too_many_connections"] for w in refused) >= 1
     finally:

@@ -12,8 +12,9 @@ import pytest
 from cli.terminal_kit import FAKE_ROW, HOSTILE, HOSTILE_SHOWN, assert_terminal_safe
 from contain.boundary import ToolVerdict
 from contain.cli import main
+from contain.decision import Decision
 from contain.gate import ReviewStore
-from contain.gate.model import Decision, ToolCall
+from contain.gate.model import ToolCall
 
 
 @pytest.fixture

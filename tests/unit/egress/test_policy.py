@@ -35,7 +35,7 @@ WILDCARD = policy({"host": "*.allowed.test"})
     ],
 )
 def test_wildcard_matches_proper_subdomains_only(host: str, allowed: bool) -> None:
-    assert check(WILDCARD, host).allowed is allowed
+    assert check(WILDCARD, host).is_allowed is allowed
 
 
 @pytest.mark.parametrize(
@@ -55,26 +55,26 @@ def test_wildcard_matches_proper_subdomains_only(host: str, allowed: bool) -> No
 def test_hostnames_with_ambiguous_characters_are_refused_as_hostnames(host: str) -> None:
     p = policy({"host": "allowed.test"})
     decision = check(p, host)
-    assert not decision.allowed
+    assert not decision.is_allowed
     assert decision.rule_id == "egress.hostname"
 
 
 def test_exact_name_is_canonicalised_before_matching() -> None:
     p = policy({"host": "allowed.test"})
-    assert check(p, "ALLOWED.test.").allowed
+    assert check(p, "ALLOWED.test.").is_allowed
     assert check(p, "allowed.test").rule_id == "network.allow[0]"
 
 
 def test_idna_names_match_their_punycode_entry() -> None:
     p = policy({"host": "xn--bcher-kva.test"})
-    assert check(p, "bücher.test").allowed
-    assert not check(p, "bucher.test").allowed
+    assert check(p, "bücher.test").is_allowed
+    assert not check(p, "bucher.test").is_allowed
 
 
 def test_other_port_of_an_allowed_host_says_which_ports_work() -> None:
     p = policy({"host": "allowed.test", "ports": [443, 8443]})
     decision = check(p, "allowed.test", 22)
-    assert not decision.allowed
+    assert not decision.is_allowed
     assert decision.rule_id == "egress.port_not_allowed"
     assert decision.reason == (
         "allowed.test:22 is not in network.allow (allowed.test is allowed on port(s) 443, 8443 only)"
@@ -83,7 +83,7 @@ def test_other_port_of_an_allowed_host_says_which_ports_work() -> None:
 
 def test_unlisted_host_reason_is_the_agent_facing_sentence() -> None:
     decision = check(policy({"host": "allowed.test"}), "api.example.com")
-    assert (decision.allowed, decision.rule_id, decision.reason) == (
+    assert (decision.is_allowed, decision.rule_id, decision.reason) == (
         False,
         "egress.not_allowed",
         "api.example.com:443 is not in network.allow",
@@ -105,21 +105,21 @@ def test_unlisted_host_reason_is_the_agent_facing_sentence() -> None:
 )
 def test_ip_literals_in_every_spelling_are_refused_without_an_address_entry(host: str) -> None:
     decision = check(policy({"host": "allowed.test"}, hosts={"allowed.test": "127.0.0.1"}), host)
-    assert (decision.allowed, decision.rule_id) == (False, "egress.ip_literal")
+    assert (decision.is_allowed, decision.rule_id) == (False, "egress.ip_literal")
 
 
 @pytest.mark.parametrize("host", ["127.1", "0x7f000001", "2130706433", "[::ffff:7f00:1]"])
 def test_an_address_entry_allows_every_spelling_of_that_address(host: str) -> None:
     decision = check(policy({"host": "127.0.0.1", "ports": [443]}), host)
-    assert decision.allowed
+    assert decision.is_allowed
     assert decision.addresses == (ipaddress.IPv4Address("127.0.0.1"),)
 
 
 def test_an_address_range_entry_allows_addresses_inside_on_its_ports_only() -> None:
     p = policy({"host": "10.0.0.0/8", "ports": [80]})
-    assert check(p, "10.1.2.3", 80).allowed
-    assert not check(p, "10.1.2.3", 443).allowed
-    assert not check(p, "11.1.2.3", 80).allowed
+    assert check(p, "10.1.2.3", 80).is_allowed
+    assert not check(p, "10.1.2.3", 443).is_allowed
+    assert not check(p, "11.1.2.3", 80).is_allowed
 
 
 def test_unreadable_literal_is_refused() -> None:
@@ -153,7 +153,7 @@ def test_deny_refuses_rule_ids_that_are_not_table_rows() -> None:
 def test_spellings_that_canonicalise_to_an_address_are_refused_as_ip_literals_not_matched_as_names(host: str) -> None:
     p = policy({"host": "127.0.0.1/32"}, {"host": "allowed.test"})
     decision = check(p, host)
-    if decision.allowed:  # only an ASCII spelling a C resolver reads may reach the address entry
+    if decision.is_allowed:  # only an ASCII spelling a C resolver reads may reach the address entry
         assert host.isascii() and decision.addresses == (ipaddress.ip_address("127.0.0.1"),)
     else:
         assert decision.rule_id == "egress.ip_literal"

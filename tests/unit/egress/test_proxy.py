@@ -3,8 +3,9 @@ import socket
 
 import pytest
 
+from contain.boundary import ToolVerdict
 from contain.egress.log import EgressEvent
-from contain.egress.policy import Decision, Destination
+from contain.egress.policy import Destination, EgressDecision
 from contain.egress.proxy import (
     MAX_HEAD_BYTES,
     BadRequest,
@@ -185,11 +186,11 @@ def test_refusal_carries_the_rule_id_header_and_the_reason_body() -> None:
 # ---- the server against an in-memory client (a socketpair; no network, no upstream) ----------
 
 
-def serve_once(request: bytes, decision: Decision | None = None) -> tuple[bytes, list[EgressEvent], list[Destination]]:
+def serve_once(request: bytes, decision: EgressDecision | None = None) -> tuple[bytes, list[EgressEvent], list[Destination]]:
     asked: list[Destination] = []
     events: list[EgressEvent] = []
 
-    async def decide(destination: Destination) -> Decision:
+    async def decide(destination: Destination) -> EgressDecision:
         asked.append(destination)
         assert decision is not None, "decide must not be called for a malformed request"
         return decision
@@ -214,7 +215,8 @@ def serve_once(request: bytes, decision: Decision | None = None) -> tuple[bytes,
 
 
 def test_denied_connect_answers_403_with_rule_and_records_the_attempt() -> None:
-    denial = Decision(False, "egress.not_allowed", "evil.test:443 is not in network.allow", "evil.test", 443)
+    reason = "evil.test:443 is not in network.allow"
+    denial = EgressDecision(ToolVerdict.DENY, "egress.not_allowed", reason, "evil.test", 443)
     response, events, asked = serve_once(b"CONNECT evil.test:443 HTTP/1.1\r\nHost: evil.test:443\r\n\r\n", denial)
     assert response.startswith(b"HTTP/1.1 403 Forbidden\r\nContain-Denied-By: egress.not_allowed\r\n")
     assert response.endswith(b"evil.test:443 is not in network.allow\n")

@@ -5,7 +5,7 @@ import pytest
 
 from contain.boundary import boundary_from_mapping
 from contain.egress.addresses import IPAddress
-from contain.egress.policy import Decision, Destination, EgressPolicy, Via
+from contain.egress.policy import Destination, EgressDecision, EgressPolicy, Via
 from contain.egress.resolve import Resolver
 
 
@@ -17,7 +17,7 @@ def decide(
     answers: dict[str, list[str]] | None = None,
     hosts: dict[str, str] | None = None,
     own: frozenset[IPAddress] = frozenset(),
-) -> tuple[Decision, list[str]]:
+) -> tuple[EgressDecision, list[str]]:
     asked: list[str] = []
 
     async def lookup(name: str, _port: int) -> list[IPAddress]:
@@ -36,7 +36,7 @@ ALLOWED = [{"host": "allowed.test"}]
 
 def test_public_answer_is_allowed_and_pinned_in_order() -> None:
     decision, asked = decide(ALLOWED, "allowed.test", answers={"allowed.test": ["93.184.215.14", "2606:4700::1"]})
-    assert decision.allowed
+    assert decision.is_allowed
     assert decision.addresses == (
         ipaddress.ip_address("93.184.215.14"),
         ipaddress.ip_address("2606:4700::1"),
@@ -58,7 +58,7 @@ def test_public_answer_is_allowed_and_pinned_in_order() -> None:
 )
 def test_allowed_name_resolving_to_special_space_is_refused(address: str, rule: str) -> None:
     decision, _ = decide(ALLOWED, "allowed.test", answers={"allowed.test": [address]})
-    assert (decision.allowed, decision.rule_id) == (False, rule)
+    assert (decision.is_allowed, decision.rule_id) == (False, rule)
     assert "allowed.test:443 refused: it resolves to" in decision.reason
 
 
@@ -75,7 +75,7 @@ def test_this_hosts_own_address_is_refused() -> None:
 
 def test_hosts_override_to_loopback_for_an_allowed_name_is_allowed_without_lookup() -> None:
     decision, asked = decide(ALLOWED, "allowed.test", hosts={"allowed.test": "127.0.0.1"})
-    assert decision.allowed and decision.addresses == (ipaddress.ip_address("127.0.0.1"),)
+    assert decision.is_allowed and decision.addresses == (ipaddress.ip_address("127.0.0.1"),)
     assert asked == []
 
 
@@ -87,14 +87,14 @@ def test_hosts_override_does_not_allow_a_name_that_allow_does_not_list() -> None
 @pytest.mark.parametrize("address", ["169.254.169.254", "fd00:ec2::254", "169.254.1.1", "0.0.0.0", "224.0.0.1"])
 def test_hosts_override_never_relaxes_metadata_link_local_or_unspecified(address: str) -> None:
     decision, _ = decide(ALLOWED, "allowed.test", hosts={"allowed.test": address})
-    assert not decision.allowed
+    assert not decision.is_allowed
     assert decision.reason.endswith("to permit it, name the address in network.allow")
 
 
 def test_an_explicit_address_entry_relaxes_even_metadata() -> None:
     rules = [{"host": "allowed.test", "ports": [80]}, {"host": "169.254.169.254", "ports": [80]}]
     decision, _ = decide(rules, "allowed.test", 80, hosts={"allowed.test": "169.254.169.254"})
-    assert decision.allowed
+    assert decision.is_allowed
 
 
 def test_resolution_failure_is_a_refusal() -> None:
@@ -109,7 +109,7 @@ def test_an_exception_in_the_decision_path_denies() -> None:
     boundary = boundary_from_mapping({"network": {"allow": ALLOWED}})
     resolver = Resolver(EgressPolicy.from_boundary(boundary), lookup=broken)
     decision = asyncio.run(resolver.decide(Destination("allowed.test", 443, Via.CONNECT)))
-    assert (decision.allowed, decision.rule_id) == (False, "egress.internal_error")
+    assert (decision.is_allowed, decision.rule_id) == (False, "egress.internal_error")
 
 
 def test_refused_names_are_never_looked_up() -> None:

@@ -5,7 +5,8 @@ from collections.abc import Mapping
 import pytest
 
 from contain.boundary import Boundary, ToolRule, ToolVerdict
-from contain.gate.model import Decision, Gate, ToolCall
+from contain.decision import Decision
+from contain.gate.model import Gate, ToolCall
 
 
 def _gate(rows, **kwargs):

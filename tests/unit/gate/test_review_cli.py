@@ -7,8 +7,9 @@ import pytest
 
 from contain.boundary import ToolVerdict
 from contain.cli import main
-from contain.gate import GrantKey, RequestStatus, ReviewStore, decode_grant, default_state_dir
-from contain.gate.model import Decision, ToolCall
+from contain.decision import Decision
+from contain.gate import GrantKey, ReviewState, ReviewStore, decode_grant, default_state_dir
+from contain.gate.model import ToolCall
 
 REVIEW = Decision(ToolVerdict.REVIEW, "tools[0]", "tools[0] requires a human review")
 
@@ -34,7 +35,7 @@ def test_list_show_approve_uses(state, capsys):
     assert main(["review", "approve", request.request_id, "--uses", "3", "--reason", "fine", "--reviewer", "bob"]) == 0
     assert "up to 3 times" in capsys.readouterr().out
     approved = store.get(request.request_id)
-    assert approved.status is RequestStatus.APPROVED and approved.reviewer == "bob"
+    assert approved.status is ReviewState.APPROVED and approved.reviewer == "bob"
     assert decode_grant(approved.grant_token).scope.uses == 3
     key_file = state / "grant.key"
     assert os.stat(key_file).st_mode & 0o777 == 0o600

@@ -6,11 +6,12 @@ import threading
 import pytest
 
 from contain.boundary import ToolVerdict
+from contain.decision import Decision
 from contain.errors import GateError
 from contain.gate.digests import argument_digest
 from contain.gate.grants import GrantKey, GrantScope, decode_grant, verify_grant
-from contain.gate.model import Decision, ToolCall
-from contain.gate.store import RequestStatus, ReviewStore
+from contain.gate.model import ToolCall
+from contain.gate.store import ReviewState, ReviewStore
 
 KEY = GrantKey.from_bytes(b"s" * 32)
 REVIEW = Decision(ToolVerdict.REVIEW, "tools[1]", "tools[1] requires a human review")
@@ -48,14 +49,14 @@ def store(tmp_path, clock):
 def test_submit_stores_the_exact_call_and_decision(store, clock):
     request = store.submit(_call(), REVIEW, ttl_s=600)
     assert request.request_id.startswith("r-")
-    assert request.status is RequestStatus.PENDING
+    assert request.status is ReviewState.PENDING
     assert request.arguments == {"path": "/work/out/a.txt", "content": "hi"}
     assert request.argument_digest == argument_digest(request.arguments)
     assert (request.rule_id, request.decision_reason) == ("tools[1]", "tools[1] requires a human review")
     assert (request.created_at, request.expires_at) == (clock.now, clock.now + 600)
     assert request.as_call() == _call()
     assert os.stat(store.path).st_mode & 0o777 == 0o600
-    assert store.list(RequestStatus.PENDING) == [request]
+    assert store.list(ReviewState.PENDING) == [request]
 
 
 def test_submitting_the_same_pending_call_returns_the_same_request(store):
@@ -72,7 +73,7 @@ def test_only_review_decisions_are_queued(store):
 def test_approve_mints_a_grant_bound_to_the_stored_call(store, clock):
     request = store.submit(_call(), REVIEW)
     approved = store.approve(request.request_id, key=KEY, scope=GrantScope.once(now=clock.now), reviewer="bob", reason="ok")
-    assert approved.status is RequestStatus.APPROVED
+    assert approved.status is ReviewState.APPROVED
     assert (approved.reviewer, approved.review_reason, approved.decided_at) == ("bob", "ok", clock.now)
     grant = decode_grant(approved.grant_token)
     assert grant.grant_id == approved.grant_id
@@ -95,7 +96,7 @@ def test_deny_needs_a_reason_and_stores_it(store):
     with pytest.raises(GateError, match="needs a reason"):
         store.deny(request.request_id, reviewer="bob", reason="  ")
     denied = store.deny(request.request_id, reviewer="bob", reason="writes outside the project")
-    assert (denied.status, denied.review_reason, denied.grant_token) == (RequestStatus.DENIED, "writes outside the project", None)
+    assert (denied.status, denied.review_reason, denied.grant_token) == (ReviewState.DENIED, "writes outside the project", None)
 
 
 def test_a_decided_request_cannot_be_decided_again(store, clock):
@@ -111,11 +112,11 @@ def test_pending_requests_expire(store, clock):
     clock.now += 61
     with pytest.raises(GateError, match="already expired"):
         store.approve(old.request_id, key=KEY, scope=GrantScope.once(now=clock.now), reviewer="bob")
-    assert store.get(old.request_id).status is RequestStatus.EXPIRED
+    assert store.get(old.request_id).status is ReviewState.EXPIRED
     assert store.expire_stale() == 0
     clock.now += 600
     assert store.expire_stale() == 1
-    assert store.get(fresh.request_id).status is RequestStatus.EXPIRED
+    assert store.get(fresh.request_id).status is ReviewState.EXPIRED
     # An expired request does not block a new one for the same call.
     assert store.submit(_call(), REVIEW).request_id != old.request_id
 

@@ -6,9 +6,10 @@ from urllib.parse import urlencode
 import pytest
 
 from contain.boundary import ToolVerdict
+from contain.decision import Decision
 from contain.gate.grants import GrantKey, decode_grant
-from contain.gate.model import Decision, ToolCall
-from contain.gate.store import RequestStatus, ReviewStore
+from contain.gate.model import ToolCall
+from contain.gate.store import ReviewState, ReviewStore
 from contain.gate.web import COOKIE_NAME, ReviewApp, render_arguments, scope_from_form
 
 HOST = "127.0.0.1:9999"
@@ -73,7 +74,7 @@ def test_without_the_token_nothing_is_shown_or_decided(app, store):
     assert _post(app, "/login", {"token": "wrong"}).status == 401
     assert _get(app, "/", cookie="made-up-session").status == 303
     assert _post(app, f"/requests/{request.request_id}/approve", {"scope": "once"}).status == 401
-    assert store.get(request.request_id).status is RequestStatus.PENDING
+    assert store.get(request.request_id).status is ReviewState.PENDING
 
 
 def test_login_then_approve_once_with_csrf(app, store):
@@ -90,7 +91,7 @@ def test_login_then_approve_once_with_csrf(app, store):
     response = _post(app, f"/requests/{request.request_id}/approve", {"scope": "once", "csrf": csrf}, cookie=session)
     assert response.status == 303
     approved = store.get(request.request_id)
-    assert approved.status is RequestStatus.APPROVED
+    assert approved.status is ReviewState.APPROVED
     assert approved.reviewer == "web:test"
     assert decode_grant(approved.grant_token).scope.kind == "once"
 
@@ -104,7 +105,7 @@ def test_bearer_header_works_and_csrf_is_still_required(app, store):
     response = _post(app, f"/requests/{request.request_id}/deny", {"reason": "no", "csrf": csrf},
                      authorization="Bearer secret-token")
     assert response.status == 303
-    assert store.get(request.request_id).status is RequestStatus.DENIED
+    assert store.get(request.request_id).status is ReviewState.DENIED
     assert _get(app, "/", authorization="Bearer wrong").status == 303
 
 
@@ -125,7 +126,7 @@ def test_wrong_host_and_cross_origin_posts_are_refused(app, store):
     response = _post(app, f"/requests/{request.request_id}/approve", {"scope": "once", "csrf": csrf}, cookie=session,
                      origin="http://evil.example")
     assert response.status == 403
-    assert store.get(request.request_id).status is RequestStatus.PENDING
+    assert store.get(request.request_id).status is ReviewState.PENDING
 
 
 def test_deny_without_reason_is_refused(app, store):
@@ -134,7 +135,7 @@ def test_deny_without_reason_is_refused(app, store):
     csrf = _csrf(_get(app, "/", cookie=session).body)
     response = _post(app, f"/requests/{request.request_id}/deny", {"reason": "", "csrf": csrf}, cookie=session)
     assert response.status == 400 and b"needs a reason" in response.body
-    assert store.get(request.request_id).status is RequestStatus.PENDING
+    assert store.get(request.request_id).status is ReviewState.PENDING
 
 
 def test_arguments_are_escaped_and_invisible_characters_shown(app, store):
@@ -229,7 +230,7 @@ def test_every_path_outside_the_capability_is_a_404_that_echoes_nothing(app, sto
     approve = _post(app, "", {"scope": "once", "csrf": csrf}, cookie=session,
                     path=f"/requests/{request.request_id}/approve")
     assert approve.status == 404
-    assert store.get(request.request_id).status is RequestStatus.PENDING
+    assert store.get(request.request_id).status is ReviewState.PENDING
 
 
 def test_the_session_cookie_is_scoped_to_the_capability_path(app):
@@ -252,7 +253,7 @@ def test_the_stolen_session_attack_is_refused_at_its_last_step_too(app, store):
     assert _post(app, f"/requests/{request.request_id}/approve", form, cookie=session, origin=None).status == 403
     bearer = {"authorization": "Bearer secret-token"}
     assert _post(app, f"/requests/{request.request_id}/approve", form, origin=None, **bearer).status == 403
-    assert store.get(request.request_id).status is RequestStatus.PENDING
+    assert store.get(request.request_id).status is ReviewState.PENDING
 
 
 @pytest.mark.parametrize("origin", ["http://127.0.0.1:6666", "http://localhost:9999", "https://127.0.0.1:9999",
@@ -264,7 +265,7 @@ def test_a_post_from_any_other_origin_is_refused(app, store, origin):
     response = _post(app, f"/requests/{request.request_id}/approve", {"scope": "once", "csrf": csrf}, cookie=session,
                      origin=origin)
     assert response.status == 403
-    assert store.get(request.request_id).status is RequestStatus.PENDING
+    assert store.get(request.request_id).status is ReviewState.PENDING
 
 
 @pytest.mark.parametrize(("method", "site", "status"), [

@@ -64,3 +64,10 @@ def test_memory_queue_matches_only_identical_approved_calls():
     reviews.approve(request_id, "token")
     assert reviews.approved_grant(CALL) == "token"
     assert reviews.approved_grant(ToolCall("bob", "fs", "fs__write_file", "sha256:t", CALL.arguments)) is None
+
+
+def test_the_gateway_and_the_review_store_share_one_state_enum():
+    import contain.gate
+    import contain.mcp
+
+    assert contain.mcp.ReviewState is contain.gate.ReviewState is ReviewState

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from contain.errors import GateError
-from contain.mcp.serving import parse_listen_address
+from contain.mcp.transport import parse_listen_address
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""Put an MCP server (the SDK's low-level ``Server``) in front of a tool provider, over stdio or HTTP.
+"""The MCP transport: the SDK's low-level ``Server`` in front of a tool provider, over stdio or HTTP.
 
 Shared by the gateway and ``contain mcp serve``: both are "list tools, call a tool" providers. Over
 stdio the server speaks on the process's stdin/stdout (the SDK points fd 1 at stderr meanwhile, so

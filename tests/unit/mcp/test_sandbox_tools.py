@@ -9,7 +9,7 @@ import pytest
 
 from contain.boundary import Boundary
 from contain.errors import SandboxStartError
-from contain.mcp.server import LANGUAGES, TOOLS, SandboxTools
+from contain.mcp.sandbox_tools import LANGUAGES, TOOLS, SandboxTools
 from contain.runtime.result import Captured, RunResult, Timings, Usage, Violation
 
 

@@ -26,7 +26,7 @@ from contain.mcp.config import GatewayConfig
 from contain.mcp.gateway import CallLog, Gateway
 from contain.mcp.pins import PinStore
 from contain.mcp.review import StoreReviewQueue
-from contain.mcp.serving import build_server, serve_http, serve_stdio
+from contain.mcp.transport import build_server, serve_http, serve_stdio
 from contain.mcp.upstreams import connect_upstreams
 
 __all__ = ["open_gateway", "run_gateway"]
