@@ -26,8 +26,7 @@ Does not decide policy: a backend enforces the plan it is given and refuses (``U
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from contain.boundary.plain import PlainBoundary
 from contain.errors import FileTransferError, SandboxLost
@@ -50,8 +49,7 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
-class BackendPlan:
+class BackendPlan(NamedTuple):
     """Everything a backend needs to start one sandbox, decided by ``Sandbox`` before the start.
 
     Attributes:
@@ -78,8 +76,7 @@ class BackendPlan:
     cgroup: SandboxCgroup | None
 
 
-@dataclass(frozen=True)
-class CommandRequest:
+class CommandRequest(NamedTuple):
     """One command for the sandbox's init to start; ``fds`` are the command's stdin, stdout, stderr."""
 
     argv: tuple[str, ...]
@@ -196,17 +193,17 @@ class SandboxBackend(Protocol):
 # -- the recording fake ---------------------------------------------------------------------------
 
 
-@dataclass
 class RecordingRunning:
-    """A fake running sandbox: records every call in ``calls`` (shared with its backend) and answers
-    from its backend's script. No process, namespace or file exists behind it."""
+    """A fake running sandbox: records every call in its backend's ``calls`` and answers from its
+    backend's script. No process, namespace or file exists behind it."""
 
-    backend: RecordingBackend
-    host_pid: int = 4242
-    netns_path: str = "/fake/netns"
-    cgroup: SandboxCgroup | None = None
-    files: dict[str, bytes] = field(default_factory=dict)
-    _exited: Exited | None = None
+    def __init__(self, backend: RecordingBackend, *, cgroup: SandboxCgroup | None = None) -> None:
+        self.backend = backend
+        self.host_pid = 4242
+        self.netns_path = "/fake/netns"
+        self.cgroup = cgroup
+        self.files: dict[str, bytes] = {}
+        self._exited: Exited | None = None
 
     def _record(self, *call: object) -> None:
         self.backend.calls.append(call)
@@ -256,7 +253,6 @@ class RecordingRunning:
         self._record("close")
 
 
-@dataclass
 class RecordingBackend:
     """A backend for tests: stores each ``BackendPlan`` in ``plans`` and every call in ``calls``.
 
@@ -266,12 +262,20 @@ class RecordingBackend:
     wait loop's select); a socketpair end with one byte written is enough.
     """
 
-    wakeup_fd: int
-    replies: list[Exited | SpawnFailed] = field(default_factory=list)
-    start_error: BaseException | None = None
-    name: str = "process"
-    plans: list[BackendPlan] = field(default_factory=list)
-    calls: list[tuple[object, ...]] = field(default_factory=list)
+    def __init__(
+        self,
+        *,
+        wakeup_fd: int,
+        replies: list[Exited | SpawnFailed] | None = None,
+        start_error: BaseException | None = None,
+        name: str = "process",
+    ) -> None:
+        self.wakeup_fd = wakeup_fd
+        self.replies: list[Exited | SpawnFailed] = list(replies or [])
+        self.start_error = start_error
+        self.name = name
+        self.plans: list[BackendPlan] = []
+        self.calls: list[tuple[object, ...]] = []
 
     def cgroup_joined_at_exec(self, facts: HostFacts) -> bool:
         return False

@@ -24,7 +24,7 @@ import enum
 import selectors
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from contain.runtime.backend import CommandControl
 from contain.runtime.streams import CappedReader, StdinFeeder
@@ -63,8 +63,7 @@ def decide(now: float, *, exited: bool, kill_sent_at: float | None, deadline: fl
     return Action.WAIT
 
 
-@dataclass(frozen=True)
-class WaitOutcome:
+class WaitOutcome(NamedTuple):
     """How the wait ended: the exit report (None when the sandbox was lost), and why it was killed."""
 
     exited: Exited | None
