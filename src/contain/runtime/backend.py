@@ -26,7 +26,7 @@ Does not decide policy: a backend enforces the plan it is given and refuses (``U
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import NamedTuple, Protocol
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from contain.boundary.plain import PlainBoundary
 from contain.errors import FileTransferError, SandboxLost
@@ -286,3 +286,9 @@ class RecordingBackend:
         if self.start_error is not None:
             raise self.start_error
         return RecordingRunning(self, cgroup=plan.cgroup)
+
+
+if TYPE_CHECKING:  # mypy checks that the fake keeps up with the Protocol (the process backend is
+    # checked where sandbox.py registers it in _BACKEND_FACTORIES)
+    _FAKE_CONFORMS: type[SandboxBackend] = RecordingBackend
+    _FAKE_HANDLE_CONFORMS: type[RunningSandbox] = RecordingRunning

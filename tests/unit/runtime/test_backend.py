@@ -14,9 +14,9 @@ from contain.errors import FileTransferError, SandboxLost, SandboxStartError
 from contain.host.facts import HostFacts
 from contain.runtime.backend import (
     BackendPlan,
+    CommandControl,
     CommandRequest,
     RecordingBackend,
-    RecordingRunning,
     RunningSandbox,
     SandboxBackend,
 )
@@ -56,12 +56,20 @@ def wakeup():
     theirs.close()
 
 
-def test_both_backends_and_handles_satisfy_the_protocols():
-    def accepts(backend: SandboxBackend, handle_type: type[RunningSandbox]) -> str:
-        return backend.name
+def _members(protocol: type) -> set[str]:
+    return {name for name in vars(protocol) if not name.startswith("_")}
 
-    assert accepts(ProcessBackend(), ProcessSandbox) == "process"
-    assert accepts(RecordingBackend(wakeup_fd=-1), RecordingRunning) == "process"
+
+def test_both_backends_and_both_handles_have_every_member_of_the_protocols(wakeup):
+    backend_members = _members(SandboxBackend) | {"name"}
+    handle_members = _members(RunningSandbox) | _members(CommandControl)
+    assert {"start", "cgroup_joined_at_exec", "name"} <= backend_members
+    assert {"spawn", "put_file", "get_file", "export", "close", "host_pid", "netns_path", "cgroup"} <= handle_members
+    recording = RecordingBackend(wakeup_fd=wakeup)
+    for backend in (ProcessBackend(), recording):
+        assert backend_members - set(dir(backend)) == set(), type(backend).__name__
+    assert handle_members - set(dir(ProcessSandbox)) == set()
+    assert handle_members - set(dir(recording.start(plan()))) == set()
 
 
 def test_the_recording_backend_answers_spawns_from_its_script_in_order(wakeup):
