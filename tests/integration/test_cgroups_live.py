@@ -282,13 +282,16 @@ def test_the_launcher_refuses_before_exec_when_it_cannot_join(extra: list[str], 
 def test_a_sandbox_started_as_root_is_inside_its_cgroup_from_bwrap_down(facts: HostFacts) -> None:
     from contain.boundary import Boundary
     from contain.runtime import Sandbox
+    from contain.runtime.process_backend import ProcessSandbox
 
     with Sandbox(Boundary.model_validate({"resources": {"pids_max": 16}})) as sandbox:
         cgroup = sandbox._cgroup
-        assert cgroup is not None and sandbox._proc is not None and sandbox.supervisor_pid is not None
+        handle = sandbox._handle
+        assert cgroup is not None and isinstance(handle, ProcessSandbox) and sandbox.supervisor_pid is not None
+        assert handle.cgroup is cgroup
         members = set(cgroup.pids())
         if cgroup.joined_by_launcher:
-            assert {sandbox._proc.pid, sandbox.supervisor_pid} <= members  # bwrap's monitor and the supervisor
+            assert {handle.proc.pid, sandbox.supervisor_pid} <= members  # bwrap's monitor and the supervisor
             assert Path(cgroup.dirs["pids"], "pids.max").read_text().strip() == "17"
         else:
             assert sandbox.supervisor_pid in members

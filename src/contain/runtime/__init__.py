@@ -1,6 +1,20 @@
-"""Sandbox runtime: one interface (``Sandbox``), the process backend, and the run result."""
+"""Sandbox runtime: one interface (``Sandbox``), the backend seam and its recording fake, and the run result."""
 
+from contain.runtime.backend import BackendPlan, RecordingBackend, RunningSandbox, SandboxBackend
 from contain.runtime.result import Captured, RunResult, Timings, Usage, Violation
 from contain.runtime.sandbox import BACKENDS, Attachment, Sandbox
 
-__all__ = ["BACKENDS", "Attachment", "Captured", "RunResult", "Sandbox", "Timings", "Usage", "Violation"]
+__all__ = [
+    "BACKENDS",
+    "Attachment",
+    "BackendPlan",
+    "Captured",
+    "RecordingBackend",
+    "RunResult",
+    "RunningSandbox",
+    "Sandbox",
+    "SandboxBackend",
+    "Timings",
+    "Usage",
+    "Violation",
+]

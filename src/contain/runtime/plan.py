@@ -1,4 +1,4 @@
-"""Pure decisions for a process sandbox: which layers run, as whom, with which limits and env.
+"""Pure decisions for a sandbox (today: the process backend): which layers run, as whom, with which limits and env.
 
 Every function here is a pure function of the boundary and ``HostFacts``; tests drive them with
 constructed facts. Fail closed: a layer the boundary needs that the host cannot provide raises
@@ -23,6 +23,7 @@ from contain.runtime.supervisor_channel import Rlimit
 
 __all__ = [
     "NOBODY_UID",
+    "PLANNED_BACKENDS",
     "LayerPlan",
     "has_write_binds",
     "plan_base_env",
@@ -92,13 +93,33 @@ def _decide_cgroups(requirement: LayerRequirement, facts: HostFacts) -> tuple[bo
     return True, f"memory, pids, cpu (cgroup v{versions[0]})"
 
 
-def plan_layers(boundary: PlainBoundary, facts: HostFacts, *, egress_available: bool) -> LayerPlan:
-    """Decide the layers, refusing when a needed one is missing.
+# The backends plan_layers can decide for, each with what it builds on. A name missing here is
+# refused: its layers were never planned, so running it would be a sandbox nobody reviewed.
+PLANNED_BACKENDS: dict[str, str] = {
+    "process": "bubblewrap namespaces, seccomp, Landlock, cgroups (process_backend.py)",
+}
+
+
+def plan_layers(
+    boundary: PlainBoundary, facts: HostFacts, *, egress_available: bool, backend: str = "process"
+) -> LayerPlan:
+    """Decide the layers ``backend`` applies, refusing when a needed one is missing.
+
+    Args:
+        boundary: the validated boundary.
+        facts: the host facts.
+        egress_available: the egress package is importable.
+        backend: which backend the layers are for; only the names of ``PLANNED_BACKENDS``.
 
     Raises:
-        UnsupportedHost: bwrap, user namespaces, seccomp, a required Landlock ABI, required cgroup
-            controllers or egress are missing.
+        UnsupportedHost: an unknown backend, or bwrap, user namespaces, seccomp, a required Landlock
+            ABI, required cgroup controllers or egress are missing.
     """
+    if backend not in PLANNED_BACKENDS:
+        raise UnsupportedHost(
+            f"no layer plan exists for backend {backend!r} in this version",
+            f"use one of: {', '.join(PLANNED_BACKENDS)}",
+        )
     if facts.bwrap_path is None:
         raise UnsupportedHost(
             "bubblewrap (bwrap) is not installed", "apt-get install bubblewrap (or run `make setup` as root)"

@@ -20,7 +20,8 @@ from collections.abc import Callable
 from typing import BinaryIO
 
 from contain.errors import ContainError
-from contain.runtime.supervisor_channel import Exited, SupervisorChannel
+from contain.runtime.backend import CommandControl
+from contain.runtime.supervisor_channel import Exited
 
 __all__ = ["SandboxProcess"]
 
@@ -40,7 +41,7 @@ class SandboxProcess:
 
     def __init__(
         self,
-        channel: SupervisorChannel,
+        channel: CommandControl,
         *,
         stdin: int,
         stdout: int,

@@ -2,46 +2,39 @@
 
 ``Sandbox.start()`` is the orchestrator, an ordered checklist:
   1. detect host facts and decide the layers (fail closed: ``plan_layers``);
-  2. make sure the supervisor binary is built; gather facts about the bound host paths, then create the
-     write binds' placeholders and record, through descriptors, what the audit at close compares
-     against (``write_binds.prepare_write_binds``) — before any workload exists;
-  3. compile the seccomp filter; create the cgroup and write its limits;
-  4. spawn bubblewrap (as nobody when contain is root) with the supervisor as pid 1, through the
-     supervisor's launcher mode, which first mounts the sandbox's one disk budget (disk_budget.py);
-  5. read the supervisor's host pid from ``--info-fd`` and move it into the cgroup — before any workload
-     exists, so everything the workload forks is counted;
-  6. wait for the supervisor's READY (bubblewrap has then brought the sandbox's lo up);
-  7. start egress listeners in the sandbox's network namespace (when the boundary allows hosts),
-     before any workload exists; check from the supervisor's mountinfo that the disk budget is as
-     planned.
+  2. choose the host ids (as root: a leased uid, and the binds staged as idmapped views); gather
+     facts about the bound host paths, then create the write binds' placeholders and record,
+     through descriptors, what the audit at close compares against
+     (``write_binds.prepare_write_binds``) — before any workload exists;
+  3. create the cgroup and write its limits;
+  4. hand the resulting ``BackendPlan`` to the backend (backend.py), which starts the sandbox, puts
+     its init in the cgroup before any workload exists and returns once the init is ready (for the
+     process backend: process_backend.py);
+  5. start egress listeners in the sandbox's network namespace (``netns_path`` of the running
+     handle) when the boundary allows hosts, before any workload exists.
 Any failure tears down what was built and raises ``SandboxStartError`` (or ``UnsupportedHost``).
 
-``run()`` asks the supervisor to fork and exec one command with pipes the host made; the host caps the
-output while streaming, enforces the wall clock and the cgroup CPU budget, and after the command
-ends the supervisor kills every process left in the sandbox. ``close()`` exports scratch (bounded in
-bytes, entries and depth), stops the supervisor, removes the cgroup, and only then audits the write
-binds through descriptors opened before the workload ran (git metadata the run made, protected
-names it created, the placeholders); what it undid is in ``teardown_findings``.
+``run()`` asks the backend to start one command with pipes the host made; the host caps the
+output while streaming, enforces the wall clock and the cgroup CPU budget (run_loop.py), and after
+the command ends the sandbox's init kills every process left in the sandbox. ``close()`` exports
+scratch (bounded in bytes, entries and depth), stops the sandbox, removes the cgroup, and only then
+audits the write binds through descriptors opened before the workload ran (git metadata the run
+made, protected names it created, the placeholders); what it undid is in ``teardown_findings``.
 
-Does not decide policy (that is the boundary) and does not talk HTTP (that is egress).
+Does not decide policy (that is the boundary), does not talk HTTP (that is egress), and knows no
+backend's mechanism: bubblewrap, ``/proc/<pid>`` paths and the supervisor's protocol are the
+process backend's.
 """
 
 from __future__ import annotations
 
-import contextlib
 import errno
-import json
 import os
-import select
-import selectors
 import signal
-import socket
-import subprocess
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
-from pathlib import Path
 from types import ModuleType, TracebackType
 from typing import TYPE_CHECKING
 
@@ -52,20 +45,12 @@ from contain.errors import ContainError, FileTransferError, SandboxLost, Sandbox
 from contain.host.facts import HostFacts, detect_host
 from contain.runtime import files as sandbox_files
 from contain.runtime.attachments import Attachment
-from contain.runtime.bwrap import (
-    ETC_PASSTHROUGH,
-    BwrapInputs,
-    default_scratch_paths,
-    generated_etc_files,
-    plan_bwrap_argv,
-)
+from contain.runtime.backend import BackendPlan, CommandRequest, RunningSandbox, SandboxBackend
 from contain.runtime.cgroups import CgroupUsage, SandboxCgroup
-from contain.runtime.disk_budget import check_disk_mounts, ensure_disk_mountpoint, plan_launcher_disk_args
-from contain.runtime.etc_tree import ensure_etc_tree
-from contain.runtime.filter_cache import filter_for
+from contain.runtime.disk_budget import default_scratch_paths
 from contain.runtime.host_ids import HostIdLease, lease_host_ids
 from contain.runtime.idmap import IdmapUnsupported, StagedBinds, sweep_stale_staging
-from contain.runtime.paths import PathFacts, gather_path_facts, with_bind_sources
+from contain.runtime.paths import PathFacts, gather_path_facts
 from contain.runtime.plan import (
     LayerPlan,
     has_write_binds,
@@ -76,10 +61,11 @@ from contain.runtime.plan import (
     should_lease_host_ids,
 )
 from contain.runtime.process import SandboxProcess
+from contain.runtime.process_backend import ProcessBackend
 from contain.runtime.result import Captured, RunResult, Timings, Usage, Violation
+from contain.runtime.run_loop import wait_for_command
 from contain.runtime.streams import CappedReader, StdinFeeder
-from contain.runtime.supervisor_build import ensure_supervisor_binary
-from contain.runtime.supervisor_channel import Exited, SpawnFailed, SupervisorChannel
+from contain.runtime.supervisor_channel import SpawnFailed
 from contain.runtime.write_binds import WriteBindGuard, prepare_write_binds
 
 if TYPE_CHECKING:
@@ -90,14 +76,11 @@ __all__ = ["BACKENDS", "Attachment", "Sandbox"]
 
 log = LazyLogger(__name__)
 
-BACKENDS = ("process",)
-_LOADER_PATHS = ("/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32")
-_STARTUP_TIMEOUT_S = 10.0
-_KILL_GRACE_S = 5.0
-_CPU_CHECK_INTERVAL_S = 0.1
+# name -> the backend that starts sandboxes of that kind (backend.py's Protocol)
+_BACKEND_FACTORIES: dict[str, Callable[[], SandboxBackend]] = {"process": ProcessBackend}
+BACKENDS = tuple(_BACKEND_FACTORIES)
 # Without egress nothing listens on 127.0.0.1:53, so lookups fail at once instead of timing out.
 _DEFAULT_RESOLV_CONF = "nameserver 127.0.0.1\noptions timeout:1 attempts:1\n"
-_PIPE_BUFFER_BYTES = 65536  # data handed to bwrap is written to a pipe before the spawn
 
 
 def _egress_module() -> ModuleType | None:
@@ -130,7 +113,8 @@ class Sandbox:
         boundary: what the sandbox may touch, validated: a ``Boundary`` or its ``PlainBoundary``
             (what ``contain run`` passes, to skip pydantic); none is ``Boundary()``, scratch only
             with no network.
-        backend: only ``"process"`` exists today; others raise ``UnsupportedHost``.
+        backend: a name of ``BACKENDS`` (only ``"process"`` today; others raise ``UnsupportedHost``),
+            or a ``SandboxBackend`` object (tests pass ``RecordingBackend``); default: the boundary's.
         facts: host facts (detected when omitted); tests pass constructed ones.
         host_environ: where ``via: env`` credentials are read from (default ``os.environ``).
     """
@@ -139,25 +123,29 @@ class Sandbox:
         self,
         boundary: Boundary | PlainBoundary | None = None,
         *,
-        backend: str | None = None,
+        backend: str | SandboxBackend | None = None,
         facts: HostFacts | None = None,
         host_environ: Mapping[str, str] | None = None,
         attachments: Sequence[Attachment] = (),
         extra_env: Mapping[str, str] | None = None,
     ) -> None:
         self.boundary = _plain(boundary)
-        backend = backend or self.boundary.runtime.backend.value
-        if backend == "none":
-            raise UnsupportedHost(
-                "the boundary declares runtime.backend: none (its code runs without a contain runtime)",
-                "set runtime.backend: process to run it in a sandbox",
-            )
-        if backend not in BACKENDS:
-            raise UnsupportedHost(
-                f"backend {backend!r} is not available in this version",
-                f"use one of: {', '.join(BACKENDS)}",
-            )
-        self.backend = backend
+        if backend is None or isinstance(backend, str):
+            name = backend or self.boundary.runtime.backend.value
+            if name == "none":
+                raise UnsupportedHost(
+                    "the boundary declares runtime.backend: none (its code runs without a contain runtime)",
+                    "set runtime.backend: process to run it in a sandbox",
+                )
+            if name not in BACKENDS:
+                raise UnsupportedHost(
+                    f"backend {name!r} is not available in this version",
+                    f"use one of: {', '.join(BACKENDS)}",
+                )
+            self._backend: SandboxBackend = _BACKEND_FACTORIES[name]()
+        else:
+            self._backend = backend
+        self.backend = self._backend.name
         self._attachments = tuple(attachments)
         self._extra_env = dict(extra_env or {})
         for attachment in self._attachments:
@@ -165,11 +153,10 @@ class Sandbox:
         self._facts = facts
         self._host_environ = host_environ if host_environ is not None else os.environ
         self._lock = threading.Lock()
-        self._proc: subprocess.Popen[bytes] | None = None
-        self._channel: SupervisorChannel | None = None
+        self._started = False  # set once the backend was asked to start (a workload may exist after)
+        self._handle: RunningSandbox | None = None
         self._cgroup: SandboxCgroup | None = None
         self._egress: EgressSession | None = None
-        self._supervisor_pid: int | None = None
         self._paths: PathFacts | None = None
         self._write_binds: WriteBindGuard | None = None
         self._export_destinations: dict[str, sandbox_files.ExportDestination] = {}
@@ -205,8 +192,8 @@ class Sandbox:
 
     @property
     def supervisor_pid(self) -> int | None:
-        """Host pid of the sandbox's pid 1, for outside judges (``/proc/<pid>/ns/*``)."""
-        return self._supervisor_pid
+        """Host pid of the sandbox's init, for outside judges (the running handle's ``host_pid``)."""
+        return self._handle.host_pid if self._handle is not None else None
 
     def start(self) -> None:
         """Build the sandbox; see the module docstring for the steps.
@@ -215,14 +202,12 @@ class Sandbox:
             UnsupportedHost: a layer the boundary needs is missing.
             SandboxStartError: anything else went wrong; nothing is left behind.
         """
-        if self._proc is not None or self._closed:
+        if self._started or self._closed:
             raise SandboxStartError("this sandbox was already started", "create a new Sandbox for a new task")
         began = time.perf_counter()
         facts = self._facts or detect_host()
         egress = _egress_module() if self.boundary.allows_network else None
-        layers = plan_layers(self.boundary, facts, egress_available=egress is not None)
-        supervisor = str(ensure_supervisor_binary())
-        bpf = filter_for(arch=facts.arch, libseccomp_path=facts.libseccomp_path, cache_dir=Path(supervisor).parent)
+        layers = plan_layers(self.boundary, facts, egress_available=egress is not None, backend=self._backend.name)
         try:
             uid, gid = self._choose_host_ids(facts)
             self._layers = layers = replace(layers, report={**layers.report, "host uid": self._ids_report})
@@ -244,33 +229,29 @@ class Sandbox:
                     f"{os.getpid()}-{os.urandom(5).hex()}",
                     self.boundary.resources,
                     facts,
-                    launcher_joins=facts.is_root,
+                    launcher_joins=self._backend.cgroup_joined_at_exec(facts),
                 )
-            resolv = egress.RESOLV_CONF_TEXT if egress is not None else _DEFAULT_RESOLV_CONF
-            self._spawn(facts, supervisor, bpf, uid, gid, layers, resolv)
-            assert self._channel is not None
-            # READY first: bubblewrap writes the supervisor's pid before it brings the sandbox's lo up,
-            # and egress binds its listeners on lo. No workload exists until the first RUN.
-            self._channel.read_ready(_STARTUP_TIMEOUT_S)
-            if egress is not None:
-                self._egress = egress.start_egress(self.boundary, netns_path=f"/proc/{self._supervisor_pid}/ns/net")
-            check_disk_mounts(
-                Path(f"/proc/{self._supervisor_pid}/mountinfo").read_text(),
-                self.boundary,
-                page_bytes=os.sysconf("SC_PAGE_SIZE"),
-                bind_paths=frozenset(b.rule.path for b in self._paths.binds) if self._paths else frozenset(),
+            plan = BackendPlan(
+                boundary=self.boundary,
+                facts=facts,
+                layers=layers,
+                host_ids=(uid, gid),
+                paths=self._paths,
+                bind_sources=dict(self._staged.staged) if self._staged is not None else {},
+                attachments=self._attachments,
+                resolv_conf=egress.RESOLV_CONF_TEXT if egress is not None else _DEFAULT_RESOLV_CONF,
+                cgroup=self._cgroup,
             )
+            self._started = True
+            self._handle = self._backend.start(plan)
+            if egress is not None:
+                self._egress = egress.start_egress(self.boundary, netns_path=self._handle.netns_path)
         except BaseException as exc:
-            stderr = self._bwrap_stderr()
             self._teardown()
             if isinstance(exc, ContainError):
-                if stderr and isinstance(exc, SandboxLost):
-                    raise SandboxStartError(
-                        f"the sandbox failed to start: {stderr}", "run `contain doctor` to see what this host lacks"
-                    ) from exc
                 raise
             raise SandboxStartError(
-                f"the sandbox failed to start: {stderr or exc}", "run `contain doctor` to see what this host lacks"
+                f"the sandbox failed to start: {exc}", "run `contain doctor` to see what this host lacks"
             ) from exc
         egress_env = self._egress.sandbox_env() if self._egress is not None else {}
         self._base_env = plan_base_env(self.boundary, host_environ=self._host_environ, egress_env=egress_env)
@@ -333,115 +314,6 @@ class Sandbox:
                 self._staged = StagedBinds.create(leased_uid=self._lease.uid, leased_gid=self._lease.gid)
             self._staged.stage(real, read_only=read_only)
 
-    def _bind_source(self, host_path: str) -> str:
-        """Where bubblewrap binds ``host_path`` from: its idmapped view when one was staged."""
-        if self._staged is None:
-            return host_path
-        return self._staged.staged.get(os.path.realpath(host_path), host_path)
-
-    def _spawn(
-        self, facts: HostFacts, supervisor: str, bpf: bytes, uid: int, gid: int, layers: LayerPlan, resolv: str
-    ) -> None:
-        assert self._paths is not None
-        disk_root = ensure_disk_mountpoint(Path(supervisor).parent)  # before any descriptor exists
-        owned: list[int] = []  # fds to close in the host after the spawn
-
-        def data_fd(content: bytes) -> int:
-            read_end, write_end = os.pipe()
-            # Content is small (< pipe buffer), so the write never blocks.
-            os.write(write_end, content)
-            os.close(write_end)
-            owned.append(read_end)
-            return read_end
-
-        if len(bpf) >= _PIPE_BUFFER_BYTES:  # checked before any descriptor exists, so none leaks
-            raise SandboxStartError(f"seccomp filter of {len(bpf)} bytes exceeds the pipe buffer", "report this bug")
-        host_sock, supervisor_sock = _socketpair()
-        info_r, info_w = os.pipe()
-        owned += [supervisor_sock, info_w]
-        etc = generated_etc_files(home=default_scratch_paths(self.boundary)[0], resolv_conf=resolv)
-        etc_tree = ensure_etc_tree(Path(supervisor).parent, etc, (e.path for e in ETC_PASSTHROUGH))
-        data_fds = {a.sandbox_path: data_fd(a.data) for a in self._attachments if a.data is not None}
-        socket_binds = tuple(
-            (self._bind_source(a.host_path), a.sandbox_path) for a in self._attachments if a.host_path is not None
-        )
-        empties = {
-            m.sandbox_path: data_fd(b"")
-            for b in self._paths.binds
-            for m in b.masks
-            if not m.exists and m.kind == "file"
-        }
-        empties.update({p: data_fd(b"") for p, kind in self._paths.blocks.items() if kind == "file"})
-        empties.update({p: data_fd(b"") for p in self._paths.hidden_sockets})
-        seccomp_fd = data_fd(bpf)
-        supervisor_args = ["--control-fd", str(supervisor_sock)]
-        if layers.landlock is not None:
-            supervisor_args += layers.landlock.supervisor_args()
-        inputs = BwrapInputs(
-            # bubblewrap binds the idmapped views; host-side work keeps the real paths
-            paths=with_bind_sources(self._paths, self._staged.staged) if self._staged is not None else self._paths,
-            loader_links={p: os.readlink(p) for p in _LOADER_PATHS if os.path.islink(p)},
-            loader_dirs=tuple(p for p in _LOADER_PATHS if os.path.isdir(p) and not os.path.islink(p)),
-            etc_tree=etc_tree,
-            supervisor_host_path=supervisor,
-            supervisor_args=tuple(supervisor_args),
-            data_fds=data_fds,
-            socket_binds=socket_binds,
-            empty_file_fd_for=empties,
-            seccomp_fd=seccomp_fd,
-            info_fd=info_w,
-            disk_root=disk_root,
-        )
-        argv = plan_bwrap_argv(self.boundary, inputs, bwrap=facts.bwrap_path or "bwrap")
-        log.debug("bwrap argv: %s", argv)
-        joins = self._cgroup.join_files() if self._cgroup is not None else ()
-        # Drop to the sandbox user in a tiny exec (the supervisor's launcher mode) rather than with
-        # subprocess's user=, which forces a full fork of this process instead of vfork. On v1
-        # the launcher also joins the cgroup first (see SandboxCgroup.join_files); it always
-        # mounts the one disk budget that bwrap binds from (disk_budget.py).
-        launcher = [supervisor, "--exec-as", str(uid), str(gid)]
-        for tasks_file in joins:
-            launcher += ["--join-cgroup", tasks_file]
-        launcher += plan_launcher_disk_args(self.boundary, mountpoint=disk_root)
-        argv = [*launcher, "--", *argv]
-        try:
-            self._proc = subprocess.Popen(
-                argv,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.PIPE,
-                pass_fds=owned,
-                env={"PATH": "/usr/bin:/bin"},
-                cwd="/",
-                close_fds=True,
-            )
-        except OSError as exc:
-            os.close(info_r)
-            host_sock.close()
-            raise SandboxStartError(
-                f"cannot start bubblewrap: {exc.strerror}", "check that bwrap is installed and executable"
-            ) from exc
-        finally:
-            for fd in owned:
-                os.close(fd)
-        self._channel = SupervisorChannel(host_sock)
-        self._supervisor_pid = _read_child_pid(info_r, self._proc)
-        if self._cgroup is not None:
-            if joins:  # inherited from the launcher before bwrap ran; confirm rather than assume
-                self._cgroup.check_member(self._supervisor_pid)
-            else:
-                self._cgroup.attach(self._supervisor_pid)
-
-    def _bwrap_stderr(self) -> str:
-        proc = self._proc
-        if proc is None or proc.stderr is None:
-            return ""
-        try:
-            proc.wait(timeout=1.0)
-        except subprocess.TimeoutExpired:
-            return ""
-        return proc.stderr.read(4096).decode(errors="replace").strip()
-
     # -- runs ------------------------------------------------------------------------------------
 
     def run(
@@ -471,11 +343,9 @@ class Sandbox:
         if not argv:
             raise ValueError("argv cannot be empty")
         with self._lock:
-            if self._proc is None:
+            if not self._started:
                 self.start()
-            if self._lost:
-                raise SandboxLost(f"this sandbox is no longer usable: {self._lost}", "start a new Sandbox")
-            return self._run_locked(list(argv), stdin, timeout, env, cwd)
+            return self._run_locked(self._running(), list(argv), stdin, timeout, env, cwd)
 
     def spawn(
         self,
@@ -499,11 +369,10 @@ class Sandbox:
             raise ValueError("argv cannot be empty")
         self._lock.acquire()
         try:
-            if self._proc is None:
+            if not self._started:
                 self.start()
-            if self._lost:
-                raise SandboxLost(f"this sandbox is no longer usable: {self._lost}", "start a new Sandbox")
-            assert self._channel is not None and self._layers is not None
+            handle = self._running()
+            assert self._layers is not None
             resources = self.boundary.resources
             wall = min(timeout, resources.wall_s) if timeout is not None else resources.wall_s
             run_env = {**self._base_env, **(env or {})}
@@ -514,13 +383,13 @@ class Sandbox:
             else:
                 err_host, err_child = None, os.open("/dev/null", os.O_WRONLY | os.O_CLOEXEC)
             try:
-                reply = self._channel.start(
-                    list(argv),
+                request = CommandRequest(
+                    tuple(argv),
                     run_env,
                     cwd or self.scratch_paths[0],
-                    plan_rlimits(resources, cgroups=self._layers.cgroups),
-                    (in_child, out_child, err_child),
+                    tuple(plan_rlimits(resources, cgroups=self._layers.cgroups)),
                 )
+                reply = handle.spawn(request, (in_child, out_child, err_child))
             finally:
                 for fd in (in_child, out_child, err_child):
                     os.close(fd)
@@ -536,7 +405,7 @@ class Sandbox:
             self._lock.release()
             raise
         return SandboxProcess(
-            self._channel,
+            handle,
             stdin=in_host,
             stdout=out_host,
             stderr=err_host,
@@ -545,19 +414,28 @@ class Sandbox:
             on_done=self._lock.release,
         )
 
+    def _running(self) -> RunningSandbox:
+        """The running handle, or SandboxLost when the sandbox cannot serve another command."""
+        if self._lost:
+            raise SandboxLost(f"this sandbox is no longer usable: {self._lost}", "start a new Sandbox")
+        if self._handle is None:
+            raise SandboxLost("this sandbox is not running (its start failed or it was closed)", "start a new Sandbox")
+        return self._handle
+
     def _mark_lost(self, reason: str) -> None:
         self._lost = reason
         self._destroy()
 
     def _run_locked(
         self,
+        handle: RunningSandbox,
         argv: list[str],
         stdin: bytes | None,
         timeout: float | None,
         env: Mapping[str, str] | None,
         cwd: str | None,
     ) -> RunResult:
-        assert self._channel is not None and self._layers is not None
+        assert self._layers is not None
         resources = self.boundary.resources
         wall = min(timeout, resources.wall_s) if timeout is not None else resources.wall_s
         run_env = dict(self._base_env)
@@ -579,9 +457,10 @@ class Sandbox:
             in_child, in_host = os.pipe2(os.O_CLOEXEC)
         began = time.perf_counter()
         try:
-            reply = self._channel.start(
-                argv, run_env, workdir, plan_rlimits(resources, cgroups=self._layers.cgroups), (in_child, out_w, err_w)
+            request = CommandRequest(
+                tuple(argv), run_env, workdir, tuple(plan_rlimits(resources, cgroups=self._layers.cgroups))
             )
+            reply = handle.spawn(request, (in_child, out_w, err_w))
         except SandboxLost as exc:
             self._lost = exc.cause
             for fd in (out_r, out_w, err_r, err_w, in_child, in_host):
@@ -600,7 +479,17 @@ class Sandbox:
         stderr = CappedReader(err_r, resources.output_bytes)
         feeder = StdinFeeder(in_host, stdin or b"") if in_host is not None else None
         violations: list[Violation] = []
-        exited, timed_out, cpu_killed = self._wait(stdout, stderr, feeder, began + wall, before, violations)
+        outcome = wait_for_command(
+            handle,
+            stdout,
+            stderr,
+            feeder,
+            deadline=began + wall,
+            cpu_budget_s=resources.cpu_s,
+            cpu_used=_cpu_used_since(self._cgroup, before),
+            on_lost=self._mark_lost,
+        )
+        exited, timed_out, cpu_killed = outcome.exited, outcome.timed_out, outcome.cpu_killed
         run_s = time.perf_counter() - began
         after = self._cgroup.usage() if self._cgroup else None
 
@@ -672,80 +561,6 @@ class Sandbox:
             egress_dropped=egress_dropped,
         )
 
-    def _wait(
-        self,
-        stdout: CappedReader,
-        stderr: CappedReader,
-        feeder: StdinFeeder | None,
-        deadline: float,
-        before: CgroupUsage | None,
-        violations: list[Violation],
-    ) -> tuple[Exited | None, bool, bool]:
-        """Pump output, feed stdin, watch the clock and CPU until the supervisor reports EXITED."""
-        assert self._channel is not None
-        selector = selectors.DefaultSelector()
-        for capped in (stdout, stderr):
-            selector.register(capped.fd, selectors.EVENT_READ, capped)
-        if feeder is not None:
-            selector.register(feeder.fd, selectors.EVENT_WRITE, feeder)
-        selector.register(self._channel.fileno(), selectors.EVENT_READ, None)
-        exited: Exited | None = None
-        timed_out = cpu_killed = False
-        kill_sent_at: float | None = None
-        cpu_budget = self.boundary.resources.cpu_s
-        next_cpu_check = time.monotonic() + _CPU_CHECK_INTERVAL_S
-        try:
-            while exited is None or stdout.open or stderr.open:
-                if exited is None:
-                    # EXITED may already sit in the channel's buffer (it often arrives in the same
-                    # read as STARTED), where the socket's readability would never show it.
-                    exited = self._channel.wait_exited(0)
-                    if exited is not None:
-                        selector.unregister(self._channel.fileno())
-                        continue
-                now = time.perf_counter()
-                if exited is None and kill_sent_at is None and now >= deadline:
-                    timed_out = True
-                    kill_sent_at = now
-                    self._channel.kill()
-                if kill_sent_at is not None and exited is None and now - kill_sent_at > _KILL_GRACE_S:
-                    self._lost = "the supervisor did not report after a kill"
-                    self._destroy()
-                    break
-                if exited is not None and now > deadline + _KILL_GRACE_S:
-                    break  # streams held open by something we cannot see; stop reading
-                wait = max(0.0, min(deadline - now if kill_sent_at is None else _KILL_GRACE_S, _CPU_CHECK_INTERVAL_S))
-                for key, _ in selector.select(wait):
-                    if key.data is None:
-                        exited = self._channel.wait_exited(0)
-                        if exited is not None:
-                            selector.unregister(key.fd)
-                    elif isinstance(key.data, CappedReader):
-                        if not key.data.pump():
-                            selector.unregister(key.fd)
-                    elif isinstance(key.data, StdinFeeder) and not key.data.pump():
-                        selector.unregister(key.fd)
-                if (
-                    self._cgroup is not None
-                    and before is not None
-                    and exited is None
-                    and kill_sent_at is None
-                    and time.monotonic() >= next_cpu_check
-                ):
-                    next_cpu_check = time.monotonic() + _CPU_CHECK_INTERVAL_S
-                    used = self._cgroup.usage().cpu_s - before.cpu_s
-                    if used > cpu_budget:
-                        cpu_killed = True
-                        kill_sent_at = time.perf_counter()
-                        self._channel.kill()
-        finally:
-            selector.close()
-            stdout.close()
-            stderr.close()
-            if feeder is not None:
-                feeder.close()
-        return exited, timed_out, cpu_killed
-
     def _spawn_failed_result(self, argv: list[str], reply: SpawnFailed, elapsed: float) -> RunResult:
         reason = os.strerror(reply.errno)
         code = 127 if reply.errno == errno.ENOENT else 126
@@ -768,10 +583,10 @@ class Sandbox:
 
     # -- files -----------------------------------------------------------------------------------
 
-    def _root(self) -> str:
-        if self._supervisor_pid is None or self._lost:
+    def _live(self) -> RunningSandbox:
+        if self._handle is None or self._lost:
             raise FileTransferError("the sandbox is not running", "start the sandbox first")
-        return f"/proc/{self._supervisor_pid}/root"
+        return self._handle
 
     def put_file(self, path: str, data: bytes, *, mode: int = 0o644) -> None:
         """Write ``data`` to ``path`` under a scratch path, owned by the sandbox user.
@@ -781,19 +596,10 @@ class Sandbox:
         """
         if len(data) > self.boundary.resources.disk_bytes:
             raise FileTransferError(f"{len(data)} bytes exceed the disk budget", "raise resources.disk_bytes")
-        if self._proc is None:
+        if not self._started:
             self.start()
         root, relative = sandbox_files.scratch_relative(path, self.scratch_paths)
-        target = self._root() + root
-        sandbox_files.as_sandbox_user(
-            *self._sandbox_ids(),
-            lambda: sandbox_files.write_file_in(target, relative, data, mode=mode & 0o777, label=path),
-        )
-
-    def _sandbox_ids(self) -> tuple[int, int]:
-        if self._ids is None:
-            raise FileTransferError("the sandbox is not running", "start the sandbox first")
-        return self._ids
+        self._live().put_file(root, relative, data, mode=mode & 0o777, label=path)
 
     def get_file(self, path: str, *, max_bytes: int | None = None) -> bytes:
         """Read a regular file under a scratch path (symlinks are refused, never followed).
@@ -803,10 +609,7 @@ class Sandbox:
         """
         root, relative = sandbox_files.scratch_relative(path, self.scratch_paths)
         limit = max_bytes if max_bytes is not None else self.boundary.resources.disk_bytes
-        source = self._root() + root
-        return sandbox_files.as_sandbox_user(
-            *self._sandbox_ids(), lambda: sandbox_files.read_file_in(source, relative, max_bytes=limit, label=path)
-        )
+        return self._live().get_file(root, relative, max_bytes=limit, label=path)
 
     def close(self) -> float:
         """Export scratch, stop everything, and remove every trace. Idempotent.
@@ -826,7 +629,7 @@ class Sandbox:
         with self._lock:
             self._closed = True
             try:
-                if self._proc is not None and not self._lost:
+                if self._handle is not None and not self._lost:
                     self._export_scratch()
             finally:
                 self._teardown()
@@ -843,7 +646,7 @@ class Sandbox:
             destination = self._export_destinations.get(rule.path)
             if destination is not None:
                 try:
-                    report = sandbox_files.export_tree(self._root() + rule.path, destination, max_bytes=budget)
+                    report = self._live().export(rule.path, destination, max_bytes=budget)
                 except (OSError, FileTransferError) as exc:
                     log.warning("export of %s to %s failed: %s", rule.path, rule.export, exc)
                     report = sandbox_files.ExportReport(stopped=f"the export failed: {exc}")
@@ -851,20 +654,9 @@ class Sandbox:
                 self.teardown_findings += [f"export of {rule.path}: {line}" for line in report.lines()]
 
     def _teardown(self) -> None:
-        """Stop the supervisor, kill leftovers through the cgroup, remove host traces."""
-        if self._channel is not None:
-            with contextlib.suppress(ContainError):
-                self._channel.exit()
-        proc = self._proc
-        if proc is not None:
-            if not _wait_for_exit(proc, 2.0):
-                self._destroy()
-                proc.wait(timeout=5.0)
-            if proc.stderr is not None:
-                proc.stderr.close()
-        if self._channel is not None:
-            self._channel.close()
-            self._channel = None
+        """Stop the sandbox (its backend), kill leftovers through the cgroup, remove host traces."""
+        if self._handle is not None:
+            self._handle.close()
         if self._egress is not None:
             self._egress.close()
             self._egress = None
@@ -876,7 +668,7 @@ class Sandbox:
         self._export_destinations = {}
         if self._write_binds is not None:
             # Only once every sandbox process is gone; through descriptors opened before it ran.
-            self.teardown_findings += self._write_binds.close(workload_ran=proc is not None)
+            self.teardown_findings += self._write_binds.close(workload_ran=self._started)
             self._write_binds = None
         if self._staged is not None:  # after the clean-up above, which works through the staged binds
             self._staged.close()
@@ -884,67 +676,24 @@ class Sandbox:
         if self._lease is not None:
             self._lease.release()  # only once nothing of the sandbox runs as this uid any more
             self._lease = None
-        self._supervisor_pid = None
+        self._handle = None
 
     def _destroy(self) -> None:
-        """Kill the whole sandbox from the host: the pid namespace dies with its pid 1."""
-        for pid in (self._supervisor_pid, self._proc.pid if self._proc else None):
-            if pid is not None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
-        if self._cgroup is not None:
-            self._cgroup.kill_all(timeout_s=5.0)
+        """Kill the whole sandbox from the host, through its backend."""
+        if self._handle is not None:
+            self._handle.destroy()
+
+
+def _cpu_used_since(cgroup: SandboxCgroup | None, before: CgroupUsage | None) -> Callable[[], float] | None:
+    """CPU seconds the cgroup used since ``before`` was read; None without a cgroup."""
+    if cgroup is None or before is None:
+        return None
+    return lambda: cgroup.usage().cpu_s - before.cpu_s
 
 
 def _hidden_sockets_line(paths: tuple[str, ...]) -> str:
     shown = ", ".join(paths[:8]) + (f" and {len(paths) - 8} more" if len(paths) > 8 else "")
     return f"{len(paths)} found in binds and hidden (name them in allow_sockets to keep them): {shown}"
-
-
-def _socketpair() -> tuple[socket.socket, int]:
-    host, supervisor = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-    supervisor_fd = supervisor.detach()
-    os.set_inheritable(supervisor_fd, True)
-    return host, supervisor_fd
-
-
-def _read_child_pid(info_fd: int, proc: subprocess.Popen[bytes]) -> int:
-    """Read bwrap's --info-fd JSON (written once the sandbox's pid 1 exists)."""
-    chunks = []
-    try:
-        while chunk := os.read(info_fd, 4096):
-            chunks.append(chunk)
-            try:
-                return int(json.loads(b"".join(chunks))["child-pid"])
-            except (ValueError, KeyError):
-                continue
-    finally:
-        os.close(info_fd)
-    stderr = proc.stderr.read(4096).decode(errors="replace").strip() if proc.stderr else ""
-    raise SandboxStartError(
-        f"bubblewrap exited before the sandbox started: {stderr or 'no message'}", "run `contain doctor`"
-    )
-
-
-def _wait_for_exit(proc: subprocess.Popen[bytes], timeout_s: float) -> bool:
-    """Wait for ``proc`` with a pidfd, which wakes on exit instead of polling with sleeps."""
-    try:
-        pidfd = os.pidfd_open(proc.pid)
-    except OSError:  # already reaped, or a kernel without pidfd (< 5.3)
-        try:
-            proc.wait(timeout=timeout_s)
-            return True
-        except subprocess.TimeoutExpired:
-            return False
-    try:
-        poller = select.poll()
-        poller.register(pidfd, select.POLLIN)
-        if not poller.poll(timeout_s * 1000):
-            return False
-    finally:
-        os.close(pidfd)
-    proc.wait()
-    return True
 
 
 def _decode_status(status: int) -> tuple[int | None, int | None]:

@@ -118,3 +118,12 @@ def test_the_environment_is_built_from_nothing():
     }
     with pytest.raises(UnsupportedHost, match="HOST_TOKEN"):
         plan_base_env(b, host_environ={}, egress_env={})
+
+
+@pytest.mark.parametrize("backend", ["container", "microvm", "none", ""])
+def test_layers_are_planned_only_for_a_backend_that_has_a_layer_plan(backend):
+    with pytest.raises(UnsupportedHost) as caught:
+        plan_layers(Boundary(), facts(), egress_available=False, backend=backend)
+    assert caught.value.cause == f"no layer plan exists for backend {backend!r} in this version"
+    assert caught.value.fix == "use one of: process"
+    assert plan_layers(Boundary(), facts(), egress_available=False, backend="process").seccomp

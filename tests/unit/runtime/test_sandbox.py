@@ -1,18 +1,28 @@
-"""The sandbox's pure helpers: wait statuses, bwrap's --info-fd reply, the hidden-sockets line,
-and waiting on a pidfd. The Sandbox lifecycle itself needs bubblewrap: see
+"""The Sandbox's orchestration against the recording fake backend (no kernel, no bubblewrap), and
+its pure helpers. The process backend's own start is covered by
 tests/integration/test_sandbox_containment.py and test_sandbox_spawn_and_attachments.py."""
 
 from __future__ import annotations
 
+import builtins
+import errno
 import io
 import os
 import signal
+import socket
 import subprocess
+from types import SimpleNamespace
 
 import pytest
 
-from contain.errors import SandboxStartError
-from contain.runtime.sandbox import _decode_status, _hidden_sockets_line, _read_child_pid, _wait_for_exit
+from contain.boundary import Boundary
+from contain.errors import SandboxLost, SandboxStartError, UnsupportedHost
+from contain.host.facts import HostFacts
+from contain.runtime import sandbox as sandbox_module
+from contain.runtime.backend import CommandRequest, RecordingBackend
+from contain.runtime.plan import plan_rlimits
+from contain.runtime.sandbox import Sandbox, _decode_status, _hidden_sockets_line
+from contain.runtime.supervisor_channel import Exited, SpawnFailed
 
 
 def test_a_wait_status_decodes_to_exit_code_or_signal():
@@ -30,40 +40,129 @@ def test_the_hidden_sockets_line_names_eight_and_counts_the_rest():
     assert _hidden_sockets_line(("/w/a.sock",)).endswith(": /w/a.sock")
 
 
-class _Exited:
-    def __init__(self, stderr: bytes) -> None:
-        self.stderr = io.BytesIO(stderr)
+FACTS = HostFacts(
+    arch="x86_64", is_root=False, uid=1000, gid=1000, bwrap_path="/usr/bin/bwrap",
+    user_namespaces=True, seccomp=True, landlock_abi=0,
+    libseccomp_path="/usr/lib/x86_64-linux-gnu/libseccomp.so.2",
+)
+EXITED = Exited(status=3 << 8, utime_us=250_000, stime_us=250_000, maxrss_kb=100)
+BOUNDARY = Boundary.model_validate({"hardening": {"cgroups": "off"}, "resources": {"wall_s": 7, "cpu_s": 3, "memory_bytes": 64 * 2**20, "output_bytes": 4096}})
 
 
-def test_the_child_pid_is_read_from_info_fd_json_even_when_split_across_writes():
-    read_fd, write_fd = os.pipe()
-    os.write(write_fd, b'{\n  "child-pid": 4')
-    os.write(write_fd, b"242\n}\n")
-    os.close(write_fd)
-    assert _read_child_pid(read_fd, _Exited(b"")) == 4242  # type: ignore[arg-type]
-    with pytest.raises(OSError):
-        os.close(read_fd)  # the reader closed it
+@pytest.fixture
+def wakeup():
+    ours, theirs = socket.socketpair()
+    theirs.send(b"x")  # readable at once, so the wait loop never blocks on it
+    yield ours.fileno()
+    ours.close()
+    theirs.close()
 
 
-def test_bwrap_exiting_before_the_sandbox_started_is_a_start_error_quoting_its_stderr():
-    read_fd, write_fd = os.pipe()
-    os.close(write_fd)
+def test_a_sandbox_calls_its_backend_start_spawn_close_in_order_and_reports_the_scripted_exit(wakeup):
+    backend = RecordingBackend(wakeup_fd=wakeup, replies=[EXITED])
+    with Sandbox(BOUNDARY, backend=backend, facts=FACTS) as sb:
+        assert sb.supervisor_pid == 4242  # the handle's host pid
+        result = sb.run(["/bin/true"])
+    assert [call[0] for call in backend.calls] == ["start", "spawn", "close"]
+    assert (result.exit_code, result.signal, result.timed_out, result.backend) == (3, None, False, "process")
+    assert result.usage.source == "supervisor rusage"  # no cgroup on these facts
+    assert sb.supervisor_pid is None  # closed
+
+
+def test_the_plan_and_each_command_carry_the_boundarys_budgets(wakeup):
+    backend = RecordingBackend(wakeup_fd=wakeup, replies=[EXITED])
+    with Sandbox(BOUNDARY, backend=backend, facts=FACTS, extra_env={"A": "1"}) as sb:
+        sb.run(["/bin/true"], env={"B": "2"}, cwd="/work/sub")
+    (plan,) = backend.plans
+    resources = sb.boundary.resources
+    assert plan.boundary is sb.boundary
+    assert (resources.wall_s, resources.cpu_s, resources.memory_bytes) == (7, 3, 64 * 2**20)
+    assert plan.host_ids == (1000, 1000)  # the caller's ids: these facts are not root
+    assert (plan.layers.cgroups, plan.cgroup, plan.bind_sources) == (False, None, {})
+    assert plan.resolv_conf == "nameserver 127.0.0.1\noptions timeout:1 attempts:1\n"
+    request = backend.calls[1][1]
+    assert isinstance(request, CommandRequest)
+    assert request.rlimits == tuple(plan_rlimits(resources, cgroups=False))
+    assert (request.argv, request.cwd) == (("/bin/true",), "/work/sub")
+    assert (request.env["A"], request.env["B"]) == ("1", "2")
+
+
+@pytest.mark.parametrize("error", [SandboxStartError("bwrap died", "doctor"), RuntimeError("boom")])
+def test_a_failed_backend_start_tears_down_and_the_sandbox_cannot_be_used(wakeup, error):
+    backend = RecordingBackend(wakeup_fd=wakeup, start_error=error)
+    sb = Sandbox(BOUNDARY, backend=backend, facts=FACTS)
     with pytest.raises(SandboxStartError) as caught:
-        _read_child_pid(read_fd, _Exited(b"bwrap: No permissions to create new namespace\n"))  # type: ignore[arg-type]
-    assert caught.value.cause == (
-        "bubblewrap exited before the sandbox started: bwrap: No permissions to create new namespace"
-    )
-    assert caught.value.fix == "run `contain doctor`"
+        sb.start()
+    assert "boom" in caught.value.cause if isinstance(error, RuntimeError) else caught.value is error
+    assert sb.supervisor_pid is None
+    with pytest.raises(SandboxLost):
+        sb.run(["/bin/true"])
+    sb.close()
+    assert backend.calls == [("start",)]  # nothing was spawned; no handle to close
 
 
-def test_waiting_on_a_pidfd_sees_the_exit_or_gives_up_at_the_timeout():
-    done = subprocess.Popen(["/bin/true"])
-    assert _wait_for_exit(done, 10.0) is True
-    assert done.returncode == 0
-    stuck = subprocess.Popen(["/bin/sleep", "30"])
-    try:
-        assert _wait_for_exit(stuck, 0.01) is False
-        assert stuck.returncode is None
-    finally:
-        stuck.kill()
-        stuck.wait()
+def test_a_failure_after_the_backend_started_closes_the_running_handle(wakeup, monkeypatch):
+    def refuse(boundary, *, netns_path):
+        raise RuntimeError(f"egress cannot attach to {netns_path}")
+
+    egress = SimpleNamespace(RESOLV_CONF_TEXT="nameserver 127.0.0.53\n", start_egress=refuse)
+    monkeypatch.setattr(sandbox_module, "_egress_module", lambda: egress)
+    backend = RecordingBackend(wakeup_fd=wakeup)
+    networked = Boundary.model_validate({"hardening": {"cgroups": "off"}, "network": {"allow": [{"host": "pypi.org"}]}})
+    with pytest.raises(SandboxStartError) as caught:
+        Sandbox(networked, backend=backend, facts=FACTS).start()
+    assert caught.value.cause == "the sandbox failed to start: egress cannot attach to /fake/netns"
+    assert backend.calls == [("start",), ("close",)]
+    assert backend.plans[0].resolv_conf == "nameserver 127.0.0.53\n"
+
+
+def test_a_command_that_cannot_be_executed_exits_127_without_a_second_spawn(wakeup):
+    backend = RecordingBackend(wakeup_fd=wakeup, replies=[SpawnFailed("exec", errno.ENOENT)])
+    with Sandbox(BOUNDARY, backend=backend, facts=FACTS) as sb:
+        result = sb.run(["nope"])
+    assert result.exit_code == 127
+    assert b"cannot run 'nope' (exec)" in result.stderr.data
+
+
+def test_files_go_through_the_handle_after_the_scratch_check(wakeup):
+    backend = RecordingBackend(wakeup_fd=wakeup)
+    with Sandbox(BOUNDARY, backend=backend, facts=FACTS) as sb:
+        sb.put_file("/work/a/b.txt", b"data", mode=0o4755)
+        assert sb.get_file("/work/a/b.txt") == b"data"
+    assert ("put_file", "/work", "a/b.txt", 0o755) in backend.calls  # set-id bits never reach the backend
+
+
+def test_orchestration_never_touches_proc_or_starts_a_process(wakeup, monkeypatch):
+    touched: list[str] = []
+
+    def watch(name, real):
+        def wrapper(*args, **kwargs):
+            touched.extend(str(a) for a in args if isinstance(a, str | bytes | os.PathLike))
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(*name, wrapper)
+
+    for target in (
+        (os, "open"), (os, "stat"), (os, "lstat"), (os, "readlink"), (os, "listdir"), (os, "scandir"),
+        (builtins, "open"), (io, "open"),
+    ):
+        watch(target, getattr(*target))
+
+    def no_process(*args, **kwargs):
+        raise AssertionError(f"the orchestrator started a process: {args}")
+
+    monkeypatch.setattr(subprocess, "Popen", no_process)
+    monkeypatch.setattr(os, "kill", no_process)
+    backend = RecordingBackend(wakeup_fd=wakeup, replies=[EXITED])
+    with Sandbox(BOUNDARY, backend=backend, facts=FACTS) as sb:
+        sb.run(["/bin/true"])
+        sb.put_file("/work/x", b"1")
+    assert touched, "the watch saw nothing: the test would pass vacuously"
+    assert [p for p in touched if p.startswith("/proc/")] == []
+
+
+def test_an_unknown_backend_name_is_refused_naming_the_ones_that_exist():
+    with pytest.raises(UnsupportedHost) as caught:
+        Sandbox(BOUNDARY, backend="container")
+    assert caught.value.cause == "backend 'container' is not available in this version"
+    assert caught.value.fix == "use one of: process"
