@@ -44,6 +44,10 @@ steps 5-7 (the claim, a refusal, a pending review) first settles the key inside 
 transaction, so a retry is answered from the store and never by a decision re-made against a
 record that the first write already changed. Reading the key once more before deciding would
 cost every request a read for the rare retry.
+
+Why one file past 600 lines: the decision path is one ordered checklist (above), and every
+refusal it records sits beside the step that makes it, so the order and the durability of each
+step can be checked in one read.
 """
 
 from __future__ import annotations

@@ -21,6 +21,10 @@ are missing or the unsigned tail is longer than the broker leaves it, and only e
 (``--anchors``, ``--expect-head``) detect a consistent rewrite. The checkpoint file is appended
 without fsync: a SIGKILL keeps it (the page cache survives), a power loss may drop the newest
 lines, which only weakens protection of the newest entries.
+
+Why one file past 600 lines: the chain's writer, its checkpoints and the walk that verifies
+them are one mechanism (the same hash rule, written and checked side by side); the verdict over a
+walk (verified, tampered, unanchored) is ``verification.py``.
 """
 
 from __future__ import annotations

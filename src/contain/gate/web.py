@@ -39,6 +39,10 @@ What is not: the reviewer's identity (whoever holds the URL and the token is tru
 recorded is the one given to ``serve``), TLS (loopback only), rate limiting (capability and token
 are 256 bits each), other local users reading the reviewer's terminal or browser profile (a user
 who can read those owns the session anyway), and a browser extension with access to the page.
+
+Why one file past 600 lines: it is one mechanism, the review page's HTTP surface; the request
+rules, the capability path and the rendering of untrusted text are read together by a reviewer
+asking whether another local page can act as the reviewer.
 """
 
 from __future__ import annotations

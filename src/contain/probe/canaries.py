@@ -25,6 +25,9 @@ Not done here: deciding policy; capturing traffic that never reaches a sink the 
 (a packet sent to the real internet is not observed, which is why attacks aim at canaries).
 Needs root (CAP_NET_ADMIN) and ``ip`` for ``netns_canary``; it raises ``CanaryUnavailable`` with
 the cause otherwise, and cases turn that into INCONCLUSIVE, never CONTAINED.
+
+Why one file past 600 lines: one mechanism, the outside judges' listeners and the one event loop
+that serves them; each sink kind is a small variation of the same server.
 """
 
 from __future__ import annotations

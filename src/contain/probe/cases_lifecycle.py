@@ -11,6 +11,9 @@ Controls run on the bare host unless that would be unsafe: every leftover proces
 (it exits by itself after a fixed time) and killed by the probe afterwards; IPC objects and keys
 the control creates on the host are removed by a cleanup run; the zombie control runs in a
 relaxed but bounded sandbox. XT-07 is about microVM snapshots and does not apply here.
+
+Why one file past 600 lines: one mechanism, the LF and XT rows of the catalogue; each case keeps
+its attack, its host-side judge and its control side by side.
 """
 
 from __future__ import annotations

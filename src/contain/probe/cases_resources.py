@@ -11,6 +11,9 @@ is still alive in host ``/proc`` after the run, whether a canary reached a host 
 Positive controls that would be unsafe on the bare host (forks, memory, disk, fds, shared
 per-uid limits) run in a relaxed but still bounded contain sandbox (``RELAXED_CONTROL_BOUNDARY``:
 limits above the attack's bound); the others run on the bare host.
+
+Why one file past 600 lines: one mechanism, the RE rows of the catalogue and contain's own RE
+cases; each case keeps its bounded attack, its host-side judge and its control side by side.
 """
 
 from __future__ import annotations
