@@ -218,6 +218,12 @@ def test_usr_is_read_only_and_a_seccomp_row_holds_in_the_container(bundle: Bundl
     try:
         exited, _out, err = run(channel, bundle, ["/bin/sh", "-c", "echo x > /usr/contain-probe"])
         assert exited.exit_code != 0 and "Read-only file system" in err
+        exited, _out, err = run(channel, bundle, ["/bin/sh", "-c", "echo x > /dev/contain-probe"])
+        assert exited.exit_code != 0 and "Read-only file system" in err
+        exited, out, _err = run(channel, bundle, ["/bin/sh", "-c", "echo x > /tmp/f && echo x > /work/f && df -k /tmp"])
+        assert exited.exit_code == 0 and out.splitlines()[1].split()[1] == str(
+            bundle.plan.boundary.resources.disk_bytes // 1024
+        )
         ptrace = "import ctypes; print(ctypes.CDLL(None, use_errno=True).ptrace(0, 0, 0, 0), ctypes.get_errno())"
         exited, out, _err = run(channel, bundle, ["python3", "-c", ptrace])
         assert out == "-1 1\n"  # PTRACE_TRACEME -> EPERM from the table's row
@@ -254,4 +260,3 @@ def test_runc_refuses_a_user_namespace_that_does_not_map_container_root(bundle: 
     assert done.returncode != 0
     # runc 1.1 looks up the host id of container root (HostRootUID) before it starts anything
     assert b"User namespaces enabled, but no user mapping found" in done.stderr, done.stderr
-

@@ -30,7 +30,8 @@ this one):
   (``PROC_PATH_RULES``), seccomp from the same table (``render_oci_seccomp``);
 - cgroup limits from the budgets (memory without swap, pids, CPU bandwidth, devices deny-all then
   runc's defaults) in ``<base>/contain-container/<name>``, a parent of its own beside the process
-  backend's ``contain`` parent (v1: inside our own cgroup; ``_plan_cgroups_path``); rlimits as ``plan_rlimits``, clamped to the host's hard limits.
+  backend's ``contain`` parent (v1: inside our own cgroup; ``_plan_cgroups_path``); rlimits as
+  ``plan_rlimits``, clamped to the host's hard limits.
 
 What it does NOT do (the backend's job, or a known difference from bwrap):
 
@@ -53,13 +54,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from contain.boundary.kinds import FileAccess
-from contain.errors import SandboxStartError, UnsupportedHost
+from contain.errors import SandboxStartError
 from contain.runtime.backend import BackendPlan
 from contain.runtime.bwrap import SANDBOX_GID, SANDBOX_UID, SUPERVISOR_SANDBOX_PATH
 from contain.runtime.cgroup_plan import plan_cgroup_hierarchies, plan_cgroup_limits
 from contain.runtime.container.oci_seccomp import render_oci_seccomp
 from contain.runtime.disk_budget import plan_disk_places
-from contain.runtime.paths import is_under_write_bind
+from contain.runtime.paths import is_under_write_bind, with_bind_sources
 from contain.runtime.plan import plan_rlimits
 
 __all__ = [
@@ -76,6 +77,7 @@ __all__ = [
 
 OCI_VERSION = "1.0.2"  # runtime-spec version runc 1.1 implements
 CONTAINER_CGROUP_PARENT = "contain-container"  # beside the process backend's cgroup_plan.PARENT_NAME
+_RLIM_INFINITY = 2**64 - 1  # RLIM_INFINITY as the OCI spec's uint64
 _BIND_RO = ["rbind", "ro", "nosuid", "nodev"]  # bwrap's --ro-bind: recursive, nosuid, nodev
 _BIND_RW = ["rbind", "nosuid", "nodev"]
 _DEV_TMPFS = ["nosuid", "strictatime", "mode=755", "size=65536k", "ro"]  # runc remounts ro after mknod
@@ -185,7 +187,8 @@ class _Files:
 
 def _plan_mounts(plan: BackendPlan, inputs: BundleInputs, files: _Files) -> list[tuple[dict[str, Any], str]]:
     """Mounts in bwrap's order, each with the kind of its mount point ("dir" or "file")."""
-    paths = plan.paths
+    # binds and the masks below them come from the staged idmapped views, as in the process backend
+    paths = with_bind_sources(plan.paths, plan.bind_sources) if plan.bind_sources else plan.paths
     mounts: list[tuple[dict[str, Any], str]] = [(_bind("/usr", "/usr"), "dir")]
     mounts += [(_bind(p, p), "dir") for p in sorted(inputs.loader_dirs)]
     mounts.append((_bind(inputs.etc_tree, "/etc"), "dir"))
@@ -204,9 +207,8 @@ def _plan_mounts(plan: BackendPlan, inputs: BundleInputs, files: _Files) -> list
             source = plan.bind_sources.get(attachment.host_path, attachment.host_path)
             mounts.append((_bind(source, attachment.sandbox_path, writable=True), "file"))
     for bind in sorted(paths.binds, key=lambda b: (_depth(b.rule.path), b.rule.path)):
-        source = plan.bind_sources.get(bind.host_realpath, bind.host_realpath)
         writable = bind.rule.access is FileAccess.WRITE
-        mounts.append((_bind(source, bind.rule.path, writable=writable), "dir" if bind.is_dir else "file"))
+        mounts.append((_bind(bind.host_realpath, bind.rule.path, writable=writable), "dir" if bind.is_dir else "file"))
     for bind in paths.binds:
         for mask in bind.masks:
             if mask.exists:  # immovable: bound onto itself writable so it cannot be renamed
@@ -287,8 +289,9 @@ def _plan_rlimits(plan: BackendPlan, host_hard: Mapping[str, int]) -> list[dict[
                 f"the host's hard limit for RLIMIT_{limit.name} was not gathered", "this is a bug in the backend"
             )
         cap = host_hard[limit.name]
-        hard = limit.hard if cap < 0 else min(limit.hard, cap)
-        soft = min(limit.soft, hard)
+        hard = _RLIM_INFINITY if limit.hard is None else limit.hard
+        hard = hard if cap < 0 else min(hard, cap)
+        soft = min(_RLIM_INFINITY if limit.soft is None else limit.soft, hard)
         out.append({"type": f"RLIMIT_{limit.name}", "hard": hard, "soft": soft})
     return out
 
@@ -327,7 +330,8 @@ def plan_oci_bundle(plan: BackendPlan, inputs: BundleInputs) -> BundlePlan:
     Raises:
         SandboxStartError: container root would share a host id with the sandbox or be host root,
             or a host hard limit is missing.
-        UnsupportedHost: a cgroup v1 host, or the seccomp table cannot be rendered for the arch.
+        UnsupportedHost: no usable cgroup layout (``plan_cgroup_hierarchies``), or the seccomp
+            table cannot be rendered for the arch.
     """
     files = _Files(inputs.bundle_dir)
     mounts = _plan_mounts(plan, inputs, files)
