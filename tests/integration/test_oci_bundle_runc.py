@@ -22,9 +22,10 @@ from pathlib import Path
 
 import pytest
 
-from contain.boundary import Boundary
+from contain.boundary import Boundary, FileRule
 from contain.boundary.plain import plain_boundary
 from contain.host.facts import detect_host
+from contain.runtime.attachments import Attachment
 from contain.runtime.backend import BackendPlan
 from contain.runtime.bwrap import ETC_PASSTHROUGH, default_scratch_paths, generated_etc_files
 from contain.runtime.container.bundle import BundleInputs, BundlePlan, plan_oci_bundle
@@ -92,10 +93,17 @@ def disk_budget(plan: BackendPlan, root: Path) -> Iterator[str]:
 
 @pytest.fixture
 def bundle(host_tmp: Path) -> Iterator[Bundle]:
+    with open_bundle(host_tmp, Boundary()) as opened:
+        yield opened
+
+
+@contextlib.contextmanager
+def open_bundle(host_tmp: Path, manifest: Boundary, attachments: tuple[Attachment, ...] = ()) -> Iterator[Bundle]:
+    """Plan the bundle for ``manifest`` and write it; on exit delete the container and the budget."""
     if not os.access(RUNC, os.X_OK):
         pytest.skip(f"{RUNC} is not installed")
     facts = detect_host()
-    boundary = plain_boundary(Boundary())
+    boundary = plain_boundary(manifest)
     sandbox_ids, root_ids = lease_host_ids(lock_dir=host_tmp / "ids"), lease_host_ids(lock_dir=host_tmp / "ids")
     ids = (sandbox_ids.uid, sandbox_ids.uid)
     plan = BackendPlan(
@@ -105,7 +113,7 @@ def bundle(host_tmp: Path) -> Iterator[Bundle]:
         host_ids=ids,
         paths=gather_path_facts(boundary, sandbox_host_uid=ids[0], sandbox_host_gid=ids[1]),
         bind_sources={},
-        attachments=(),
+        attachments=attachments,
         resolv_conf="",
         cgroup=None,
     )
@@ -260,3 +268,36 @@ def test_runc_refuses_a_user_namespace_that_does_not_map_container_root(bundle: 
     assert done.returncode != 0
     # runc 1.1 looks up the host id of container root (HostRootUID) before it starts anything
     assert b"User namespaces enabled, but no user mapping found" in done.stderr, done.stderr
+
+
+def test_blocks_hidden_sockets_and_attachments_hold_inside_a_read_bind(host_tmp: Path):
+    data = host_tmp / "data"
+    (data / "private").mkdir(parents=True)
+    for name in ("ok.txt", "secret.txt", "private/key"):
+        (data / name).write_text("content\n")
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(str(data / "agent.sock"))
+    listener.listen(1)
+    manifest = Boundary(
+        files=[
+            FileRule(path="/inputs", access="read", host=str(data)),
+            FileRule(path="/inputs/secret.txt", access="block"),
+            FileRule(path="/inputs/private", access="block"),
+        ]
+    )
+    connect = "import socket; s = socket.socket(socket.AF_UNIX); s.connect('/inputs/agent.sock')"
+    probe = socket.socket(socket.AF_UNIX)
+    probe.connect(str(data / "agent.sock"))  # positive control: on the host the socket answers
+    probe.close()
+    with listener, open_bundle(host_tmp, manifest, (Attachment("/.contain/token", data=b"t0k\n"),)) as b:
+        channel, _pid = start_container(b)
+        try:
+            exited, out, _err = run(channel, b, ["cat", "/inputs/ok.txt", "/.contain/token"])
+            assert (exited.exit_code, out) == (0, "content\nt0k\n")  # positive control: the bind itself works
+            for path in ("/inputs/secret.txt", "/inputs/private/key"):
+                exited, out, err = run(channel, b, ["cat", path])
+                assert exited.exit_code != 0 and out == "", (path, err)
+            exited, _out, err = run(channel, b, ["python3", "-c", connect])
+            assert exited.exit_code != 0 and "PermissionError" in err, err  # an empty mode-0000 file, not the socket
+        finally:
+            channel.close()
