@@ -98,14 +98,19 @@ def bundle(host_tmp: Path) -> Iterator[Bundle]:
 
 
 @contextlib.contextmanager
-def open_bundle(host_tmp: Path, manifest: Boundary, attachments: tuple[Attachment, ...] = ()) -> Iterator[Bundle]:
-    """Plan the bundle for ``manifest`` and write it; on exit delete the container and the budget."""
+def open_bundle(
+    host_tmp: Path, manifest: Boundary, attachments: tuple[Attachment, ...] = (), *, host_ids_for_write: bool = False
+) -> Iterator[Bundle]:
+    """Plan the bundle for ``manifest`` and write it; on exit delete the container and the budget.
+
+    ``host_ids_for_write``: run as nobody, as the runtime does for write binds without idmapping.
+    """
     if not os.access(RUNC, os.X_OK):
         pytest.skip(f"{RUNC} is not installed")
     facts = detect_host()
     boundary = plain_boundary(manifest)
     sandbox_ids, root_ids = lease_host_ids(lock_dir=host_tmp / "ids"), lease_host_ids(lock_dir=host_tmp / "ids")
-    ids = (sandbox_ids.uid, sandbox_ids.uid)
+    ids = (65534, 65534) if host_ids_for_write else (sandbox_ids.uid, sandbox_ids.uid)
     plan = BackendPlan(
         boundary=boundary,
         facts=facts,
@@ -301,3 +306,30 @@ def test_blocks_hidden_sockets_and_attachments_hold_inside_a_read_bind(host_tmp:
             assert exited.exit_code != 0 and "PermissionError" in err, err  # an empty mode-0000 file, not the socket
         finally:
             channel.close()
+
+
+def test_a_write_bind_is_writable_and_its_protected_placeholders_are_not(host_tmp: Path):
+    proj = host_tmp / "proj"
+    proj.mkdir()
+    os.chown(proj, 65534, 65534)
+    manifest = Boundary(files=[FileRule(path="/proj", access="write", host=str(proj))])
+    with open_bundle(host_tmp, manifest, host_ids_for_write=True) as b:
+        placeholders = b.plan.paths.created_placeholders()
+        assert placeholders, "a default write bind protects missing names (.envrc, ...) with placeholders"
+        for mask in placeholders:  # the backend's job: runc would create them as container root's host id
+            target = Path(mask.host_path)
+            target.mkdir() if mask.kind == "dir" else target.touch()
+            os.chown(target, *b.plan.host_ids)
+        channel, _pid = start_container(b)
+        try:
+            exited, _out, err = run(channel, b, ["/bin/sh", "-c", "echo made > /proj/out"])
+            assert exited.exit_code == 0, err
+            for mask in placeholders:
+                name = mask.sandbox_path + ("/x" if mask.kind == "dir" else "")
+                exited, _out, err = run(channel, b, ["/bin/sh", "-c", f"echo x > {name}"])
+                assert exited.exit_code != 0 and "Read-only file system" in err, (name, err)
+        finally:
+            channel.close()
+    assert (proj / "out").read_text() == "made\n"
+    owners = {entry.name: entry.stat(follow_symlinks=False).st_uid for entry in os.scandir(proj)}
+    assert owners == dict.fromkeys(owners, b.plan.host_ids[0])  # nothing in the user's tree is container root's

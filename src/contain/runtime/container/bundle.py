@@ -37,8 +37,9 @@ What it does NOT do (the backend's job, or a known difference from bwrap):
 
 - Landlock: the supervisor applies it (``supervisor_args`` carry ``--landlock-*``), as in bwrap;
 - mount points inside host binds (placeholders under write binds) are NOT in the skeleton: the
-  backend creates them on the host first (``PathFacts.created_placeholders``), since runc creates
-  missing mount points as the mapped container root, which cannot write the user's directories;
+  backend creates them on the host first, as the sandbox's host ids
+  (``PathFacts.created_placeholders``). runc 1.1.5 would create them itself, but owned by
+  container root's host id, left in the user's tree (seen in the integration test);
 - bind sources must be reachable (search permission) by the container root's host id, not only
   by the sandbox's: runc's init mounts as container root;
 - bwrap's ``--disable-userns`` and ``--new-session`` have no OCI field; nested user namespaces are
