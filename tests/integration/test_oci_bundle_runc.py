@@ -233,7 +233,11 @@ def test_usr_is_read_only_and_a_seccomp_row_holds_in_the_container(bundle: Bundl
         assert exited.exit_code != 0 and "Read-only file system" in err
         exited, _out, err = run(channel, bundle, ["/bin/sh", "-c", "echo x > /dev/contain-probe"])
         assert exited.exit_code != 0 and "Read-only file system" in err
-        exited, out, _err = run(channel, bundle, ["/bin/sh", "-c", "echo x > /tmp/f && echo x > /work/f && df -k /tmp"])
+        exited, out, _err = run(
+            channel,
+            bundle,
+            ["/bin/sh", "-c", "echo x > /tmp/f && echo x > /work/f && echo x > /dev/null && df -k /tmp"],
+        )
         assert exited.exit_code == 0 and out.splitlines()[1].split()[1] == str(
             bundle.plan.boundary.resources.disk_bytes // 1024
         )

@@ -44,6 +44,8 @@ What it does NOT do (the backend's job, or a known difference from bwrap):
   by the sandbox's: runc's init mounts as container root;
 - bwrap's ``--disable-userns`` and ``--new-session`` have no OCI field; nested user namespaces are
   left to the seccomp table, and the workload never gets a terminal (pipes only);
+- a socket attachment's ``host_path`` is looked up in ``bind_sources`` as given: the caller
+  passes real paths (the process backend resolves them with ``realpath`` before the lookup);
 - ``--die-with-parent`` has no OCI field: the backend deletes the container (``runc delete -f``).
 """
 
