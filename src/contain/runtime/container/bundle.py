@@ -1,0 +1,372 @@
+"""The OCI bundle (``config.json`` and rootfs skeleton) for one container sandbox, planned from facts.
+
+Pure: ``plan_oci_bundle`` turns the same ``BackendPlan`` the process backend gets, plus a few
+resolved facts (``BundleInputs``), into a ``BundlePlan`` value. Nothing here touches the disk or a
+runtime; the container backend writes the plan and runs ``runc``.
+
+What the plan enforces, mount for mount as ``runtime/bwrap.py::plan_bwrap_argv`` (read it beside
+this one):
+
+- the root is an empty, host-created directory of the bundle, read-only (``root.readonly``); its
+  skeleton holds only mount points and the loader symlinks (/bin -> usr/bin ...);
+- /usr read-only, loader directories read-only, /etc from the one cached tree (etc_tree.py),
+  attachment data and empty masks as read-only bundle files (bwrap's ``--ro-bind-data``);
+- /proc fresh (pid namespace), /dev a small tmpfs that runc remounts read-only once it has made the
+  default device nodes (bwrap's ``--dev`` + ``--remount-ro /dev``); /dev/pts a new devpts instance;
+- the disk budget's places (/tmp, /dev/shm, scratch) bound from ``disk_root``, the ONE tmpfs of
+  ``disk_bytes`` and an inode cap that the backend mounts before ``runc create`` (disk_budget.py);
+- the supervisor read-only at /.contain/supervisor, socket attachments, read and write binds
+  parent-first, then protected subpaths of write binds, hidden sockets, then ``block`` masks;
+- every namespace new (pid, ipc, uts, mount, user, network, cgroup), hostname ``sandbox``;
+- a user namespace mapping exactly two ids: container 1000 (the sandbox user) to the leased host
+  ids, and container 0 to a SECOND host id. runc 1.1 needs container root mapped: it looks up
+  the host id of container root before it starts (``HostRootUID``) and its init sets the
+  container up as that root; without a mapping for 0, ``runc run`` fails with "User namespaces
+  enabled, but no user mapping found" (tests/integration/test_oci_bundle_runc.py proves it). Root's host
+  id must not be host root nor the sandbox's id: the kernel refuses two container ids on one host
+  id, and host root would make container-root-owned files host-root-owned. No process of the
+  workload runs as container 0: the supervisor is uid 1000 from exec on;
+- no capability in any set, ``noNewPrivileges``, /proc and /sys paths masked and read-only
+  (``PROC_PATH_RULES``), seccomp from the same table (``render_oci_seccomp``);
+- cgroup limits from the budgets (memory without swap, pids, CPU bandwidth, devices deny-all then
+  runc's defaults) in ``<base>/contain-container/<name>``, a parent of its own beside the process
+  backend's ``contain`` parent (v1: inside our own cgroup; ``_plan_cgroups_path``); rlimits as
+  ``plan_rlimits``, clamped to the host's hard limits.
+
+What it does NOT do (the backend's job, or a known difference from bwrap):
+
+- Landlock: the supervisor applies it (``supervisor_args`` carry ``--landlock-*``), as in bwrap;
+- mount points inside host binds (placeholders under write binds) are NOT in the skeleton: the
+  backend creates them on the host first, as the sandbox's host ids
+  (``PathFacts.created_placeholders``). runc 1.1.5 would create them itself, but owned by
+  container root's host id, left in the user's tree (seen in the integration test);
+- bind sources must be reachable (search permission) by the container root's host id, not only
+  by the sandbox's: runc's init mounts as container root;
+- bwrap's ``--disable-userns`` and ``--new-session`` have no OCI field; nested user namespaces are
+  left to the seccomp table, and the workload never gets a terminal (pipes only);
+- a socket attachment's ``host_path`` is looked up in ``bind_sources`` as given: the caller
+  passes real paths (the process backend resolves them with ``realpath`` before the lookup);
+- ``--die-with-parent`` has no OCI field: the backend deletes the container (``runc delete -f``).
+"""
+
+from __future__ import annotations
+
+import posixpath
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from contain.boundary.kinds import FileAccess
+from contain.errors import SandboxStartError
+from contain.runtime.backend import BackendPlan
+from contain.runtime.bwrap import SANDBOX_GID, SANDBOX_UID, SUPERVISOR_SANDBOX_PATH
+from contain.runtime.cgroup_plan import plan_cgroup_hierarchies, plan_cgroup_limits
+from contain.runtime.container.oci_seccomp import render_oci_seccomp
+from contain.runtime.disk_budget import plan_disk_places
+from contain.runtime.paths import is_under_write_bind, with_bind_sources
+from contain.runtime.plan import plan_rlimits
+
+__all__ = [
+    "CONTAINER_CGROUP_PARENT",
+    "OCI_VERSION",
+    "PROC_PATH_RULES",
+    "BundleFile",
+    "BundleInputs",
+    "BundlePlan",
+    "ProcPathRule",
+    "RootfsEntry",
+    "plan_oci_bundle",
+]
+
+OCI_VERSION = "1.0.2"  # runtime-spec version runc 1.1 implements
+CONTAINER_CGROUP_PARENT = "contain-container"  # beside the process backend's cgroup_plan.PARENT_NAME
+_RLIM_INFINITY = 2**64 - 1  # RLIM_INFINITY as the OCI spec's uint64
+_BIND_RO = ["rbind", "ro", "nosuid", "nodev"]  # bwrap's --ro-bind: recursive, nosuid, nodev
+_BIND_RW = ["rbind", "nosuid", "nodev"]
+_DEV_TMPFS = ["nosuid", "strictatime", "mode=755", "size=65536k", "ro"]  # runc remounts ro after mknod
+
+
+@dataclass(frozen=True)
+class ProcPathRule:
+    """A /proc or /sys path the workload must not read (``masked``) or write (``readonly``)."""
+
+    path: str
+    how: str  # "masked" | "readonly"
+    why: str
+
+
+PROC_PATH_RULES: tuple[ProcPathRule, ...] = (
+    ProcPathRule("/proc/acpi", "masked", "ACPI tables and controls of the host's hardware"),
+    ProcPathRule("/proc/asound", "masked", "the host's sound devices"),
+    ProcPathRule("/proc/kcore", "masked", "the host kernel's memory image"),
+    ProcPathRule("/proc/keys", "masked", "keys of every keyring the host kernel holds"),
+    ProcPathRule("/proc/latency_stats", "masked", "kernel stack addresses (KASLR leak)"),
+    ProcPathRule("/proc/timer_list", "masked", "host timers with kernel addresses and task names"),
+    ProcPathRule("/proc/timer_stats", "masked", "host-wide timer use by task"),
+    ProcPathRule("/proc/sched_debug", "masked", "every host task's name and pid"),
+    ProcPathRule("/proc/scsi", "masked", "the host's SCSI devices; writes can rescan buses"),
+    ProcPathRule("/sys/firmware", "masked", "firmware tables (ACPI, EFI variables)"),
+    ProcPathRule("/sys/devices/virtual/powercap", "masked", "RAPL energy counters (PLATYPUS side channel)"),
+    ProcPathRule("/proc/bus", "readonly", "PCI and USB device configuration"),
+    ProcPathRule("/proc/fs", "readonly", "file system tunables of the host"),
+    ProcPathRule("/proc/irq", "readonly", "interrupt affinity of the host"),
+    ProcPathRule("/proc/sys", "readonly", "host-wide sysctls not owned by the sandbox's namespaces"),
+    ProcPathRule("/proc/sysrq-trigger", "readonly", "reboots or crashes the host"),
+)
+
+
+@dataclass(frozen=True)
+class RootfsEntry:
+    """One entry the backend creates in the empty rootfs before ``runc create``, parents first."""
+
+    path: str  # absolute sandbox path, e.g. "/usr" (created as <bundle>/rootfs/usr)
+    kind: str  # "dir" | "file" | "symlink"
+    target: str = ""  # symlinks only, relative as on the host ("usr/lib")
+
+
+@dataclass(frozen=True)
+class BundleFile:
+    """A file the backend writes under the bundle directory, then bound read-only into the sandbox."""
+
+    name: str  # relative to the bundle directory, e.g. "data/0"
+    content: bytes
+    mode: int  # 0o444 for data and placeholders, 0o000 for hidden sockets and blocks
+
+
+@dataclass(frozen=True)
+class BundleInputs:
+    """What the bundle depends on besides the ``BackendPlan``: resolved host facts and names."""
+
+    bundle_dir: str  # absolute host directory of the bundle
+    name: str  # the container's id and the leaf of its cgroup, e.g. "contain-1234-ab12"
+    loader_links: Mapping[str, str]  # "/lib" -> "usr/lib" for symlinks on the host
+    loader_dirs: tuple[str, ...]  # loader paths that are real directories on the host
+    etc_tree: str  # host directory holding the whole sandbox /etc (etc_tree.py, with resolv_conf)
+    supervisor_host_path: str
+    supervisor_args: tuple[str, ...]  # e.g. ("--control-fd", "3", "--landlock-abi", ...)
+    disk_root: str  # host directory where the backend mounted the disk budget (disk_budget.py)
+    root_host_ids: tuple[int, int]  # host uid, gid that container root maps to (see the docstring)
+    host_hard_limits: Mapping[str, int]  # rlimit name ("NOFILE") -> the host's hard limit (-1: none)
+
+
+@dataclass(frozen=True)
+class BundlePlan:
+    """The whole bundle: ``config.json`` as a dict, the rootfs skeleton, the files beside it."""
+
+    config: dict[str, Any]
+    rootfs: tuple[RootfsEntry, ...]
+    files: tuple[BundleFile, ...]
+
+
+def _depth(path: str) -> int:
+    return path.rstrip("/").count("/")
+
+
+def _bind(source: str, destination: str, *, writable: bool = False) -> dict[str, Any]:
+    return {
+        "destination": destination,
+        "type": "bind",
+        "source": source,
+        "options": list(_BIND_RW if writable else _BIND_RO),
+    }
+
+
+def _tmpfs(destination: str, options: list[str]) -> dict[str, Any]:
+    return {"destination": destination, "type": "tmpfs", "source": "tmpfs", "options": options}
+
+
+class _Files:
+    """Bundle files in the order they are asked for, named data/0, data/1, ..."""
+
+    def __init__(self, bundle_dir: str) -> None:
+        self.bundle_dir = bundle_dir
+        self.files: list[BundleFile] = []
+
+    def add(self, content: bytes, mode: int) -> str:
+        name = f"data/{len(self.files)}"
+        self.files.append(BundleFile(name, content, mode))
+        return posixpath.join(self.bundle_dir, name)
+
+
+def _plan_mounts(plan: BackendPlan, inputs: BundleInputs, files: _Files) -> list[tuple[dict[str, Any], str]]:
+    """Mounts in bwrap's order, each with the kind of its mount point ("dir" or "file")."""
+    # binds and the masks below them come from the staged idmapped views, as in the process backend
+    paths = with_bind_sources(plan.paths, plan.bind_sources) if plan.bind_sources else plan.paths
+    mounts: list[tuple[dict[str, Any], str]] = [(_bind("/usr", "/usr"), "dir")]
+    mounts += [(_bind(p, p), "dir") for p in sorted(inputs.loader_dirs)]
+    mounts.append((_bind(inputs.etc_tree, "/etc"), "dir"))
+    for attachment in sorted(plan.attachments, key=lambda a: a.sandbox_path):
+        if attachment.data is not None:
+            mounts.append((_bind(files.add(attachment.data, 0o444), attachment.sandbox_path), "file"))
+    mounts.append(({"destination": "/proc", "type": "proc", "source": "proc", "options": []}, "dir"))
+    mounts.append((_tmpfs("/dev", list(_DEV_TMPFS)), "dir"))
+    pts = ["nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620"]  # no gid=5: tty is unmapped
+    mounts.append(({"destination": "/dev/pts", "type": "devpts", "source": "devpts", "options": pts}, "dir"))
+    for place in plan_disk_places(plan.boundary):  # one budget: every place is a directory of one tmpfs
+        mounts.append((_bind(f"{inputs.disk_root}/{place.name}", place.sandbox_path, writable=True), "dir"))
+    mounts.append((_bind(inputs.supervisor_host_path, SUPERVISOR_SANDBOX_PATH), "file"))
+    for attachment in plan.attachments:
+        if attachment.host_path is not None:  # connect() needs write permission on the inode
+            source = plan.bind_sources.get(attachment.host_path, attachment.host_path)
+            mounts.append((_bind(source, attachment.sandbox_path, writable=True), "file"))
+    for bind in sorted(paths.binds, key=lambda b: (_depth(b.rule.path), b.rule.path)):
+        writable = bind.rule.access is FileAccess.WRITE
+        mounts.append((_bind(bind.host_realpath, bind.rule.path, writable=writable), "dir" if bind.is_dir else "file"))
+    for bind in paths.binds:
+        for mask in bind.masks:
+            if mask.exists:  # immovable: bound onto itself writable so it cannot be renamed
+                mounts.append((_bind(mask.host_path, mask.sandbox_path, writable=mask.immovable), mask.kind))
+            elif mask.kind == "dir":
+                mounts.append((_tmpfs(mask.sandbox_path, ["ro", "nosuid", "nodev", "noexec", "mode=555"]), "dir"))
+            else:
+                mounts.append((_bind(files.add(b"", 0o444), mask.sandbox_path), "file"))
+    for path in paths.hidden_sockets:  # connect() on an empty regular file fails
+        mounts.append((_bind(files.add(b"", 0o000), path), "file"))
+    for path, kind in sorted(paths.blocks.items()):
+        if kind == "file":
+            mounts.append((_bind(files.add(b"", 0o000), path), "file"))
+        elif kind == "dir" or is_under_write_bind(path, paths.binds):
+            mounts.append((_tmpfs(path, ["ro", "nosuid", "nodev", "noexec", "mode=000"]), "dir"))
+    return mounts
+
+
+def _plan_skeleton(mounts: list[tuple[dict[str, Any], str]], inputs: BundleInputs) -> tuple[RootfsEntry, ...]:
+    """Mount points that lie in the rootfs itself (not inside an earlier mount), with their parents."""
+    entries: dict[str, RootfsEntry] = {}
+    for link in sorted(inputs.loader_links):
+        entries[link] = RootfsEntry(link, "symlink", inputs.loader_links[link])
+    earlier: list[str] = []
+    for mount, kind in mounts:
+        destination = mount["destination"]
+        if not any(destination.startswith(prefix.rstrip("/") + "/") for prefix in earlier):
+            parts = destination.strip("/").split("/")
+            for i in range(1, len(parts)):
+                parent = "/" + "/".join(parts[:i])
+                entries.setdefault(parent, RootfsEntry(parent, "dir"))
+            entries.setdefault(destination, RootfsEntry(destination, kind))
+        earlier.append(destination)
+    return tuple(sorted(entries.values(), key=lambda e: (_depth(e.path), e.path)))
+
+
+def _plan_resources(plan: BackendPlan) -> dict[str, Any]:
+    devices = [{"allow": False, "access": "rwm"}]  # runc appends its default devices after this
+    if not plan.layers.cgroups:
+        return {"devices": devices}
+    resources = plan.boundary.resources
+    limits = plan_cgroup_limits(resources, version=2)
+    quota, period = (int(v) for v in limits["cpu"]["cpu.max"].split())
+    return {
+        "devices": devices,
+        "memory": {"limit": resources.memory_bytes, "swap": resources.memory_bytes},  # swap = RAM + swap
+        "pids": {"limit": int(limits["pids"]["pids.max"])},
+        "cpu": {"quota": quota, "period": period},
+    }
+
+
+def _plan_cgroups_path(plan: BackendPlan, name: str) -> str:
+    """Where runc puts the container's cgroup: a ``contain-container`` parent of its own.
+
+    With a delegated root (``HostFacts.cgroup_root``) it is ``<root>/contain-container/<name>``.
+    Otherwise it is placed as ``cgroup_plan`` places the process backend's ``contain`` parent: on
+    v2 beside our own cgroup (absolute path from its parent), on v1 inside our own cgroup of every
+    hierarchy, which is what runc does with a relative ``cgroupsPath`` (v1 joins it to its own
+    cgroup per hierarchy; runc is our child, so that is ours).
+    """
+    hierarchies = plan_cgroup_hierarchies(plan.facts)  # refuses hosts the process backend refuses
+    leaf = posixpath.join(CONTAINER_CGROUP_PARENT, name)
+    if plan.facts.cgroup_root is not None:
+        return posixpath.join(plan.facts.cgroup_root, leaf)
+    hierarchy = hierarchies[0]
+    if hierarchy.version == 1:
+        return leaf
+    base = posixpath.relpath(hierarchy.base, hierarchy.mountpoint)
+    return posixpath.join("/", "" if base == "." else base, leaf)
+
+
+def _plan_rlimits(plan: BackendPlan, host_hard: Mapping[str, int]) -> list[dict[str, Any]]:
+    """``plan_rlimits`` with each hard limit no higher than the host's (runc cannot raise it)."""
+    out = []
+    for limit in plan_rlimits(plan.boundary.resources, cgroups=plan.layers.cgroups):
+        if limit.name not in host_hard:
+            raise SandboxStartError(
+                f"the host's hard limit for RLIMIT_{limit.name} was not gathered", "this is a bug in the backend"
+            )
+        cap = host_hard[limit.name]
+        hard = _RLIM_INFINITY if limit.hard is None else limit.hard
+        hard = hard if cap < 0 else min(hard, cap)
+        soft = min(_RLIM_INFINITY if limit.soft is None else limit.soft, hard)
+        out.append({"type": f"RLIMIT_{limit.name}", "hard": hard, "soft": soft})
+    return out
+
+
+def _id_mappings(plan: BackendPlan, inputs: BundleInputs) -> tuple[list[dict[str, int]], list[dict[str, int]]]:
+    (uid, gid), (root_uid, root_gid) = plan.host_ids, inputs.root_host_ids
+    if 0 in (uid, gid, root_uid, root_gid) or root_uid == uid or root_gid == gid:
+        raise SandboxStartError(
+            f"container ids map to host uid {root_uid}/{uid}, gid {root_gid}/{gid}: each must be its own "
+            "non-root host id",
+            "lease a second host id for the container's root (host_ids.lease_host_ids)",
+        )
+    uids = [{"containerID": 0, "hostID": root_uid, "size": 1}, {"containerID": SANDBOX_UID, "hostID": uid, "size": 1}]
+    gids = [{"containerID": 0, "hostID": root_gid, "size": 1}, {"containerID": SANDBOX_GID, "hostID": gid, "size": 1}]
+    return uids, gids
+
+
+def plan_oci_bundle(plan: BackendPlan, inputs: BundleInputs) -> BundlePlan:
+    """Plan the whole OCI bundle for one container sandbox.
+
+    Steps, in order (later mounts cover earlier ones, as in ``plan_bwrap_argv``):
+      1. mounts: system view, /proc, /dev, disk places, supervisor, sockets, binds parent-first,
+         protected subpaths, hidden sockets, blocks;
+      2. the rootfs skeleton for the mount points that are not inside another mount;
+      3. process: the supervisor as uid 1000, no capabilities, noNewPrivileges, rlimits;
+      4. linux: namespaces, id mappings, cgroup path and resources, seccomp, masked paths.
+
+    Args:
+        plan: what ``Sandbox`` decided (boundary, facts, layers, host ids, path facts, staged
+            idmapped sources, attachments).
+        inputs: resolved facts and names (``BundleInputs``).
+
+    Returns:
+        The ``BundlePlan``; the backend writes ``config`` as ``config.json``.
+
+    Raises:
+        SandboxStartError: container root would share a host id with the sandbox or be host root,
+            or a host hard limit is missing.
+        UnsupportedHost: no usable cgroup layout (``plan_cgroup_hierarchies``), or the seccomp
+            table cannot be rendered for the arch.
+    """
+    files = _Files(inputs.bundle_dir)
+    mounts = _plan_mounts(plan, inputs, files)
+    uids, gids = _id_mappings(plan, inputs)
+    empty: list[str] = []
+    linux: dict[str, Any] = {
+        "namespaces": [{"type": t} for t in ("pid", "ipc", "uts", "mount", "user", "network", "cgroup")],
+        "uidMappings": uids,
+        "gidMappings": gids,
+        "cgroupsPath": _plan_cgroups_path(plan, inputs.name),
+        "resources": _plan_resources(plan),
+        "maskedPaths": [r.path for r in PROC_PATH_RULES if r.how == "masked"],
+        "readonlyPaths": [r.path for r in PROC_PATH_RULES if r.how == "readonly"],
+        "rootfsPropagation": "rprivate",
+    }
+    if plan.layers.seccomp:
+        linux["seccomp"] = render_oci_seccomp(arch=plan.facts.arch, libseccomp_path=plan.facts.libseccomp_path)
+    config: dict[str, Any] = {
+        "ociVersion": OCI_VERSION,
+        "root": {"path": "rootfs", "readonly": True},
+        "hostname": "sandbox",
+        "process": {
+            "terminal": False,
+            "user": {"uid": SANDBOX_UID, "gid": SANDBOX_GID, "additionalGids": []},
+            "args": [SUPERVISOR_SANDBOX_PATH, *inputs.supervisor_args],
+            "env": ["PATH=/usr/bin:/bin"],
+            "cwd": "/",
+            "capabilities": {k: list(empty) for k in ("bounding", "effective", "inheritable", "permitted", "ambient")},
+            "noNewPrivileges": True,
+            "rlimits": _plan_rlimits(plan, inputs.host_hard_limits),
+        },
+        "mounts": [mount for mount, _kind in mounts],
+        "linux": linux,
+    }
+    return BundlePlan(config=config, rootfs=_plan_skeleton(mounts, inputs), files=tuple(files.files))

@@ -1,0 +1,281 @@
+"""plan_oci_bundle: the bwrap plan's mounts, in OCI words, plus what OCI needs; whole plans as literals."""
+
+from __future__ import annotations
+
+import pytest
+
+from contain.boundary import Boundary
+from contain.boundary.kinds import FileAccess
+from contain.boundary.plain import PlainFileRule, plain_boundary
+from contain.errors import SandboxStartError, UnsupportedHost
+from contain.host.facts import CgroupMount, HostFacts
+from contain.runtime.attachments import Attachment
+from contain.runtime.backend import BackendPlan
+from contain.runtime.container.bundle import (
+    PROC_PATH_RULES,
+    BundleFile,
+    BundleInputs,
+    RootfsEntry,
+    plan_oci_bundle,
+)
+from contain.runtime.container.oci_seccomp import render_oci_seccomp
+from contain.runtime.paths import BindFacts, Mask, PathFacts
+from contain.runtime.plan import LayerPlan
+
+RO = ["rbind", "ro", "nosuid", "nodev"]
+RW = ["rbind", "nosuid", "nodev"]
+HARD = {"CPU": -1, "NPROC": 1_000_000, "FSIZE": -1, "NOFILE": 1_048_576, "CORE": -1, "DATA": -1}
+V2 = (CgroupMount(2, "/sys/fs/cgroup", ("cpu", "memory", "pids"), "/user.slice/session-1.scope"),)
+V1 = tuple(CgroupMount(1, f"/sys/fs/cgroup/{c}", (c,), "/job") for c in ("memory", "pids", "cpu", "cpuacct", "freezer"))
+
+
+def facts(*, cgroups: tuple[CgroupMount, ...] = V2, cgroup_root: str | None = None) -> HostFacts:
+    return HostFacts(
+        arch="x86_64", is_root=True, uid=0, gid=0, bwrap_path=None, user_namespaces=True, seccomp=True,
+        landlock_abi=0, cgroups=cgroups, cgroup_root=cgroup_root,
+    )  # fmt: skip
+
+
+def backend_plan(
+    boundary: Boundary | None = None,
+    *,
+    paths: PathFacts | None = None,
+    seccomp: bool = True,
+    cgroups: bool = True,
+    host_facts: HostFacts | None = None,
+    attachments: tuple[Attachment, ...] = (),
+    bind_sources: dict[str, str] | None = None,
+    host_ids: tuple[int, int] = (0x6000_0001, 0x6000_0001),
+) -> BackendPlan:
+    return BackendPlan(
+        boundary=plain_boundary(boundary or Boundary()),
+        facts=host_facts or facts(),
+        layers=LayerPlan(seccomp=seccomp, landlock=None, cgroups=cgroups, egress=False, report={}),
+        host_ids=host_ids,
+        paths=paths or PathFacts(binds=(), skipped=()),
+        bind_sources=bind_sources or {},
+        attachments=attachments,
+        resolv_conf="",
+        cgroup=None,
+    )
+
+
+def inputs(**changes: object) -> BundleInputs:
+    values: dict[str, object] = {
+        "bundle_dir": "/run/contain/b1",
+        "name": "c1",
+        "loader_links": {"/bin": "usr/bin", "/lib": "usr/lib", "/lib64": "usr/lib64", "/sbin": "usr/sbin"},
+        "loader_dirs": (),
+        "etc_tree": "/cache/etc-abc",
+        "supervisor_host_path": "/cache/contain-supervisor",
+        "supervisor_args": ("--control-fd", "3"),
+        "disk_root": "/run/contain/b1/disk",
+        "root_host_ids": (0x6000_0002, 0x6000_0002),
+        "host_hard_limits": HARD,
+    }
+    values.update(changes)
+    return BundleInputs(**values)  # type: ignore[arg-type]
+
+
+def test_a_default_boundary_gives_this_whole_config_and_skeleton():
+    plan = plan_oci_bundle(backend_plan(), inputs())
+    config = dict(plan.config)
+    linux = dict(config.pop("linux"))
+    assert linux.pop("seccomp") == render_oci_seccomp(arch="x86_64")
+    assert config == {
+        "ociVersion": "1.0.2",
+        "root": {"path": "rootfs", "readonly": True},
+        "hostname": "sandbox",
+        "process": {
+            "terminal": False,
+            "user": {"uid": 1000, "gid": 1000, "additionalGids": []},
+            "args": ["/.contain/supervisor", "--control-fd", "3"],
+            "env": ["PATH=/usr/bin:/bin"],
+            "cwd": "/",
+            "capabilities": {"bounding": [], "effective": [], "inheritable": [], "permitted": [], "ambient": []},
+            "noNewPrivileges": True,
+            "rlimits": [
+                {"type": "RLIMIT_CPU", "hard": 31, "soft": 30},
+                {"type": "RLIMIT_NPROC", "hard": 144, "soft": 144},
+                {"type": "RLIMIT_FSIZE", "hard": 268435456, "soft": 268435456},
+                {"type": "RLIMIT_NOFILE", "hard": 1024, "soft": 1024},
+                {"type": "RLIMIT_CORE", "hard": 0, "soft": 0},
+            ],
+        },
+        "mounts": [
+            {"destination": "/usr", "type": "bind", "source": "/usr", "options": RO},
+            {"destination": "/etc", "type": "bind", "source": "/cache/etc-abc", "options": RO},
+            {"destination": "/proc", "type": "proc", "source": "proc", "options": []},
+            {"destination": "/dev", "type": "tmpfs", "source": "tmpfs",
+             "options": ["nosuid", "strictatime", "mode=755", "size=65536k", "ro"]},
+            {"destination": "/dev/pts", "type": "devpts", "source": "devpts",
+             "options": ["nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620"]},
+            {"destination": "/tmp", "type": "bind", "source": "/run/contain/b1/disk/tmp", "options": RW},
+            {"destination": "/dev/shm", "type": "bind", "source": "/run/contain/b1/disk/shm", "options": RW},
+            {"destination": "/work", "type": "bind", "source": "/run/contain/b1/disk/scratch-0", "options": RW},
+            {"destination": "/.contain/supervisor", "type": "bind", "source": "/cache/contain-supervisor",
+             "options": RO},
+        ],
+    }  # fmt: skip
+    assert linux == {
+        "namespaces": [{"type": t} for t in ("pid", "ipc", "uts", "mount", "user", "network", "cgroup")],
+        "uidMappings": [
+            {"containerID": 0, "hostID": 0x6000_0002, "size": 1},
+            {"containerID": 1000, "hostID": 0x6000_0001, "size": 1},
+        ],
+        "gidMappings": [
+            {"containerID": 0, "hostID": 0x6000_0002, "size": 1},
+            {"containerID": 1000, "hostID": 0x6000_0001, "size": 1},
+        ],
+        "cgroupsPath": "/user.slice/contain-container/c1",
+        "resources": {
+            "devices": [{"allow": False, "access": "rwm"}],
+            "memory": {"limit": 536870912, "swap": 536870912},
+            "pids": {"limit": 128},
+            "cpu": {"quota": 100000, "period": 100000},
+        },
+        "maskedPaths": [
+            "/proc/acpi", "/proc/asound", "/proc/kcore", "/proc/keys", "/proc/latency_stats", "/proc/timer_list",
+            "/proc/timer_stats", "/proc/sched_debug", "/proc/scsi", "/sys/firmware", "/sys/devices/virtual/powercap",
+        ],
+        "readonlyPaths": ["/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"],
+        "rootfsPropagation": "rprivate",
+    }  # fmt: skip
+    assert plan.rootfs == (
+        RootfsEntry("/.contain", "dir"),
+        RootfsEntry("/bin", "symlink", "usr/bin"),
+        RootfsEntry("/dev", "dir"),
+        RootfsEntry("/etc", "dir"),
+        RootfsEntry("/lib", "symlink", "usr/lib"),
+        RootfsEntry("/lib64", "symlink", "usr/lib64"),
+        RootfsEntry("/proc", "dir"),
+        RootfsEntry("/sbin", "symlink", "usr/sbin"),
+        RootfsEntry("/tmp", "dir"),
+        RootfsEntry("/usr", "dir"),
+        RootfsEntry("/work", "dir"),
+        RootfsEntry("/.contain/supervisor", "file"),
+    )
+    assert plan.files == ()
+
+
+def _rule(path: str, access: FileAccess) -> PlainFileRule:
+    return PlainFileRule(path=path, access=access, host=path)
+
+
+def test_binds_masks_sockets_and_blocks_follow_the_bwrap_order_with_bundle_files_for_data():
+    write = BindFacts(
+        rule=_rule("/home/u/proj", FileAccess.WRITE),
+        host_realpath="/srv/proj",
+        is_dir=True,
+        masks=(
+            Mask("/home/u/proj/.git", "/srv/proj/.git", "dir", exists=True, immovable=True),
+            Mask("/home/u/proj/.git/hooks", "/srv/proj/.git/hooks", "dir", exists=True),
+            Mask("/home/u/proj/.envrc", "/srv/proj/.envrc", "file", exists=False),
+            Mask("/home/u/proj/.vscode", "/srv/proj/.vscode", "dir", exists=False),
+        ),
+    )
+    read = BindFacts(rule=_rule("/data", FileAccess.READ), host_realpath="/data", is_dir=True)
+    key = BindFacts(rule=_rule("/etc/app.conf", FileAccess.READ), host_realpath="/opt/app.conf", is_dir=False)
+    paths = PathFacts(
+        binds=(write, read, key),
+        skipped=(),
+        blocks={"/data/secret": "file", "/home/u/proj/private": "missing", "/data/gone": "missing"},
+        hidden_sockets=("/data/agent.sock",),
+    )
+    attachments = (
+        Attachment("/.contain/token", data=b"t0k"),
+        Attachment("/.contain/broker.sock", host_path="/run/broker.sock"),
+    )
+    plan = plan_oci_bundle(
+        backend_plan(paths=paths, attachments=attachments, bind_sources={"/srv/proj": "/run/idmap/proj"}), inputs()
+    )
+    mounts = plan.config["mounts"]
+    assert mounts[2] == {"destination": "/.contain/token", "type": "bind", "source": "/run/contain/b1/data/0",
+                         "options": RO}  # fmt: skip
+    assert mounts[10:] == [
+        {"destination": "/.contain/broker.sock", "type": "bind", "source": "/run/broker.sock", "options": RW},
+        {"destination": "/data", "type": "bind", "source": "/data", "options": RO},
+        {"destination": "/etc/app.conf", "type": "bind", "source": "/opt/app.conf", "options": RO},
+        {"destination": "/home/u/proj", "type": "bind", "source": "/run/idmap/proj", "options": RW},
+        {"destination": "/home/u/proj/.git", "type": "bind", "source": "/run/idmap/proj/.git", "options": RW},
+        {"destination": "/home/u/proj/.git/hooks", "type": "bind", "source": "/run/idmap/proj/.git/hooks",
+         "options": RO},
+        {"destination": "/home/u/proj/.envrc", "type": "bind", "source": "/run/contain/b1/data/1", "options": RO},
+        {"destination": "/home/u/proj/.vscode", "type": "tmpfs", "source": "tmpfs",
+         "options": ["ro", "nosuid", "nodev", "noexec", "mode=555"]},
+        {"destination": "/data/agent.sock", "type": "bind", "source": "/run/contain/b1/data/2", "options": RO},
+        {"destination": "/data/secret", "type": "bind", "source": "/run/contain/b1/data/3", "options": RO},
+        {"destination": "/home/u/proj/private", "type": "tmpfs", "source": "tmpfs",
+         "options": ["ro", "nosuid", "nodev", "noexec", "mode=000"]},
+    ]  # fmt: skip
+    assert plan.files == (
+        BundleFile("data/0", b"t0k", 0o444),
+        BundleFile("data/1", b"", 0o444),
+        BundleFile("data/2", b"", 0o000),
+        BundleFile("data/3", b"", 0o000),
+    )
+    # mount points inside /etc, /data and the write bind are not in the rootfs: they are on the host
+    assert [e.path for e in plan.rootfs if e.kind != "symlink"] == [
+        "/.contain", "/data", "/dev", "/etc", "/home", "/proc", "/tmp", "/usr", "/work",
+        "/.contain/broker.sock", "/.contain/supervisor", "/.contain/token", "/home/u", "/home/u/proj",
+    ]  # fmt: skip
+
+
+def test_loader_directories_are_bound_read_only_instead_of_linked():
+    plan = plan_oci_bundle(backend_plan(), inputs(loader_links={}, loader_dirs=("/lib", "/bin")))
+    assert plan.config["mounts"][:3] == [
+        {"destination": "/usr", "type": "bind", "source": "/usr", "options": RO},
+        {"destination": "/bin", "type": "bind", "source": "/bin", "options": RO},
+        {"destination": "/lib", "type": "bind", "source": "/lib", "options": RO},
+    ]
+    assert not [e for e in plan.rootfs if e.kind == "symlink"]
+
+
+@pytest.mark.parametrize(
+    ("sandbox_ids", "root_ids"),
+    [((0x6000_0001, 0x6000_0001), (0x6000_0001, 0x6000_0002)), ((5, 5), (0, 0)), ((0, 0), (7, 7))],
+)
+def test_container_root_never_shares_a_host_id_with_the_sandbox_nor_is_host_root(sandbox_ids, root_ids):
+    with pytest.raises(SandboxStartError):
+        plan_oci_bundle(backend_plan(host_ids=sandbox_ids), inputs(root_host_ids=root_ids))
+
+
+def test_rlimits_are_clamped_to_the_hosts_hard_limits():
+    hard = {**HARD, "NOFILE": 512, "NPROC": 100}
+    rlimits = plan_oci_bundle(backend_plan(), inputs(host_hard_limits=hard)).config["process"]["rlimits"]
+    assert rlimits[1] == {"type": "RLIMIT_NPROC", "hard": 100, "soft": 100}
+    assert rlimits[3] == {"type": "RLIMIT_NOFILE", "hard": 512, "soft": 512}
+
+
+def test_a_missing_host_hard_limit_is_refused_not_guessed():
+    with pytest.raises(SandboxStartError):
+        plan_oci_bundle(backend_plan(), inputs(host_hard_limits={"CPU": -1}))
+
+
+def test_the_cgroup_parent_is_the_container_backends_own_on_v1_v2_and_a_delegated_root():
+    def path(host: HostFacts) -> str:
+        return str(plan_oci_bundle(backend_plan(host_facts=host), inputs()).config["linux"]["cgroupsPath"])
+
+    assert path(facts()) == "/user.slice/contain-container/c1"
+    assert path(facts(cgroups=V1)) == "contain-container/c1"  # runc joins it to its own v1 cgroups
+    assert path(facts(cgroup_root="/delegated/me")) == "/delegated/me/contain-container/c1"
+    root_v2 = (CgroupMount(2, "/sys/fs/cgroup", ("cpu", "memory", "pids"), "/"),)
+    assert path(facts(cgroups=root_v2)) == "/contain-container/c1"
+
+
+def test_a_host_without_usable_cgroups_is_refused():
+    with pytest.raises(UnsupportedHost):
+        plan_oci_bundle(backend_plan(host_facts=facts(cgroups=())), inputs())
+
+
+def test_without_the_cgroup_layer_only_the_device_rule_remains_and_without_seccomp_no_profile():
+    linux = plan_oci_bundle(backend_plan(cgroups=False, seccomp=False), inputs()).config["linux"]
+    assert linux["resources"] == {"devices": [{"allow": False, "access": "rwm"}]}
+    assert "seccomp" not in linux
+    rlimits = plan_oci_bundle(backend_plan(cgroups=False), inputs()).config["process"]["rlimits"]
+    assert {"type": "RLIMIT_DATA", "hard": 536870912, "soft": 536870912} in rlimits
+
+
+def test_every_proc_path_rule_has_a_reason_and_a_known_kind():
+    for rule in PROC_PATH_RULES:
+        assert rule.how in ("masked", "readonly") and rule.why and rule.path.startswith(("/proc/", "/sys/"))
