@@ -28,6 +28,7 @@ def make_bundle(
     netns_path: str | None = None,
     seccomp: dict[str, Any] | None = None,
     terminal: bool = False,
+    cgroups_path: str | None = None,
 ) -> str:
     """Write config.json + rootfs under a new temp dir and return the bundle path."""
     bundle = tempfile.mkdtemp(prefix="gvisor-proof-")
@@ -44,6 +45,9 @@ def make_bundle(
     linux: dict[str, Any] = {"namespaces": namespaces}
     if seccomp is not None:
         linux["seccomp"] = seccomp
+    if cgroups_path is not None:
+        linux["cgroupsPath"] = cgroups_path
+        linux["resources"] = {"pids": {"limit": 64}}
     config = {
         "ociVersion": "1.0.2",
         "process": {
