@@ -4,7 +4,7 @@ The control socket is donated as the container's stdin (fd 0) and named with
 `--control-fd 0`; each RUN carries stdin/stdout/stderr pipes as SCM_RIGHTS, exactly as the
 process backend does. Shows READY (and the Landlock state gVisor gives), two runs in one
 container, stdio through the passed pipes, KILL of a running workload, and EXIT.
-Run as root: python3 benchmarks/gvisor/supervisor_in_runsc.py [--patched] [extra runsc flags]\n(--patched: a temp copy with GVISOR_PATCHES applied, see patched_supervisor)
+Run as root: python3 benchmarks/gvisor/supervisor_in_runsc.py [--patched] [extra runsc flags, e.g. --oci-seccomp]\n(--patched: a temp copy with GVISOR_PATCHES applied, see patched_supervisor)
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "src"))
 import _bundle as b  # noqa: E402
+from contain.runtime.container.oci_seccomp import render_oci_seccomp  # noqa: E402
 from contain.runtime.supervisor_build import (  # noqa: E402
     SUPERVISOR_CFLAGS,
     ensure_supervisor_binary,
@@ -84,6 +85,8 @@ def patched_supervisor(out_dir: str) -> Path:
 
 def main() -> int:
     patched = "--patched" in sys.argv[1:]
+    # --oci-seccomp is a runsc flag; with it the bundle also carries contain's rendered filter
+    seccomp = render_oci_seccomp(arch="x86_64") if "--oci-seccomp" in sys.argv[1:] else None
     tmp_build = tempfile.mkdtemp(prefix="gvisor-sup-")
     sup = patched_supervisor(tmp_build) if patched else ensure_supervisor_binary()
     print(f"supervisor binary: {sup} ({'patched: GVISOR_PATCHES' if patched else 'stock, as contain builds it'})")
@@ -95,7 +98,9 @@ def main() -> int:
         [f"/.contain/{sup.name}", "--control-fd", "0",
          "--landlock-abi", "1", "--landlock-auto", "--landlock-read", "/usr"],
         extra_mounts=[{"destination": "/.contain", "type": "bind", "source": str(sup.parent), "options": ["rbind", "ro"]}],
+        seccomp=seccomp,
     )
+    print(f"linux.seccomp in bundle: {'contain SECCOMP_RULES' if seccomp else 'none'}")
     t0 = time.monotonic()
     proc = subprocess.Popen([*b.runsc_argv(root, "--network=none", *platform), "run", "--bundle", bundle, cid],
                             stdin=child, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -106,7 +111,9 @@ def main() -> int:
         b.show("supervisor READY inside runsc", True, f"{ready} after {time.monotonic() - t0:.2f}s")
         for n in (1, 2):
             started, exited, out, err = one_run(
-                chan, "import os,sys; d=sys.stdin.read(); print('pid', os.getpid(), 'got', d); "
+                chan, "import ctypes,os,sys; d=sys.stdin.read(); l=ctypes.CDLL(None, use_errno=True); "
+                      "pt='ok' if l.ptrace(0,0,0,0) == 0 else 'errno=%d' % ctypes.get_errno(); "
+                      "print('pid', os.getpid(), 'got', d, 'ptrace', pt); "
                       "print('to-stderr', file=sys.stderr); sys.exit(7)", f"input-{n}".encode())
             ok = f"got input-{n}".encode() in out and b"to-stderr" in err and getattr(exited, "exit_code", None) == 7
             b.show(f"run {n}: stdin/stdout/stderr via SCM_RIGHTS pipes, exit status", ok,
