@@ -82,7 +82,9 @@ def new_id() -> str:
 
 
 def cleanup(root: str, cid: str, bundle: str) -> None:
-    subprocess.run([RUNSC, f"--root={root}", "delete", "--force", cid], capture_output=True, timeout=TIMEOUT_S, check=False)
+    subprocess.run(
+        [RUNSC, f"--root={root}", "delete", "--force", cid], capture_output=True, timeout=TIMEOUT_S, check=False
+    )
     shutil.rmtree(bundle, ignore_errors=True)
 
 
@@ -102,8 +104,12 @@ def run_container(
     try:
         return subprocess.run(
             [*runsc_argv(root, *global_flags), "run", "--bundle", bundle, cid],
-            stdin=stdin, stdout=stdout, stderr=subprocess.PIPE, pass_fds=tuple(pass_fds),
-            timeout=TIMEOUT_S, check=False,
+            stdin=stdin,
+            stdout=stdout,
+            stderr=subprocess.PIPE,
+            pass_fds=tuple(pass_fds),
+            timeout=TIMEOUT_S,
+            check=False,
         )
     finally:
         cleanup(root, cid, bundle)

@@ -18,7 +18,7 @@ import tempfile
 
 import _bundle as b
 
-INSIDE = r'''
+INSIDE = r"""
 import array, os, socket
 s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
 s.settimeout(20)
@@ -49,7 +49,7 @@ except OSError as e:
     s.sendall(("sendmsg SCM_RIGHTS error %r\n" % e).encode())
 s.close()
 print("inside done", flush=True)
-'''
+"""
 
 
 def attempt(host_uds: str | None) -> None:
@@ -67,8 +67,12 @@ def attempt(host_uds: str | None) -> None:
         ["/usr/bin/python3", "-c", INSIDE],
         extra_mounts=[{"destination": "/ctl", "type": "bind", "source": ctl, "options": ["rbind", "rw"]}],
     )
-    proc = subprocess.Popen([*b.runsc_argv(root, *flags), "run", "--bundle", bundle, cid],
-                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [*b.runsc_argv(root, *flags), "run", "--bundle", bundle, cid],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     label = f"--host-uds={host_uds}" if host_uds else "no --host-uds flag"
     try:
         try:
@@ -92,7 +96,9 @@ def attempt(host_uds: str | None) -> None:
             via = b""
         b.show(f"[{label}] SCM_RIGHTS host->container", via == b"written-through-passed-fd", line)
         msg, anc, _fl, _ = conn.recvmsg(128, socket.CMSG_SPACE(16))
-        fds = [fd for lv, ty, pl in anc if ty == socket.SCM_RIGHTS for fd in array.array("i", pl[: len(pl) - len(pl) % 4])]
+        fds = [
+            fd for lv, ty, pl in anc if ty == socket.SCM_RIGHTS for fd in array.array("i", pl[: len(pl) - len(pl) % 4])
+        ]
         back = [os.read(fd, 64) for fd in fds]
         b.show(f"[{label}] SCM_RIGHTS container->host", back == [b"from-inside-pipe"], f"msg={msg!r} data={back}")
     finally:

@@ -18,7 +18,7 @@ import tempfile
 
 import _bundle as b
 
-INSIDE = r'''
+INSIDE = r"""
 import array, os, socket, stat, sys
 st = os.fstat(0)
 s = socket.socket(fileno=os.dup(0))
@@ -54,7 +54,7 @@ try:
 except OSError as e:
     print_("sendmsg with SCM_RIGHTS error %r" % e)
 print_("END")
-'''
+"""
 
 
 def recv_fds(sock: socket.socket) -> tuple[bytes, list[int]]:
@@ -75,7 +75,9 @@ def main() -> int:
     bundle = b.make_bundle(["/usr/bin/python3", "-c", INSIDE])
     proc = subprocess.Popen(
         [*b.runsc_argv(root, "--network=none", *flags), "run", "--bundle", bundle, cid],
-        stdin=child, stdout=child, stderr=subprocess.PIPE,
+        stdin=child,
+        stdout=child,
+        stderr=subprocess.PIPE,
     )
     child.close()
     lines: list[str] = []
@@ -103,8 +105,16 @@ def main() -> int:
             print("   ", ln)
         b.show("fd 0 inside is a socket", "sock=True" in lines[0], lines[0])
         b.show("plain bytes host<->container", lines[1] == "echo:ping")
-        b.show("SCM_RIGHTS host->container delivers a usable fd", via_fd == b"written-through-passed-fd", f"pipe read {via_fd!r}")
-        b.show("SCM_RIGHTS container->host delivers a usable fd", back == [b"from-inside-pipe"], f"got msg={msg!r} fds={fds} data={back}")
+        b.show(
+            "SCM_RIGHTS host->container delivers a usable fd",
+            via_fd == b"written-through-passed-fd",
+            f"pipe read {via_fd!r}",
+        )
+        b.show(
+            "SCM_RIGHTS container->host delivers a usable fd",
+            back == [b"from-inside-pipe"],
+            f"got msg={msg!r} fds={fds} data={back}",
+        )
     finally:
         try:
             proc.wait(timeout=30)

@@ -24,7 +24,7 @@ import _bundle as b
 CLONE_NEWNET = 0x40000000
 _libc = ctypes.CDLL(None, use_errno=True)
 
-INSIDE = r'''
+INSIDE = r"""
 import json, socket, sys
 res = {"ifaces": [n for _, n in socket.if_nameindex()]}
 def tcp(port):
@@ -47,7 +47,7 @@ res["netns_tcp"] = tcp(int(sys.argv[1]))
 res["netns_udp"] = udp(int(sys.argv[1]))
 res["host_lo_tcp"] = tcp(int(sys.argv[2]))
 print(json.dumps(res))
-'''
+"""
 
 
 def setns(fd: int) -> None:
@@ -112,12 +112,16 @@ def main() -> int:
         host_tcp.listen(8)
         host_port = host_tcp.getsockname()[1]
         socks += [in_tcp, in_udp, host_tcp]
-        threads = [threading.Thread(target=serve_tcp, args=(in_tcp, b"tcp-in-netns", stop), daemon=True),
-                   threading.Thread(target=serve_udp, args=(in_udp, stop), daemon=True),
-                   threading.Thread(target=serve_tcp, args=(host_tcp, b"HOST-LOOPBACK", stop), daemon=True)]
+        threads = [
+            threading.Thread(target=serve_tcp, args=(in_tcp, b"tcp-in-netns", stop), daemon=True),
+            threading.Thread(target=serve_udp, args=(in_udp, stop), daemon=True),
+            threading.Thread(target=serve_tcp, args=(host_tcp, b"HOST-LOOPBACK", stop), daemon=True),
+        ]
         for t in threads:
             t.start()
-        print(f"netns {path}: listener 127.0.0.1:{port} tcp+udp; root-namespace loopback listener 127.0.0.1:{host_port}")
+        print(
+            f"netns {path}: listener 127.0.0.1:{port} tcp+udp; root-namespace loopback listener 127.0.0.1:{host_port}"
+        )
         cases = [
             ("--network=none", path),
             ("--network=sandbox", path),
@@ -128,8 +132,9 @@ def main() -> int:
             ("--network=host", f"/proc/{os.getpid()}/ns/net"),
         ]
         for mode, ns in cases:
-            r = b.run_container(["/usr/bin/python3", "-c", INSIDE, str(port), str(host_port)],
-                                global_flags=[mode], netns_path=ns)
+            r = b.run_container(
+                ["/usr/bin/python3", "-c", INSIDE, str(port), str(host_port)], global_flags=[mode], netns_path=ns
+            )
             label = f"{mode} netns={'path ' + ns if ns else '(no path in spec)'}"
             try:
                 res = json.loads(r.stdout.decode().strip().splitlines()[-1])

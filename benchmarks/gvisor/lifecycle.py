@@ -8,6 +8,7 @@ Run as root: python3 lifecycle.py
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import shutil
@@ -46,8 +47,14 @@ def runsc(root: str, *args: str) -> subprocess.CompletedProcess[str]:
     # Output to files, not pipes: `create` leaves the sandbox holding its stdio, so a pipe
     # would never reach EOF.
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        r = subprocess.run([*b.runsc_argv(root, "--network=none"), *args], stdin=subprocess.DEVNULL,
-                           stdout=out, stderr=err, timeout=b.TIMEOUT_S, check=False)
+        r = subprocess.run(
+            [*b.runsc_argv(root, "--network=none"), *args],
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=err,
+            timeout=b.TIMEOUT_S,
+            check=False,
+        )
         out.seek(0)
         err.seek(0)
         return subprocess.CompletedProcess(r.args, r.returncode, out.read().decode(), err.read().decode())
@@ -78,22 +85,20 @@ def scenario(name: str, steps: list[tuple[str, ...]]) -> None:
             r = runsc(root, *[s.replace("CID", cid) for s in step])
             took = time.monotonic() - t0
             st = runsc(root, "state", cid)
-            status = st.stdout.split('"status": "')[1].split('"')[0] if '"status"' in st.stdout else st.stderr.strip()[-80:]
-            print(f"  $ runsc {' '.join(step).replace('CID', cid)} -> rc={r.returncode} in {took:.3f}s; state: {status}")
+            status = (
+                st.stdout.split('"status": "')[1].split('"')[0] if '"status"' in st.stdout else st.stderr.strip()[-80:]
+            )
+            print(
+                f"  $ runsc {' '.join(step).replace('CID', cid)} -> rc={r.returncode} in {took:.3f}s; state: {status}"
+            )
             snapshot("after", root, cid, cg)
     finally:
         b.cleanup(root, cid, bundle)
         left = procs_naming(cid, root)
-        for d in cgroup_dirs(cg):  # only dirs this script named; rmdir fails if not empty
-            try:
+        # only dirs this script named; rmdir fails if not empty
+        for d in [*cgroup_dirs(cg), *glob.glob("/sys/fs/cgroup/*/gvisor-proof")]:
+            with contextlib.suppress(OSError):
                 os.rmdir(d)
-            except OSError:
-                pass
-        for d in glob.glob("/sys/fs/cgroup/*/gvisor-proof"):
-            try:
-                os.rmdir(d)
-            except OSError:
-                pass
         print(f"  after script cleanup: processes {left}; state dir {state(root)}")
         shutil.rmtree(root, ignore_errors=True)
 

@@ -23,23 +23,61 @@ def attempt(flags: list[str]) -> None:
     os.chmod(work, 0o755)
     root = os.path.join(work, "state")
     os.mkdir(root)
-    bundle = b.make_bundle(["/usr/bin/python3", "-c", "import os; print('inside uid', os.getuid(), 'pid', os.getpid())"])
+    bundle = b.make_bundle(
+        ["/usr/bin/python3", "-c", "import os; print('inside uid', os.getuid(), 'pid', os.getpid())"]
+    )
     os.chmod(bundle, 0o755)
     for d in (root, bundle, os.path.join(bundle, "rootfs")):
         os.chown(d, UID, UID)
     cid = b.new_id()
-    argv = ["setpriv", f"--reuid={UID}", f"--regid={UID}", "--clear-groups",
-            b.RUNSC, f"--root={root}", "--network=none", "--platform=ptrace", *flags, "run", "--bundle", bundle, cid]
+    argv = [
+        "setpriv",
+        f"--reuid={UID}",
+        f"--regid={UID}",
+        "--clear-groups",
+        b.RUNSC,
+        f"--root={root}",
+        "--network=none",
+        "--platform=ptrace",
+        *flags,
+        "run",
+        "--bundle",
+        bundle,
+        cid,
+    ]
     try:
-        r = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=b.TIMEOUT_S, check=False,
-                           env={"PATH": "/usr/bin:/bin", "HOME": work, "XDG_RUNTIME_DIR": work})
+        r = subprocess.run(
+            argv,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=b.TIMEOUT_S,
+            check=False,
+            env={"PATH": "/usr/bin:/bin", "HOME": work, "XDG_RUNTIME_DIR": work},
+        )
         out = r.stdout.decode().strip()
         err = r.stderr.decode().strip().splitlines()
-        b.show(f"uid {UID} {' '.join(flags) or '(no --rootless)'}: container ran", r.returncode == 0 and "inside uid" in out,
-               f"rc={r.returncode} out={out!r} err={err[-1][:300] if err else ''!r}")
+        b.show(
+            f"uid {UID} {' '.join(flags) or '(no --rootless)'}: container ran",
+            r.returncode == 0 and "inside uid" in out,
+            f"rc={r.returncode} out={out!r} err={err[-1][:300] if err else ''!r}",
+        )
     finally:
-        subprocess.run(["setpriv", f"--reuid={UID}", f"--regid={UID}", "--clear-groups", b.RUNSC, f"--root={root}",
-                        "delete", "--force", cid], capture_output=True, timeout=b.TIMEOUT_S, check=False)
+        subprocess.run(
+            [
+                "setpriv",
+                f"--reuid={UID}",
+                f"--regid={UID}",
+                "--clear-groups",
+                b.RUNSC,
+                f"--root={root}",
+                "delete",
+                "--force",
+                cid,
+            ],
+            capture_output=True,
+            timeout=b.TIMEOUT_S,
+            check=False,
+        )
         shutil.rmtree(bundle, ignore_errors=True)
         shutil.rmtree(work, ignore_errors=True)
 

@@ -17,8 +17,12 @@ import _bundle as b
 
 
 def main() -> int:
-    print("runsc:", subprocess.run([b.RUNSC, "--version"], capture_output=True, text=True, timeout=10,
-                                   check=False).stdout.splitlines()[0])
+    print(
+        "runsc:",
+        subprocess.run(
+            [b.RUNSC, "--version"], capture_output=True, text=True, timeout=10, check=False
+        ).stdout.splitlines()[0],
+    )
     print("/dev/kvm present:", os.path.exists("/dev/kvm"))
     for platform in ("ptrace", "kvm"):
         times = []
@@ -28,9 +32,22 @@ def main() -> int:
             bundle = b.make_bundle(["/usr/bin/true"])
             t0 = time.monotonic()
             try:
-                r = subprocess.run([b.RUNSC, f"--root={root}", "--network=none", f"--platform={platform}", "run",
-                                    "--bundle", bundle, cid], stdin=subprocess.DEVNULL, capture_output=True,
-                                   timeout=20, check=False)
+                r = subprocess.run(
+                    [
+                        b.RUNSC,
+                        f"--root={root}",
+                        "--network=none",
+                        f"--platform={platform}",
+                        "run",
+                        "--bundle",
+                        bundle,
+                        cid,
+                    ],
+                    stdin=subprocess.DEVNULL,
+                    capture_output=True,
+                    timeout=20,
+                    check=False,
+                )
                 times.append(f"rc={r.returncode} {time.monotonic() - t0:.2f}s")
             except subprocess.TimeoutExpired:
                 times.append("no exit within 20s")

@@ -13,10 +13,11 @@ import os
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "src"))
-import _bundle as b  # noqa: E402
-from contain.runtime.container.oci_seccomp import render_oci_seccomp  # noqa: E402
+import _bundle as b
 
-INSIDE = r'''
+from contain.runtime.container.oci_seccomp import render_oci_seccomp
+
+INSIDE = r"""
 import ctypes, os
 libc = ctypes.CDLL(None, use_errno=True)
 def call(name, *args):
@@ -29,7 +30,7 @@ l = iovec(ctypes.cast(dst, ctypes.c_void_p), 8); r = iovec(ctypes.cast(src, ctyp
 vm = libc.process_vm_readv(os.getpid(), ctypes.byref(l), 1, ctypes.byref(r), 1, 0)
 print("ptrace(TRACEME):", call("ptrace", 0, 0, 0, 0), "process_vm_readv(self):",
       "ok" if vm >= 0 else "errno=%d" % ctypes.get_errno())
-'''
+"""
 
 
 def main() -> int:

@@ -4,11 +4,14 @@ The control socket is donated as the container's stdin (fd 0) and named with
 `--control-fd 0`; each RUN carries stdin/stdout/stderr pipes as SCM_RIGHTS, exactly as the
 process backend does. Shows READY (and the Landlock state gVisor gives), two runs in one
 container, stdio through the passed pipes, KILL of a running workload, and EXIT.
-Run as root: python3 benchmarks/gvisor/supervisor_in_runsc.py [--patched] [extra runsc flags, e.g. --oci-seccomp]\n(--patched: a temp copy with GVISOR_PATCHES applied, see patched_supervisor)
+Run as root: python3 benchmarks/gvisor/supervisor_in_runsc.py [--patched] [runsc flags, e.g. --oci-seccomp]
+--patched: a temp copy with GVISOR_PATCHES applied (see patched_supervisor);
+--oci-seccomp: also put contain's rendered linux.seccomp in the bundle.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import socket
@@ -19,14 +22,15 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "src"))
-import _bundle as b  # noqa: E402
-from contain.runtime.container.oci_seccomp import render_oci_seccomp  # noqa: E402
-from contain.runtime.supervisor_build import (  # noqa: E402
+import _bundle as b
+
+from contain.runtime.container.oci_seccomp import render_oci_seccomp
+from contain.runtime.supervisor_build import (
     SUPERVISOR_CFLAGS,
     ensure_supervisor_binary,
     supervisor_source,
 )
-from contain.runtime.supervisor_channel import SupervisorChannel  # noqa: E402
+from contain.runtime.supervisor_channel import SupervisorChannel
 
 PY = "/usr/bin/python3"
 
@@ -38,10 +42,8 @@ def one_run(chan: SupervisorChannel, code: str, stdin_data: bytes) -> tuple[obje
     started = chan.start([PY, "-c", code], {"PATH": "/usr/bin"}, "/", (), (in_r, out_w, err_w))
     for fd in (in_r, out_w, err_w):
         os.close(fd)
-    try:
+    with contextlib.suppress(BrokenPipeError):  # the workload never read (SPAWN_FAILED): the reply says why
         os.write(in_w, stdin_data)
-    except BrokenPipeError:
-        pass  # the workload never read (e.g. SPAWN_FAILED); the reply says why
     os.close(in_w)
     exited = chan.wait_exited(30) if type(started).__name__ == "Started" else None
     out = os.read(out_r, 4096)
@@ -54,12 +56,16 @@ def one_run(chan: SupervisorChannel, code: str, stdin_data: bytes) -> tuple[obje
 # (stock text, replacement, why): the gVisor 20221219 incompatibilities measured with
 # `runsc --strace --debug --debug-log=DIR` (look for errno=22 in the boot log).
 GVISOR_PATCHES: tuple[tuple[str, str, str], ...] = (
-    ("syscall(SYS_close_range, (unsigned)errfd + 1, ~0U, 0U)",
-     "syscall(SYS_close_range, (unsigned)errfd + 1, 0x7fffffffU, 0U)",
-     "close_range(first, ~0U, 0) -> EINVAL in gVisor; a last bound of INT_MAX is accepted"),
-    ("prctl(PR_SET_SECUREBITS, CL_SECBITS_LOCKED_NOROOT, 0, 0, 0) < 0 && errno != EPERM",
-     "prctl(PR_SET_SECUREBITS, CL_SECBITS_LOCKED_NOROOT, 0, 0, 0) < 0 && errno != EPERM && errno != EINVAL",
-     "prctl(PR_SET_SECUREBITS, 0xef) -> EINVAL in gVisor (securebits not implemented)"),
+    (
+        "syscall(SYS_close_range, (unsigned)errfd + 1, ~0U, 0U)",
+        "syscall(SYS_close_range, (unsigned)errfd + 1, 0x7fffffffU, 0U)",
+        "close_range(first, ~0U, 0) -> EINVAL in gVisor; a last bound of INT_MAX is accepted",
+    ),
+    (
+        "prctl(PR_SET_SECUREBITS, CL_SECBITS_LOCKED_NOROOT, 0, 0, 0) < 0 && errno != EPERM",
+        "prctl(PR_SET_SECUREBITS, CL_SECBITS_LOCKED_NOROOT, 0, 0, 0) < 0 && errno != EPERM && errno != EINVAL",
+        "prctl(PR_SET_SECUREBITS, 0xef) -> EINVAL in gVisor (securebits not implemented)",
+    ),
 )
 
 
@@ -95,15 +101,29 @@ def main() -> int:
     root = tempfile.mkdtemp(prefix="gvisor-root-")
     cid = b.new_id()
     bundle = b.make_bundle(
-        [f"/.contain/{sup.name}", "--control-fd", "0",
-         "--landlock-abi", "1", "--landlock-auto", "--landlock-read", "/usr"],
-        extra_mounts=[{"destination": "/.contain", "type": "bind", "source": str(sup.parent), "options": ["rbind", "ro"]}],
+        [
+            f"/.contain/{sup.name}",
+            "--control-fd",
+            "0",
+            "--landlock-abi",
+            "1",
+            "--landlock-auto",
+            "--landlock-read",
+            "/usr",
+        ],
+        extra_mounts=[
+            {"destination": "/.contain", "type": "bind", "source": str(sup.parent), "options": ["rbind", "ro"]}
+        ],
         seccomp=seccomp,
     )
     print(f"linux.seccomp in bundle: {'contain SECCOMP_RULES' if seccomp else 'none'}")
     t0 = time.monotonic()
-    proc = subprocess.Popen([*b.runsc_argv(root, "--network=none", *platform), "run", "--bundle", bundle, cid],
-                            stdin=child, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [*b.runsc_argv(root, "--network=none", *platform), "run", "--bundle", bundle, cid],
+        stdin=child,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     child.close()
     chan = SupervisorChannel(host)
     try:
@@ -111,18 +131,25 @@ def main() -> int:
         b.show("supervisor READY inside runsc", True, f"{ready} after {time.monotonic() - t0:.2f}s")
         for n in (1, 2):
             started, exited, out, err = one_run(
-                chan, "import ctypes,os,sys; d=sys.stdin.read(); l=ctypes.CDLL(None, use_errno=True); "
-                      "pt='ok' if l.ptrace(0,0,0,0) == 0 else 'errno=%d' % ctypes.get_errno(); "
-                      "print('pid', os.getpid(), 'got', d, 'ptrace', pt); "
-                      "print('to-stderr', file=sys.stderr); sys.exit(7)", f"input-{n}".encode())
+                chan,
+                "import ctypes,os,sys; d=sys.stdin.read(); l=ctypes.CDLL(None, use_errno=True); "
+                "pt='ok' if l.ptrace(0,0,0,0) == 0 else 'errno=%d' % ctypes.get_errno(); "
+                "print('pid', os.getpid(), 'got', d, 'ptrace', pt); "
+                "print('to-stderr', file=sys.stderr); sys.exit(7)",
+                f"input-{n}".encode(),
+            )
             ok = f"got input-{n}".encode() in out and b"to-stderr" in err and getattr(exited, "exit_code", None) == 7
-            b.show(f"run {n}: stdin/stdout/stderr via SCM_RIGHTS pipes, exit status", ok,
-                   f"{started} out={out!r} err={err!r} {exited}")
+            b.show(
+                f"run {n}: stdin/stdout/stderr via SCM_RIGHTS pipes, exit status",
+                ok,
+                f"{started} out={out!r} err={err!r} {exited}",
+            )
         # cancellation of a running workload through the protocol
         in_r, in_w = os.pipe()
         out_r, out_w = os.pipe()
-        started = chan.start([PY, "-c", "import time\nfor _ in range(600): time.sleep(0.1)"],
-                             {}, "/", (), (in_r, out_w, out_w))
+        started = chan.start(
+            [PY, "-c", "import time\nfor _ in range(600): time.sleep(0.1)"], {}, "/", (), (in_r, out_w, out_w)
+        )
         if type(started).__name__ != "Started":
             b.show("KILL ends a running workload", False, f"cannot start: {started}")
             chan.exit()
@@ -132,8 +159,11 @@ def main() -> int:
         t1 = time.monotonic()
         chan.kill()
         exited = chan.wait_exited(30)
-        b.show("KILL ends a running workload", getattr(exited, "signal", None) == 9,
-               f"{started} -> {exited} in {time.monotonic() - t1:.3f}s")
+        b.show(
+            "KILL ends a running workload",
+            getattr(exited, "signal", None) == 9,
+            f"{started} -> {exited} in {time.monotonic() - t1:.3f}s",
+        )
         os.close(in_w)
         os.close(out_r)
         chan.exit()
