@@ -36,6 +36,7 @@ __all__ = [
     "Mask",
     "PathFacts",
     "ProtectedScan",
+    "bind_source",
     "gather_path_facts",
     "git_rule_for",
     "host_path_of",
@@ -305,6 +306,14 @@ def _check_owner_can(path: str, uid: int, gid: int, *, want_write: bool) -> None
             f"{'write' if want_write else 'read'} it, so neither can the sandbox, which acts as that owner",
             f"give the owner {'write' if want_write else 'read'} access (chmod u+{'w' if want_write else 'r'} {path})",
         )
+
+
+def bind_source(sources: Mapping[str, str], host_path: str) -> str:
+    """Where a backend binds ``host_path`` from: its staged idmapped view when one was staged
+    (``sources`` maps real paths to staged ones), else the path itself."""
+    if not sources:
+        return host_path
+    return sources.get(os.path.realpath(host_path), host_path)
 
 
 def with_bind_sources(paths: PathFacts, sources: Mapping[str, str]) -> PathFacts:

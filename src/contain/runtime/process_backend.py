@@ -49,7 +49,7 @@ from contain.runtime.cgroups import SandboxCgroup
 from contain.runtime.disk_budget import check_disk_mounts, ensure_disk_mountpoint, plan_launcher_disk_args
 from contain.runtime.etc_tree import ensure_etc_tree
 from contain.runtime.filter_cache import filter_for
-from contain.runtime.paths import with_bind_sources
+from contain.runtime.paths import bind_source, with_bind_sources
 from contain.runtime.supervisor_build import ensure_supervisor_binary
 from contain.runtime.supervisor_channel import Exited, SpawnFailed, Started, SupervisorChannel
 
@@ -223,11 +223,6 @@ def _spawn(plan: BackendPlan, supervisor: str, bpf: bytes) -> tuple[subprocess.P
     if len(bpf) >= _PIPE_BUFFER_BYTES:  # checked before any descriptor exists, so none leaks
         raise SandboxStartError(f"seccomp filter of {len(bpf)} bytes exceeds the pipe buffer", "report this bug")
 
-    def bind_source(host_path: str) -> str:  # bubblewrap binds the idmapped view when one was staged
-        if not plan.bind_sources:
-            return host_path
-        return plan.bind_sources.get(os.path.realpath(host_path), host_path)
-
     host_sock, supervisor_sock = _socketpair()
     info_r, info_w = os.pipe()
     owned += [supervisor_sock, info_w]
@@ -235,7 +230,9 @@ def _spawn(plan: BackendPlan, supervisor: str, bpf: bytes) -> tuple[subprocess.P
     etc_tree = ensure_etc_tree(Path(supervisor).parent, etc, (e.path for e in ETC_PASSTHROUGH))
     data_fds = {a.sandbox_path: data_fd(a.data) for a in plan.attachments if a.data is not None}
     socket_binds = tuple(
-        (bind_source(a.host_path), a.sandbox_path) for a in plan.attachments if a.host_path is not None
+        (bind_source(plan.bind_sources, a.host_path), a.sandbox_path)
+        for a in plan.attachments
+        if a.host_path is not None
     )
     empties = {m.sandbox_path: data_fd(b"") for b in paths.binds for m in b.masks if not m.exists and m.kind == "file"}
     empties.update({p: data_fd(b"") for p, kind in paths.blocks.items() if kind == "file"})

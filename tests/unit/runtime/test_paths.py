@@ -252,3 +252,16 @@ def test_an_idmapped_bind_is_judged_by_its_owners_bits_not_the_directories_above
     os.chmod(private / "repo", 0o555)
     with pytest.raises(SandboxStartError, match="cannot write it"):
         gather_path_facts(manifest, sandbox_host_uid=stranger, sandbox_host_gid=stranger, idmapped=True)
+
+
+def test_bind_source_looks_a_path_up_by_its_real_path(tmp_path):
+    from contain.runtime.paths import bind_source
+
+    real = tmp_path / "broker.sock"
+    real.write_text("")
+    link = tmp_path / "link.sock"
+    link.symlink_to(real)
+    staged = {str(real): "/run/contain/idmap/1-ab/3"}
+    assert bind_source(staged, str(link)) == "/run/contain/idmap/1-ab/3"  # found through the link
+    assert bind_source(staged, str(tmp_path / "other")) == str(tmp_path / "other")  # not staged: as given
+    assert bind_source({}, str(link)) == str(link)

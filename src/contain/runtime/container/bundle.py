@@ -44,8 +44,6 @@ What it does NOT do (the backend's job, or a known difference from bwrap):
   by the sandbox's: runc's init mounts as container root;
 - bwrap's ``--disable-userns`` and ``--new-session`` have no OCI field; nested user namespaces are
   left to the seccomp table, and the workload never gets a terminal (pipes only);
-- a socket attachment's ``host_path`` is looked up in ``bind_sources`` as given: the caller
-  passes real paths (the process backend resolves them with ``realpath`` before the lookup);
 - ``--die-with-parent`` has no OCI field: the backend deletes the container (``runc delete -f``).
 """
 
@@ -63,7 +61,7 @@ from contain.runtime.bwrap import SANDBOX_GID, SANDBOX_UID, SUPERVISOR_SANDBOX_P
 from contain.runtime.cgroup_plan import plan_cgroup_hierarchies, plan_cgroup_limits
 from contain.runtime.container.oci_seccomp import render_oci_seccomp
 from contain.runtime.disk_budget import plan_disk_places
-from contain.runtime.paths import is_under_write_bind, with_bind_sources
+from contain.runtime.paths import bind_source, is_under_write_bind, with_bind_sources
 from contain.runtime.plan import plan_rlimits
 
 __all__ = [
@@ -207,7 +205,7 @@ def _plan_mounts(plan: BackendPlan, inputs: BundleInputs, files: _Files) -> list
     mounts.append((_bind(inputs.supervisor_host_path, SUPERVISOR_SANDBOX_PATH), "file"))
     for attachment in plan.attachments:
         if attachment.host_path is not None:  # connect() needs write permission on the inode
-            source = plan.bind_sources.get(attachment.host_path, attachment.host_path)
+            source = bind_source(plan.bind_sources, attachment.host_path)
             mounts.append((_bind(source, attachment.sandbox_path, writable=True), "file"))
     for bind in sorted(paths.binds, key=lambda b: (_depth(b.rule.path), b.rule.path)):
         writable = bind.rule.access is FileAccess.WRITE
