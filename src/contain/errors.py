@@ -12,7 +12,8 @@ The tree::
     ├── ImageError                a container image is refused (hostile member, bad digest) or unusable
     ├── LedgerInUse               another broker already serves this ledger
     ├── LedgerAnchorError         a ledger anchor or checkpoint file cannot be written or read
-    └── BrokerStateUnsafe         the broker's database or socket sits where others could change it
+    ├── BrokerStateUnsafe         the broker's database or socket sits where others could change it
+    └── RenderRefused             a valid boundary cannot be rendered for Kubernetes as it stands
 
 The CLI renders these in one place (``contain.cli.main``); library code never prints or exits.
 Foreign exceptions are translated where they enter, with ``raise ... from exc``.
@@ -29,6 +30,7 @@ __all__ = [
     "ImageError",
     "LedgerAnchorError",
     "LedgerInUse",
+    "RenderRefused",
     "SandboxLost",
     "SandboxStartError",
     "UnsupportedHost",
@@ -123,4 +125,12 @@ class BrokerStateUnsafe(ContainError):
     """Raised when the broker's database or socket would live in a directory that other users
     can change (replace ``broker.db`` or its WAL, swap the socket for a symlink), or when the
     socket it bound was replaced before its mode was set. The broker refuses to start.
+    """
+
+
+class RenderRefused(ContainError):
+    """Raised when ``contain k8s render`` cannot carry a valid boundary into Kubernetes objects
+    without weakening it (a write bind, a credential from the renderer's environment, a read rule
+    with no cluster volume, a task name that is not a Kubernetes name), or cannot write the output.
+    ``rule_id`` names the ``contain.k8s.refusals`` row. Nothing is written.
     """

@@ -30,6 +30,7 @@ from contain.boundary.kinds import (
     Threat,
     ToolVerdict,
 )
+from contain.boundary.kubernetes import Kubernetes
 from contain.boundary.units import parse_bytes, parse_seconds
 
 __all__ = [
@@ -43,6 +44,7 @@ __all__ = [
     "FileAccess",
     "FileRule",
     "Hardening",
+    "Kubernetes",
     "LayerRequirement",
     "Network",
     "NetworkRule",
@@ -359,6 +361,9 @@ class Boundary(BaseModel):
     records: tuple[RecordRule, ...] = Field(default=(), description="External records, written only via the broker.")
     hardening: Hardening = Field(default_factory=Hardening, description="Host-dependent layers.")
     runtime: Runtime = Field(default_factory=Runtime, description="Where the code runs (default: process).")
+    kubernetes: Kubernetes | None = Field(
+        default=None, description="How `contain k8s render` renders this boundary (see docs/k8s.md)."
+    )
 
     @field_validator("task")
     @classmethod

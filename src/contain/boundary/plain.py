@@ -7,8 +7,9 @@ pydantic and building the models costs more than starting a sandbox; so the runt
 from a validated ``Boundary`` (``plain_boundary``) or from its JSON dump kept in the validation
 cache (``plain_from_json``, see ``contain.boundary.cache``).
 
-Each class mirrors one model field for field, except ``Boundary.version`` (always 1) and
-``Boundary.tools`` (read by the gate, never by the runtime). A test holds the mirrors to the
+Each class mirrors one model field for field, except ``Boundary.version`` (always 1),
+``Boundary.tools`` (read by the gate, never by the runtime) and ``Boundary.kubernetes`` (read by
+``contain k8s render`` only). A test holds the mirrors to the
 models, and ``plain_from_json`` refuses a missing or unknown key, so a field added to a model
 but not here fails loudly instead of being dropped.
 """
@@ -40,7 +41,8 @@ __all__ = [
 ]
 
 # Boundary fields the runtime never reads; they are not mirrored (and ignored in a dump).
-NOT_MIRRORED = frozenset({"version", "tools"})
+# ``kubernetes`` is read only by ``contain k8s render``, which takes the validated section itself.
+NOT_MIRRORED = frozenset({"version", "tools", "kubernetes"})
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,88 @@
+"""The NetworkPolicies: the sandbox Pod reaches only its egress proxy; the proxy only DNS and the
+allowed ports; pure.
+
+Sandbox policy (always rendered): ``policyTypes: [Ingress, Egress]`` with no ingress rule and, when
+the boundary allows any destination, one egress rule: TCP ``PROXY_PORT`` to the Pods of this
+task's proxy Deployment. Nothing else, DNS included: the proxy resolves names itself, the Pod
+has no resolver (``dnsPolicy: None``, see ``pod.py``), and the cluster resolver forwards queries
+upstream, so allowing it would open a channel that carries data in names. The proxy address
+comes from the Service's environment variables, not from DNS.
+
+Proxy policy (rendered with the proxy): ingress only from this task's sandbox Pod on TCP
+``PROXY_PORT``; egress to kube-dns on port 53 (UDP and TCP; the proxy resolves names there) and
+to any address on the ports ``network.allow`` lists. The address check (metadata, private,
+cluster ranges) is the proxy's own (``egress/addresses.py``); this policy bounds ports only, so a
+bug in the proxy could still reach cluster addresses on an allowed port.
+
+What this does NOT do: enforce anything by itself. A NetworkPolicy is enforced by the cluster's
+network plugin (Calico, Cilium, ...); with one that ignores policies (flannel alone, kubenet) the
+Pod has an open network. No API server runs here, so enforcement is not tested (docs/k8s.md).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from contain.boundary.plain import PlainBoundary
+from contain.k8s.names import K8sNames
+from contain.k8s.pod import PROXY_PORT
+
+__all__ = ["DNS_NAMESPACE", "DNS_POD_LABELS", "plan_proxy_policy", "plan_sandbox_policy"]
+
+# Where the cluster resolver runs in kubeadm, kind, GKE, EKS and AKS: kube-system, k8s-app=kube-dns
+# (CoreDNS keeps the kube-dns label for compatibility). Namespaces carry their own name as the
+# label kubernetes.io/metadata.name since Kubernetes 1.21.
+DNS_NAMESPACE = "kube-system"
+DNS_POD_LABELS = {"k8s-app": "kube-dns"}
+
+
+def plan_sandbox_policy(boundary: PlainBoundary, names: K8sNames) -> dict[str, Any]:
+    """Deny all ingress and egress of the sandbox Pod except TCP to its proxy (with network)."""
+    egress: list[dict[str, Any]] = []
+    if boundary.allows_network:
+        egress.append(
+            {
+                "to": [{"podSelector": {"matchLabels": names.selector("egress-proxy")}}],
+                "ports": [{"protocol": "TCP", "port": PROXY_PORT}],
+            }
+        )
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {"name": names.sandbox_policy, "namespace": names.namespace, "labels": names.labels("sandbox")},
+        "spec": {
+            "podSelector": {"matchLabels": names.selector("sandbox")},
+            "policyTypes": ["Ingress", "Egress"],
+            "ingress": [],
+            "egress": egress,
+        },
+    }
+
+
+def plan_proxy_policy(boundary: PlainBoundary, names: K8sNames) -> dict[str, Any]:
+    """Ingress from the sandbox Pod only; egress to kube-dns and to the allowed ports."""
+    ports = sorted({port for rule in boundary.network.allow for port in rule.ports})
+    dns_peer = {
+        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": DNS_NAMESPACE}},
+        "podSelector": {"matchLabels": dict(DNS_POD_LABELS)},
+    }
+    anywhere = [{"ipBlock": {"cidr": "0.0.0.0/0"}}, {"ipBlock": {"cidr": "::/0"}}]
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {"name": names.proxy_policy, "namespace": names.namespace, "labels": names.labels("egress-proxy")},
+        "spec": {
+            "podSelector": {"matchLabels": names.selector("egress-proxy")},
+            "policyTypes": ["Ingress", "Egress"],
+            "ingress": [
+                {
+                    "from": [{"podSelector": {"matchLabels": names.selector("sandbox")}}],
+                    "ports": [{"protocol": "TCP", "port": PROXY_PORT}],
+                }
+            ],
+            "egress": [
+                {"to": [dns_peer], "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]},
+                {"to": anywhere, "ports": [{"protocol": "TCP", "port": port} for port in ports]},
+            ],
+        },
+    }
