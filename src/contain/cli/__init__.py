@@ -36,6 +36,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "ledger": ("contain.cli.ledger", "show which writes succeeded; verify the broker's ledger"),
     "mcp": ("contain.cli.mcp", "MCP gateway (pins, gate, review) and the sandbox as an MCP server"),
     "probe": ("contain.cli.probe", "run the escape-and-recovery battery, judged from outside"),
+    "egress-proxy": ("contain.cli.egress_proxy", "serve the egress proxy on an address (what the k8s proxy Pod runs)"),
     "k8s": ("contain.cli.k8s", "render a boundary as Kubernetes objects: Pod, NetworkPolicies, egress proxy"),
 }
 
