@@ -27,6 +27,11 @@ def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
     render.add_argument("--image", metavar="IMAGE", help="override kubernetes.image (the workload image)")
     render.add_argument("--proxy-image", metavar="IMAGE", help="override kubernetes.proxy_image")
     render.add_argument(
+        "--validate",
+        action="store_true",
+        help="check every object against the pinned Kubernetes schema before writing (needs contain[k8s])",
+    )
+    render.add_argument(
         "workload", nargs=argparse.REMAINDER, help="-- COMMAND [ARG...] (default: the image's entrypoint)"
     )
 
@@ -54,6 +59,10 @@ def execute(args: argparse.Namespace) -> int:
         "proxy_image": args.proxy_image,
     }
     render = render_boundary(boundary, overrides=overrides, command=command)
+    if args.validate:
+        from contain.k8s.validate import validate_render
+
+        validate_render(render)
     if args.output == "-":
         text = render_yaml_stream(render)
         sys.stdout.write(text)
