@@ -24,6 +24,11 @@ A broker action without a business validator is a property of the broker, not of
 with ``contain check --broker-config broker.yaml`` the actions the manifest's records name are
 looked up in the broker (CHK-020: registered without a business rule; CHK-021: not registered).
 
+A manifest with a ``kubernetes:`` section is also checked against every ``contain.k8s.refusals``
+row (ids ``K8S-0xx``, errors): what ``contain k8s render`` would refuse is reported here first,
+with the same reason and fix. CHK-022 reports the settings; CHK-023 warns about images that are
+not pinned by digest.
+
 Why one file past 600 lines: it is one table, each rule's row beside its pure predicate; its
 length is the number of rules, not a second mechanism.
 """
@@ -49,8 +54,10 @@ from contain.boundary import (
     Threat,
     ToolVerdict,
 )
+from contain.boundary.plain import plain_boundary
 from contain.inventory.network import METADATA_ADDRESSES
 from contain.inventory.secrets import is_secret_name, secret_shape_of
+from contain.k8s.refusals import RENDER_REFUSALS, RenderRefusal
 
 __all__ = [
     "CHECK_RULES",
@@ -69,6 +76,7 @@ __all__ = [
 ]
 
 KeyPath = tuple[str | int, ...]
+_DIGEST = re.compile(r"@sha256:[0-9a-f]{64}$")
 
 
 class Severity(StrEnum):
@@ -483,6 +491,45 @@ def _record_action_not_in_broker(boundary: Boundary, facts: CheckFacts) -> Itera
             yield Hit(("records", i, "actions", j), f"the broker does not register an action named {action}")
 
 
+def _k8s_refusal(row: RenderRefusal) -> Callable[[Boundary, CheckFacts], Iterable[Hit]]:
+    """A ``contain.k8s.refusals`` row as a check: fires only for a manifest with a kubernetes: section."""
+
+    def check(boundary: Boundary, facts: CheckFacts) -> Iterable[Hit]:
+        if boundary.kubernetes is None:
+            return
+        for key_path, message in row.check(plain_boundary(boundary), boundary.kubernetes):
+            yield Hit(key_path, message)
+
+    return check
+
+
+def _k8s_settings(boundary: Boundary, facts: CheckFacts) -> Iterable[Hit]:
+    k8s = boundary.kubernetes
+    if k8s is None:
+        return
+    stem = k8s.name or boundary.task
+    yield Hit(
+        ("kubernetes",),
+        f"renders Pod {k8s.namespace}/{stem} under RuntimeClass {k8s.runtime_class_object} "
+        f"({k8s.runtime_class.value}), seccomp {k8s.seccomp.value}, uid {k8s.run_as_user}, {k8s.arch.value} nodes, "
+        f"{len(k8s.inputs)} input volume(s)",
+    )
+
+
+def _k8s_unpinned_images(boundary: Boundary, facts: CheckFacts) -> Iterable[Hit]:
+    k8s = boundary.kubernetes
+    if k8s is None:
+        return
+    for key in ("image", "proxy_image"):
+        if key == "proxy_image" and not boundary.allows_network:
+            continue  # no proxy is rendered without network
+        value = getattr(k8s, key)
+        if value is None:
+            yield Hit(("kubernetes", key), f"kubernetes.{key} is not set; the render needs it from the command line")
+        elif not _DIGEST.search(value):
+            yield Hit(("kubernetes", key), f"kubernetes.{key} {value} is not pinned by digest")
+
+
 CHECK_RULES: tuple[CheckRule, ...] = (
     CheckRule(
         "CHK-001",
@@ -656,5 +703,26 @@ CHECK_RULES: tuple[CheckRule, ...] = (
         "every call for it will be refused: the manifest and the broker disagree about what the task does",
         "register the action in broker.yaml, or remove it from records",
         _record_action_not_in_broker,
+    ),
+    CheckRule(
+        "CHK-022",
+        Severity.INFO,
+        "kubernetes settings",
+        "what contain k8s render will produce for this manifest",
+        "see docs/k8s.md for each setting",
+        _k8s_settings,
+    ),
+    CheckRule(
+        "CHK-023",
+        Severity.WARNING,
+        "Kubernetes image not set or not pinned by digest",
+        "a tag can be moved after review, so the cluster may run code nobody looked at",
+        "set kubernetes.image (and proxy_image) to name@sha256:<digest>",
+        _k8s_unpinned_images,
+    ),
+    # Everything contain k8s render refuses, reported before anyone renders (same rows, same reasons).
+    *(
+        CheckRule(row.id, Severity.ERROR, f"kubernetes: {row.title}", row.why, row.fix, _k8s_refusal(row))
+        for row in RENDER_REFUSALS
     ),
 )

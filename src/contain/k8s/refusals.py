@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from contain.boundary.kinds import CredentialVia, FileAccess
-from contain.boundary.kubernetes import Kubernetes
+from contain.boundary.kubernetes import DNS1035_LABEL, NAME_MAX, Kubernetes
 from contain.boundary.plain import PlainBoundary
 from contain.egress.session import plan_sandbox_env
 
@@ -141,6 +141,11 @@ def _proxy_env(boundary: PlainBoundary, _settings: Kubernetes) -> Iterable[tuple
             yield ("env", name), f"env sets {name}"
 
 
+def _task_not_a_name(boundary: PlainBoundary, settings: Kubernetes) -> Iterable[tuple[KeyPath, str]]:
+    if settings.name is None and (len(boundary.task) > NAME_MAX or not DNS1035_LABEL.fullmatch(boundary.task)):
+        yield ("task",), f"task {boundary.task!r} is not a DNS-1035 label of at most {NAME_MAX} characters"
+
+
 RENDER_REFUSALS: tuple[RenderRefusal, ...] = (
     RenderRefusal(
         "K8S-001",
@@ -227,6 +232,14 @@ RENDER_REFUSALS: tuple[RenderRefusal, ...] = (
         "the render points every proxy variable at the egress proxy Service; an env entry would replace it",
         "remove the variable from env",
         _proxy_env,
+    ),
+    RenderRefusal(
+        "K8S-012",
+        "task name is not a Kubernetes name",
+        "object names, label values and the proxy's variable names derive from it; rewriting it could make "
+        "two tasks share one proxy and its allow list",
+        "set kubernetes.name to a DNS-1035 label (lower-case letters, digits, '-'), e.g. invoices-2026",
+        _task_not_a_name,
     ),
 )
 

@@ -105,6 +105,32 @@ def _both(
     return apply
 
 
+def _k8s(section: dict[str, Any] | None = None, **more: Any) -> Mutation:
+    """Add a kubernetes: section (and other top-level keys) to the clean manifest."""
+
+    def apply(m: Manifest, home: Path, repo: Path) -> None:
+        m["kubernetes"] = section or {}
+        m.update(copy.deepcopy(more))
+
+    return apply
+
+
+def _k8s_read(extra: dict[str, Any], *also: dict[str, Any]) -> Mutation:
+    """A kubernetes: section and a read bind of the repository's src/ with ``extra`` keys."""
+
+    def apply(m: Manifest, home: Path, repo: Path) -> None:
+        m["kubernetes"] = {"inputs": [{"path": "/inputs/src", "claim": "src"}]}
+        m["files"].append({"host": str(repo / "src"), "path": "/inputs/src", "access": "read", **extra})
+        m["files"].extend(also)
+
+    return apply
+
+
+def _k8s_export(m: Manifest, home: Path, repo: Path) -> None:
+    m["kubernetes"] = {}
+    m["files"].append({"path": "/work/exported", "access": "scratch", "export": str(home / "out")})
+
+
 # rule id -> how to turn the clean manifest into one that trips it
 TRIPS: dict[str, Callable[[Manifest, Path, Path], None]] = {
     "CHK-001": _set("credentials", [{"name": "API", "via": "env", "source": "CI_API"}]),
@@ -129,6 +155,20 @@ TRIPS: dict[str, Callable[[Manifest, Path, Path], None]] = {
         _set("runtime", {"backend": "container"}),
         _set("credentials", [{"name": "API", "via": "env", "source": "CI_API"}]),
     ),
+    "CHK-022": _k8s(),
+    "CHK-023": _k8s({"image": "registry.test/tools:latest"}),
+    "K8S-001": _k8s(),  # the clean manifest write-binds the repository
+    "K8S-002": _k8s_read({}, {"host": "/", "path": "/inputs/other", "access": "read"}),
+    "K8S-003": _k8s({"inputs": [{"path": "/inputs/nothing", "config_map": "x"}]}),
+    "K8S-004": _k8s_export,
+    "K8S-005": _k8s_read({}, {"path": "/inputs/src/private", "access": "block"}),
+    "K8S-006": _k8s_read({"allow_sockets": ["run/s.sock"]}),
+    "K8S-007": _k8s(credentials=[{"name": "API", "via": "env", "source": "CI_API"}]),
+    "K8S-008": _k8s(),  # the clean manifest has records and a broker credential
+    "K8S-009": _k8s(network={"allow": [{"host": "api.test"}], "hosts": {"api.test": "10.1.2.3"}}),
+    "K8S-010": _k8s(network={"allow": [{"host": "::ffff:127.0.0.1", "ports": [8080]}]}),
+    "K8S-011": _k8s(env={"HTTPS_PROXY": "http://elsewhere.test:3128"}),
+    "K8S-012": _k8s(task="Invoices_2026"),
 }
 
 
