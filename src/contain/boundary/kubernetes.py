@@ -15,6 +15,7 @@ read inputs cover every read rule (``contain.k8s.refusals`` decides that with th
 
 from __future__ import annotations
 
+import posixpath
 import re
 from enum import StrEnum
 
@@ -84,6 +85,13 @@ class KubernetesInput(BaseModel):
         default=None, description="PersistentVolumeClaim to mount read-only at path, e.g. invoices-2026."
     )
     config_map: str | None = Field(default=None, description="ConfigMap to mount read-only at path, e.g. prompts.")
+
+    @field_validator("path")
+    @classmethod
+    def _check_path(cls, value: str) -> str:
+        if not value.startswith("/") or posixpath.normpath(value) != value or "\x00" in value:
+            raise ValueError(f"input path {value[:80]!r} must be the normalised absolute path of a read rule")
+        return value
 
     @field_validator("claim", "config_map")
     @classmethod

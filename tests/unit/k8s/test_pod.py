@@ -123,9 +123,9 @@ def test_a_pod_without_network_gets_no_proxy_variables_and_no_service_links() ->
 
 
 def test_every_writable_place_is_a_subpath_of_the_one_size_limited_memory_volume() -> None:
-    spec = _pod(make_boundary_data(files=[{"path": "/tmp", "access": "scratch"}, {"path": "/out", "access": "scratch"}]))[
-        "spec"
-    ]
+    spec = _pod(
+        make_boundary_data(files=[{"path": "/tmp", "access": "scratch"}, {"path": "/out", "access": "scratch"}])
+    )["spec"]
     mounts = spec["containers"][0]["volumeMounts"]
     assert [(m["mountPath"], m.get("subPath"), m.get("readOnly", False)) for m in mounts] == [
         ("/dev/shm", "shm", False),
@@ -154,7 +154,9 @@ def test_runtime_default_seccomp_names_no_profile_file() -> None:
         ({"arch": "aarch64"}, "gvisor", "arm64"),
     ],
 )
-def test_runtime_class_and_node_arch_follow_the_settings(section: dict[str, str], runtime_class: str, arch: str) -> None:
+def test_runtime_class_and_node_arch_follow_the_settings(
+    section: dict[str, str], runtime_class: str, arch: str
+) -> None:
     data = {**OFFLINE, "kubernetes": {**OFFLINE["kubernetes"], **section}}
     spec = _pod(data)["spec"]
     assert spec["runtimeClassName"] == runtime_class

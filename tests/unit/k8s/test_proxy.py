@@ -28,9 +28,7 @@ def test_the_config_map_holds_the_allow_list_as_a_manifest_the_proxy_loads() -> 
     assert config == {
         "version": 1,
         "task": "inv-1",
-        "network": {
-            "allow": [{"host": "api.example.com", "ports": [443]}, {"host": "*.pypi.org", "ports": [80, 443]}]
-        },
+        "network": {"allow": [{"host": "api.example.com", "ports": [443]}, {"host": "*.pypi.org", "ports": [80, 443]}]},
     }
     # the proxy reads it with the manifest validator; its network section is the boundary's, exactly
     assert plain_boundary(boundary_from_mapping(config)).network == plain.network

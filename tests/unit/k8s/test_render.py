@@ -99,7 +99,9 @@ def test_a_boundary_with_refusals_names_every_problem_at_once() -> None:
     ("base", "section", "flag"),
     [(OFFLINE, "image", "--image"), (NETWORKED, "proxy_image", "--proxy-image")],
 )
-def test_a_missing_image_is_refused_with_the_flag_that_supplies_it(base: dict[str, Any], section: str, flag: str) -> None:
+def test_a_missing_image_is_refused_with_the_flag_that_supplies_it(
+    base: dict[str, Any], section: str, flag: str
+) -> None:
     data = {**base, "kubernetes": {k: v for k, v in base["kubernetes"].items() if k != section}}
     with pytest.raises(RenderRefused) as caught:
         render_boundary(make_boundary(data))

@@ -33,7 +33,9 @@ def test_an_object_with_an_unknown_field_is_refused_naming_the_file() -> None:
         lambda p: p.update(architecture=p.pop("architectures")),
         lambda p: p["syscalls"][0].update(errnoRet=0),
         lambda p: p["syscalls"][0].update(names=["ptrace; rm"]),
-        lambda p: p["syscalls"].append({"names": ["x"], "action": "SCMP_ACT_ERRNO", "args": [{"index": 6, "value": 0, "op": "SCMP_CMP_EQ"}]}),
+        lambda p: p["syscalls"].append(
+            {"names": ["x"], "action": "SCMP_ACT_ERRNO", "args": [{"index": 6, "value": 0, "op": "SCMP_CMP_EQ"}]}
+        ),
     ],
 )
 def test_a_profile_of_the_wrong_shape_is_refused(damage) -> None:  # type: ignore[no-untyped-def]
