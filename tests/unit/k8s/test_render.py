@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import jsonschema
@@ -10,6 +11,7 @@ import kubernetes_validate  # type: ignore[import-untyped]
 import pytest
 
 from contain.boundary.kubernetes import Kubernetes
+from contain.boundary.load import load_boundary
 from contain.errors import BoundaryInvalid, RenderRefused
 from contain.k8s.render import NODE_REQUIREMENTS, apply_overrides, render_boundary
 from contain.k8s.validate import K8S_SCHEMA_VERSION, SECCOMP_PROFILE_SCHEMA
@@ -136,3 +138,15 @@ def test_overrides_win_over_the_manifest_and_none_keeps_it() -> None:
     settings = Kubernetes(namespace="agents", runtime_class="kata")  # type: ignore[arg-type]
     merged = apply_overrides(settings, {"namespace": "other", "runtime_class": None})
     assert (merged.namespace, merged.runtime_class.value) == ("other", "kata")
+
+
+EXAMPLES = sorted((Path(__file__).resolve().parents[3] / "examples" / "boundaries").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", [p for p in EXAMPLES if "kubernetes:" in p.read_text()], ids=lambda p: p.name)
+def test_every_example_with_a_kubernetes_section_renders_schema_valid(path: Path) -> None:
+    render = render_boundary(load_boundary(path))
+    for obj in render.objects:
+        kubernetes_validate.validate(dict(obj.body), K8S_SCHEMA_VERSION, strict=True)
+    for node_file in render.files:
+        jsonschema.Draft202012Validator(SECCOMP_PROFILE_SCHEMA).validate(json.loads(node_file.text))
