@@ -86,3 +86,10 @@ def test_a_public_address_range_is_not_mistaken_for_the_proxy_pod() -> None:
     data["network"]["allow"].append({"host": "203.0.113.0/24", "ports": [443]})
     boundary = make_boundary(data)
     assert refusal_hits(plain_boundary(boundary), boundary.kubernetes) == ()  # type: ignore[arg-type]
+
+
+def test_docs_k8s_lists_every_refusal_row() -> None:
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[3] / "docs" / "k8s.md").read_text(encoding="utf-8")
+    assert [row.id for row in RENDER_REFUSALS if f"| {row.id} |" not in text] == []
