@@ -44,6 +44,7 @@ def test_package_exports_exactly_its_public_names() -> None:
         "netns",
         "proxy",
         "tunnel",
+        "standalone",
     }
     assert set(contain.egress.__all__) == public - modules
 
