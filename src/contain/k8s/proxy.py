@@ -13,6 +13,10 @@ differences, on purpose: the proxy runs under ``RuntimeDefault`` seccomp, not co
 (the table is written for untrusted workloads and refuses socket families glibc's resolver may
 use), and it uses the cluster's DNS (it resolves the allowed names, then checks every address).
 
+No readiness or liveness probe: a TCP probe is a connection without a request, which the proxy
+records as a refusal (``egress.request``) every period (seen in tests/integration/test_k8s_proxy.py),
+and the NetworkPolicy admits only the sandbox Pod anyway.
+
 Not enforced here: the proxy image is a parameter; whether it really runs this contain is the
 image builder's business (pin it by digest). One replica: a proxy restart drops open tunnels.
 """
