@@ -150,3 +150,45 @@ def test_every_example_with_a_kubernetes_section_renders_schema_valid(path: Path
         kubernetes_validate.validate(dict(obj.body), K8S_SCHEMA_VERSION, strict=True)
     for node_file in render.files:
         jsonschema.Draft202012Validator(SECCOMP_PROFILE_SCHEMA).validate(json.loads(node_file.text))
+
+
+def _pod_specs(render) -> list[dict[str, Any]]:  # type: ignore[no-untyped-def]
+    specs = []
+    for obj in render.objects:
+        if obj.body["kind"] == "Pod":
+            specs.append(obj.body["spec"])
+        elif obj.body["kind"] == "Deployment":
+            specs.append(obj.body["spec"]["template"]["spec"])
+    return specs
+
+
+# The "restricted" Pod Security Standard (kubernetes.io/docs/concepts/security/pod-security-standards),
+# one row per control, checked on every Pod spec the render writes (sandbox and proxy).
+RESTRICTED_CONTROLS = {
+    "host namespaces": lambda spec, c: not (spec.get("hostNetwork") or spec.get("hostPID") or spec.get("hostIPC")),
+    "privileged": lambda spec, c: c["securityContext"].get("privileged") is False,
+    "capabilities": lambda spec, c: c["securityContext"]["capabilities"] == {"drop": ["ALL"]},
+    "volume types": lambda spec, c: all(
+        set(v) - {"name"} <= {"emptyDir", "configMap", "persistentVolumeClaim"} for v in spec["volumes"]
+    ),
+    "privilege escalation": lambda spec, c: c["securityContext"]["allowPrivilegeEscalation"] is False,
+    "non-root": lambda spec, c: (
+        spec["securityContext"]["runAsNonRoot"] is True and spec["securityContext"]["runAsUser"] != 0
+    ),
+    "seccomp": lambda spec, c: spec["securityContext"]["seccompProfile"]["type"] in ("RuntimeDefault", "Localhost"),
+    "no host ports": lambda spec, c: all("hostPort" not in p for p in c.get("ports", [])),
+}
+
+
+@pytest.mark.parametrize(("base", "runtime_class", "seccomp"), CASES)
+def test_every_pod_spec_meets_the_restricted_pod_security_standard(
+    base: dict[str, Any], runtime_class: str, seccomp: str
+) -> None:
+    render = _render(base, runtime_class=runtime_class, seccomp=seccomp)
+    specs = _pod_specs(render)
+    assert len(specs) == (2 if base is NETWORKED else 1)
+    for spec in specs:
+        assert spec["automountServiceAccountToken"] is False
+        for container in spec["containers"]:
+            failed = [name for name, control in RESTRICTED_CONTROLS.items() if not control(spec, container)]
+            assert failed == []
