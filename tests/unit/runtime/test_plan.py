@@ -158,7 +158,9 @@ def test_runsc_reports_the_platform_chosen_from_the_binary_and_landlock_off_with
     assert plan.report["platform"].startswith(f"{platform} (")
     assert plan.report["runtime"] == f"runsc ({runtime.version}): gVisor user-space kernel"
     assert plan.report["landlock"] == "unavailable under gVisor (runsc implements no Landlock) (auto)"
-    assert plan.report["seccomp"] == "applied by the sentry (--oci-seccomp)"
+    assert plan.report["seccomp"].startswith("applied by the sentry (--oci-seccomp)")
+    assert plan.report["securebits"] == "not implemented by gVisor; accepted (kernel difference no-securebits)"
+    assert "no user namespace of ours" in plan.report["namespaces"]
 
 
 def test_runsc_refuses_a_plan_that_requires_landlock_and_runc_keeps_it():
