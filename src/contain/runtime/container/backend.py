@@ -145,6 +145,14 @@ class ContainerBackend:
                 f"runtime.container.image {self.image!r}: image roots are not wired into the container backend yet",
                 "set runtime.container.image: null (the host's /usr read-only)",
             )
+        sockets = [a.sandbox_path for a in plan.attachments if a.host_path is not None]
+        if sockets and self.runtime_facts.runtime == "runsc":
+            # --host-uds=none: the sentry refuses connect() to a bound host socket (EPERM); opening
+            # that up (--host-uds=open) would make every bound socket connectable, not just these.
+            raise UnsupportedHost(
+                f"socket attachments ({', '.join(sockets)}) cannot be reached under runsc",
+                "use --backend container:runc or process for a boundary that talks to the broker",
+            )
         name = plan.cgroup.leaf if plan.cgroup is not None else f"contain-{os.getpid()}-{os.urandom(6).hex()}"
         sandbox = ContainerSandbox(self.runtime_facts, plan, name)
         try:
@@ -182,8 +190,8 @@ class ContainerSandbox:
         self._netns_pinned = False
         self._created = False
         self._closed = False
-        self._oom_before: int | None = None  # the cgroup's OOM-kill count when the running command started
-        self._oom_ended = False
+        self._limits_before: tuple[int, int] | None = None  # OOM kills, refused forks when the command began
+        self._ended_by: str | None = None  # a limit that ended the whole container (runsc)
 
     # -- paths
 
@@ -253,7 +261,11 @@ class ContainerSandbox:
             netns_path=self.netns_path,
             runtime=self._rt.runtime,
         )
-        write_bundle(plan_oci_bundle(plan, inputs), self.dir)
+        bundle = plan_oci_bundle(plan, inputs)
+        pids = bundle.config["linux"]["resources"].get("pids")
+        if self._cgroup is not None and pids is not None:
+            self._cgroup.set_pids_max(pids["limit"])  # the bundle's value, before the runtime starts in it
+        write_bundle(bundle, self.dir)
         self._start_runtime()
         assert self._channel is not None
         self._channel.read_ready(_STARTUP_TIMEOUT_S)
@@ -406,32 +418,42 @@ class ContainerSandbox:
 
     def spawn(self, request: CommandRequest, fds: tuple[int, int, int]) -> Started | SpawnFailed:
         """Ask the supervisor to fork and exec one command."""
-        if self._oom_ended:
-            raise SandboxLost(
-                "the container was ended by the out-of-memory killer in an earlier run", "start a new Sandbox"
-            )
+        if self._ended_by is not None:
+            raise SandboxLost(f"the container was ended by {self._ended_by} in an earlier run", "start a new Sandbox")
         channel = self._live_channel()
-        self._oom_before = self._cgroup.usage().oom_kills if self._cgroup is not None else None
+        self._limits_before = self._limit_counts()
         return channel.start(list(request.argv), request.env, request.cwd, request.rlimits, fds)
 
     def wait_exited(self, timeout_s: float | None) -> Exited | None:
         """The supervisor's EXITED for the running command.
 
-        Under runsc the sentry holds every byte the workload allocates, so the host's OOM killer
-        ends the whole sandbox, not one process: when the channel closes and the cgroup counted
-        an OOM kill during this run, the run ends as killed by SIGKILL (what the process backend
-        reports for an OOM kill; ``Sandbox`` reads ``oom_killed`` from the same counter) and the
-        sandbox refuses further runs.
+        Under runsc the sentry holds every byte and every host task of the workload, so the host
+        cgroup's OOM killer or ``pids.max`` ends the whole sandbox, not one process. When the
+        channel closes and the cgroup counted an OOM kill or a refused fork during this run, the
+        run ends as killed by SIGKILL (what the process backend reports for an OOM kill; ``Sandbox``
+        reads ``oom_killed`` and the ``pids`` violation from the same counters) and the sandbox
+        refuses further runs (``SandboxLost`` names why).
         """
         try:
             return self._live_channel().wait_exited(timeout_s)
         except SandboxLost:
-            if self._cgroup is None or self._oom_before is None:
+            after = self._limit_counts()
+            if after is None or self._limits_before is None:
                 raise
-            if self._cgroup.usage().oom_kills <= self._oom_before:
+            (oom_before, pids_before), (oom_after, pids_after) = self._limits_before, after
+            if oom_after > oom_before:
+                self._ended_by = "the out-of-memory killer"
+            elif pids_after > pids_before:
+                self._ended_by = "the cgroup's pids.max (gVisor's own tasks count there)"
+            else:
                 raise
-            self._oom_ended = True
             return Exited(status=signal.SIGKILL, utime_us=0, stime_us=0, maxrss_kb=0)
+
+    def _limit_counts(self) -> tuple[int, int] | None:
+        if self._cgroup is None:
+            return None
+        usage = self._cgroup.usage()
+        return usage.oom_kills, usage.pids_limit_hits
 
     def fileno(self) -> int:
         """The supervisor channel's socket."""
