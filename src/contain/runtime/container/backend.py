@@ -71,18 +71,20 @@ from contain.runtime.backend_names import BACKEND_KINDS, RuntimeFacts
 from contain.runtime.bwrap import ETC_PASSTHROUGH, default_scratch_paths, generated_etc_files
 from contain.runtime.cgroup_plan import plan_base_dir
 from contain.runtime.cgroups import SandboxCgroup
-from contain.runtime.container.bundle import BundleInputs, BundlePlan, plan_oci_bundle
+from contain.runtime.container.bundle import BundleInputs, BundlePlan, RootfsEntry, plan_oci_bundle
+from contain.runtime.container.image import unpack_image
 from contain.runtime.container.oci_runtime import (
     plan_delete_argv,
     plan_kill_argv,
     plan_start_argv,
     probe_runtime,
 )
+from contain.runtime.container.seccomp_probe import PROBE_SANDBOX_PATH, probe_program
 from contain.runtime.disk_budget import check_disk_mounts, inode_budget, plan_disk_places
 from contain.runtime.etc_tree import ensure_etc_tree
 from contain.runtime.host_ids import HostIdLease, lease_host_ids
 from contain.runtime.kernel_differences import supervisor_difference_args
-from contain.runtime.supervisor_build import ensure_supervisor_binary
+from contain.runtime.supervisor_build import ensure_supervisor_binary, supervisor_cache_dir
 from contain.runtime.supervisor_channel import Exited, SpawnFailed, Started, SupervisorChannel
 
 __all__ = ["CONTAINER_ROOT", "ContainerBackend", "ContainerSandbox", "write_bundle"]
@@ -97,17 +99,12 @@ _STARTUP_TIMEOUT_S = 30.0  # runsc on ptrace takes ~0.2 s; runc ~0.1 s; bounded 
 _DELETE_TIMEOUT_S = 20.0
 _CLONE_NEWNET = 0x40000000
 _MS_BIND = 4096
+_MS_NOSUID, _MS_NODEV = 0x2, 0x4
 _MNT_DETACH = 2
 _IFF_UP = 0x1
 _SIOCGIFFLAGS, _SIOCSIFFLAGS = 0x8913, 0x8914
 _CONTROL_FD = {"runc": 3, "runsc": 0}  # runc: --preserve-fds 1 gives fd 3; runsc: its stdin
 _WORKLOAD_KERNEL = {"runc": "linux", "runsc": "gvisor"}  # kernel_differences.WORKLOAD_KERNELS
-
-# exits with ptrace(PTRACE_TRACEME)'s errno (0 when it succeeded); SECCOMP_RULES makes it EPERM
-_PTRACE_PROBE = (
-    "import ctypes, sys; libc = ctypes.CDLL(None, use_errno=True); "
-    "sys.exit(ctypes.get_errno() if libc.ptrace(0, 0, 0, 0) else 0)"
-)
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -140,11 +137,6 @@ class ContainerBackend:
             SandboxStartError: the runtime or the supervisor failed; nothing of it is left.
             UnsupportedHost: an image was asked for (not wired yet), or seccomp did not take.
         """
-        if self.image is not None:
-            raise UnsupportedHost(
-                f"runtime.container.image {self.image!r}: image roots are not wired into the container backend yet",
-                "set runtime.container.image: null (the host's /usr read-only)",
-            )
         sockets = [a.sandbox_path for a in plan.attachments if a.host_path is not None]
         if sockets and self.runtime_facts.runtime == "runsc":
             # --host-uds=none: the sentry refuses connect() to a bound host socket (EPERM); opening
@@ -154,7 +146,7 @@ class ContainerBackend:
                 "use --backend container:runc or process for a boundary that talks to the broker",
             )
         name = plan.cgroup.leaf if plan.cgroup is not None else f"contain-{os.getpid()}-{os.urandom(6).hex()}"
-        sandbox = ContainerSandbox(self.runtime_facts, plan, name)
+        sandbox = ContainerSandbox(self.runtime_facts, plan, name, image=self.image)
         try:
             sandbox.build_and_run()
         except BaseException as exc:
@@ -175,8 +167,9 @@ class ContainerBackend:
 class ContainerSandbox:
     """A running container sandbox: the runtime's container, the supervisor's channel and pid."""
 
-    def __init__(self, runtime: RuntimeFacts, plan: BackendPlan, name: str) -> None:
+    def __init__(self, runtime: RuntimeFacts, plan: BackendPlan, name: str, *, image: str | None = None) -> None:
         self._rt = runtime
+        self._image = image
         self._plan = plan
         self.name = name
         self.dir = CONTAINER_ROOT / name
@@ -187,6 +180,7 @@ class ContainerSandbox:
         self._proc: subprocess.Popen[bytes] | None = None  # runsc's foreground `run`
         self._pid = 0
         self._disk_mounted = False
+        self._rootfs_mounted = False
         self._netns_pinned = False
         self._created = False
         self._closed = False
@@ -240,9 +234,12 @@ class ContainerSandbox:
         os.chown(self.dir, 0, traverse_gid)
         os.mkdir(self.state_dir, 0o700)
         self._mount_disk_budget()
+        if self._image is not None:
+            self._mount_image_root(self._image)
         self._pin_new_netns()
         supervisor = ensure_supervisor_binary()
         etc = generated_etc_files(home=default_scratch_paths(plan.boundary)[0], resolv_conf=plan.resolv_conf)
+        on_host = self._image is None  # the host's /usr and loader paths, or an image's own
         args = ["--control-fd", str(_CONTROL_FD[self._rt.runtime])]
         args += supervisor_difference_args(kernel=_WORKLOAD_KERNEL[self._rt.runtime])
         if plan.layers.landlock is not None:
@@ -250,9 +247,9 @@ class ContainerSandbox:
         inputs = BundleInputs(
             bundle_dir=str(self.dir),
             name=self.name,
-            loader_links={p: os.readlink(p) for p in _LOADER_PATHS if os.path.islink(p)},
-            loader_dirs=tuple(p for p in _LOADER_PATHS if os.path.isdir(p) and not os.path.islink(p)),
-            etc_tree=ensure_etc_tree(supervisor.parent, etc, (e.path for e in ETC_PASSTHROUGH)),
+            loader_links={p: os.readlink(p) for p in _LOADER_PATHS if on_host and os.path.islink(p)},
+            loader_dirs=tuple(p for p in _LOADER_PATHS if on_host and os.path.isdir(p) and not os.path.islink(p)),
+            etc_tree=ensure_etc_tree(supervisor.parent, etc, (e.path for e in ETC_PASSTHROUGH)) if on_host else "",
             supervisor_host_path=str(supervisor),
             supervisor_args=tuple(args),
             disk_root=self.disk_root,
@@ -260,12 +257,14 @@ class ContainerSandbox:
             host_hard_limits={n: resource.getrlimit(getattr(resource, f"RLIMIT_{n}"))[1] for n in _RLIMIT_NAMES},
             netns_path=self.netns_path,
             runtime=self._rt.runtime,
+            image_etc_files=None if on_host else etc,
+            seccomp_probe=probe_program(plan.facts.arch) if self._rt.runtime == "runsc" else None,
         )
         bundle = plan_oci_bundle(plan, inputs)
         pids = bundle.config["linux"]["resources"].get("pids")
         if self._cgroup is not None and pids is not None:
             self._cgroup.set_pids_max(pids["limit"])  # the bundle's value, before the runtime starts in it
-        write_bundle(bundle, self.dir)
+        write_bundle(bundle, self.dir, rootfs_mounted=not on_host)
         self._start_runtime()
         assert self._channel is not None
         self._channel.read_ready(_STARTUP_TIMEOUT_S)
@@ -287,13 +286,44 @@ class ContainerSandbox:
         disk = self._plan.boundary.resources.disk_bytes
         os.mkdir(self.disk_root, 0o755)
         options = f"size={disk},nr_inodes={inode_budget(disk)},mode=755"
-        _mount(b"tmpfs", self.disk_root.encode(), b"tmpfs", 0x2 | 0x4, options.encode())  # MS_NOSUID | MS_NODEV
+        _mount(b"tmpfs", self.disk_root.encode(), b"tmpfs", _MS_NOSUID | _MS_NODEV, options.encode())
         self._disk_mounted = True
         for place in plan_disk_places(self._plan.boundary):
             path = os.path.join(self.disk_root, place.name)
             os.mkdir(path)
             os.chown(path, *self._ids)
             os.chmod(path, int(place.mode, 8))
+
+    def _mount_image_root(self, image: str) -> None:
+        """The image's cached read-only tree under a fresh overlay whose upper layer lives on the
+        sandbox's disk budget tmpfs (counted in ``disk_bytes``, gone when it is unmounted).
+
+        Why an overlay and not a copy: the mount points contain makes (and image entries it must
+        replace at those paths: a symlink at /etc/resolv.conf) go into this sandbox's own layer, so
+        the shared cache is never written and nothing is copied per start. The workload still gets
+        the root read-only (``root.readonly``), as on every backend: it writes to /tmp, scratch and
+        write binds.
+
+        Raises:
+            ImageError: the image is refused or cannot be unpacked (exit 125 in the CLI).
+            SandboxStartError: the overlay cannot be mounted.
+        """
+        unpacked = unpack_image(image, cache_root=supervisor_cache_dir() / "images")
+        log.debug("image %s: %s (reused: %s)", image, unpacked.digest, unpacked.reused)
+        layer = os.path.join(self.disk_root, ".layer")  # not a disk place: never bound into the sandbox
+        os.mkdir(layer, 0o700)
+        upper, work = os.path.join(layer, "upper"), os.path.join(layer, "work")
+        os.mkdir(upper, 0o755)
+        os.mkdir(work, 0o700)
+        lower = str(unpacked.rootfs)
+        for path in (lower, upper, work):
+            if any(c in path for c in ",:\\"):  # overlayfs option syntax; never escaped, refused
+                raise SandboxStartError(f"overlay path {path!r} contains , : or \\", "move the cache directory")
+        rootfs = str(self.dir / "rootfs")
+        os.mkdir(rootfs, 0o755)
+        options = f"lowerdir={lower},upperdir={upper},workdir={work}"
+        _mount(b"overlay", rootfs.encode(), b"overlay", _MS_NOSUID | _MS_NODEV, options.encode())
+        self._rootfs_mounted = True
 
     def _pin_new_netns(self) -> None:
         """Step 3: a fresh network namespace with ``lo`` up, pinned by a bind mount on a file."""
@@ -375,7 +405,7 @@ class ContainerSandbox:
 
     def _check_seccomp_took(self) -> None:
         """runsc: a ``ptrace(PTRACE_TRACEME)`` must get EPERM from the profile (SECCOMP_RULES' row)."""
-        status = self._run_quietly(["/usr/bin/python3", "-c", _PTRACE_PROBE])
+        status = self._run_quietly([PROBE_SANDBOX_PATH])
         if status != errno.EPERM:
             raise UnsupportedHost(
                 f"{self._rt.path} did not apply the bundle's seccomp profile (ptrace probe status {status}, "
@@ -543,6 +573,9 @@ class ContainerSandbox:
             )
 
     def _remove_host_traces(self) -> None:
+        if self._rootfs_mounted:  # before the tmpfs that holds its upper layer
+            _umount(str(self.dir / "rootfs"))
+            self._rootfs_mounted = False
         if self._disk_mounted:
             _umount(self.disk_root)
             self._disk_mounted = False
@@ -562,18 +595,24 @@ class ContainerSandbox:
             self._root_lease = None
 
 
-def write_bundle(bundle: BundlePlan, bundle_dir: Path) -> None:
-    """Step 4's apply: the rootfs skeleton, the data files and ``config.json`` under ``bundle_dir``."""
+def write_bundle(bundle: BundlePlan, bundle_dir: Path, *, rootfs_mounted: bool = False) -> None:
+    """Step 4's apply: the rootfs skeleton, the data files and ``config.json`` under ``bundle_dir``.
+
+    Everything is created exclusively and through directory descriptors without following a
+    link. ``rootfs_mounted``: ``rootfs`` is an image the backend mounted; what the image has at a
+    skeleton path that is not of the planned kind (a symlink, a file where a directory goes) is
+    replaced in the sandbox's own layer, never followed (an image's ``/tmp -> /etc`` must not
+    lead the host's mkdir into the host's /etc).
+    """
     rootfs = bundle_dir / "rootfs"
-    rootfs.mkdir(mode=0o755)
-    for entry in bundle.rootfs:
-        target = rootfs / entry.path.lstrip("/")
-        if entry.kind == "symlink":
-            target.symlink_to(entry.target)
-        elif entry.kind == "dir":
-            target.mkdir(mode=0o755)
-        else:
-            target.touch(mode=0o444)
+    if not rootfs_mounted:
+        rootfs.mkdir(mode=0o755)
+    root_fd = os.open(rootfs, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        for entry in bundle.rootfs:
+            _apply_entry(root_fd, entry)
+    finally:
+        os.close(root_fd)
     (bundle_dir / "data").mkdir(mode=0o755)
     for file in bundle.files:
         path = bundle_dir / file.name
@@ -587,6 +626,69 @@ def write_bundle(bundle: BundlePlan, bundle_dir: Path) -> None:
     fd = os.open(config, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     with os.fdopen(fd, "w") as handle:
         json.dump(bundle.config, handle)
+
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def _apply_entry(root_fd: int, entry: RootfsEntry) -> None:
+    """Create one skeleton entry below ``root_fd``, one component at a time, never through a link."""
+    *parents, leaf = entry.path.strip("/").split("/")
+    fd = os.dup(root_fd)
+    try:
+        for name in parents:
+            fd = _enter_dir(fd, name)
+        _place(fd, leaf, entry)
+    finally:
+        os.close(fd)
+
+
+def _enter_dir(parent_fd: int, name: str) -> int:
+    """Open directory ``name`` of ``parent_fd`` (made, or replacing a non-directory); closes ``parent_fd``."""
+    try:
+        try:
+            child = os.open(name, _DIR_FLAGS, dir_fd=parent_fd)
+        except FileNotFoundError:
+            os.mkdir(name, 0o755, dir_fd=parent_fd)
+            child = os.open(name, _DIR_FLAGS, dir_fd=parent_fd)
+        except OSError as exc:
+            if exc.errno not in (errno.ENOTDIR, errno.ELOOP):
+                raise
+            os.unlink(name, dir_fd=parent_fd)  # a link or a file where a directory goes: replaced
+            os.mkdir(name, 0o755, dir_fd=parent_fd)
+            child = os.open(name, _DIR_FLAGS, dir_fd=parent_fd)
+    finally:
+        os.close(parent_fd)
+    return child
+
+
+def _place(dir_fd: int, name: str, entry: RootfsEntry) -> None:
+    try:
+        info: os.stat_result | None = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        info = None
+    wanted = {"dir": stat.S_ISDIR, "file": stat.S_ISREG}.get(entry.kind)
+    if info is not None and entry.kind != "symlink" and wanted is not None and wanted(info.st_mode):
+        return  # the image already has it, of the right kind
+    if info is not None:
+        try:
+            if stat.S_ISDIR(info.st_mode):
+                os.rmdir(name, dir_fd=dir_fd)
+            else:
+                os.unlink(name, dir_fd=dir_fd)
+        except OSError as exc:
+            raise SandboxStartError(
+                f"the image has a non-empty directory at {entry.path}, where contain mounts a {entry.kind}",
+                "use an image without that directory, or move the bind elsewhere",
+            ) from exc
+    if entry.kind == "symlink":
+        os.symlink(entry.target, name, dir_fd=dir_fd)
+    elif entry.kind == "dir":
+        os.mkdir(name, 0o755, dir_fd=dir_fd)
+    else:
+        os.close(
+            os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o444, dir_fd=dir_fd)
+        )
 
 
 # -- small host helpers ------------------------------------------------------------------------------
