@@ -290,9 +290,9 @@ def test_a_runtime_that_fails_to_start_leaves_nothing(monkeypatch: pytest.Monkey
     seen: list[str] = []
     real_init = container_backend.ContainerSandbox.__init__
 
-    def remember(self, runtime, plan, name):  # type: ignore[no-untyped-def]
+    def remember(self, runtime, plan, name, **kwargs):  # type: ignore[no-untyped-def]
         seen.append(name)
-        real_init(self, RuntimeFacts("runc", "/bin/false", "false"), plan, name)
+        real_init(self, RuntimeFacts("runc", "/bin/false", "false"), plan, name, **kwargs)
 
     monkeypatch.setattr(container_backend.ContainerSandbox, "__init__", remember)
     with pytest.raises(SandboxStartError, match="runc run failed"):
@@ -394,3 +394,30 @@ def test_an_image_that_would_escape_is_refused_with_exit_125(host_tmp: Path) -> 
     assert done.returncode == 125, done.stderr
     assert "../escape" in done.stderr and "fix:" in done.stderr
     assert not (host_tmp.parent / "escape").exists()
+
+
+@pytest.mark.parametrize("backend", CONTAINERS)
+def test_a_sandbox_whose_owner_was_killed_is_swept_by_the_next_start(backend: str) -> None:
+    import subprocess
+    import sys
+
+    from contain.host.facts import detect_host
+    from contain.runtime.container.sweep import sweep_stale
+
+    owner = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time\nfrom contain.runtime import Sandbox\n"
+            f"sb = Sandbox(backend={backend!r}); sb.start(); print(sb.supervisor_pid, flush=True); time.sleep(60)",
+        ],
+        stdout=subprocess.PIPE,
+    )
+    assert owner.stdout is not None
+    pid = int(owner.stdout.readline())
+    name = leaf_of(pid)
+    owner.kill()
+    owner.wait(timeout=30)
+    assert leftovers(name), "positive control: a killed owner leaves its sandbox behind"
+    assert name in sweep_stale(CONTAINER_ROOT, detect_host())
+    assert leftovers(name) == []
