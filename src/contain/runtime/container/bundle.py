@@ -229,6 +229,7 @@ class BundleInputs:
     root_host_ids: tuple[int, int]  # host uid, gid that container root maps to (see the docstring)
     host_hard_limits: Mapping[str, int]  # rlimit name ("NOFILE") -> the host's hard limit (-1: none)
     netns_path: str = ""  # the network namespace the backend made (egress listens there); "": a new one
+    userns_path: str = ""  # runc: the user namespace the backend made, owned by the sandbox's uid; "": new
     runtime: str = "runc"  # the OCI runtime the bundle is for; RUNTIME_DIFFERENCES rows apply to it
     # an image rootfs (the backend mounted it at <bundle>/rootfs): no host /usr, loader dirs or /etc
     # tree; these generated /etc files are bound one by one over the image's own /etc instead
@@ -415,6 +416,8 @@ def _namespace(kind: str, inputs: BundleInputs) -> dict[str, str]:
     # before any workload exists); every other namespace is new.
     if kind == "network" and inputs.netns_path:
         return {"type": kind, "path": inputs.netns_path}
+    if kind == "user" and inputs.userns_path:  # owned by the sandbox's uid, not by runc's root
+        return {"type": kind, "path": inputs.userns_path}
     return {"type": kind}
 
 
@@ -476,7 +479,10 @@ def plan_oci_bundle(plan: BackendPlan, inputs: BundleInputs) -> BundlePlan:
             "cwd": "/",
             "capabilities": {k: list(empty) for k in ("bounding", "effective", "inheritable", "permitted", "ambient")},
             "noNewPrivileges": True,
-            "rlimits": _plan_rlimits(plan, inputs.host_hard_limits),
+            # In a user namespace the backend made (userns_path), runc 1.1.5's prlimit on its init
+            # fails with EPERM for every limit (measured); the supervisor then runs with inherited
+            # limits, as under bubblewrap, and every command gets plan_rlimits from its RUN frame.
+            "rlimits": [] if inputs.userns_path else _plan_rlimits(plan, inputs.host_hard_limits),
         },
         "mounts": [mount for mount, _kind in mounts],
         "linux": linux,

@@ -342,3 +342,11 @@ def test_runsc_pids_max_adds_the_sentrys_tasks_and_a_few_per_bind_and_runc_does_
     assert runsc.config["linux"]["resources"]["pids"]["limit"] == (
         base + RUNSC_HOST_TASKS + RUNSC_HOST_TASKS_PER_MOUNT * binds
     )
+
+
+def test_a_user_namespace_the_backend_made_is_joined_and_rlimits_are_left_to_the_supervisor():
+    plan = plan_oci_bundle(backend_plan(), inputs(userns_path="/run/contain/b1/userns"))
+    assert {"type": "user", "path": "/run/contain/b1/userns"} in plan.config["linux"]["namespaces"]
+    assert plan.config["linux"]["uidMappings"][1] == {"containerID": 1000, "hostID": 0x6000_0001, "size": 1}
+    assert plan.config["process"]["rlimits"] == []  # runc cannot prlimit its init there (EPERM)
+    assert plan_oci_bundle(backend_plan(), inputs()).config["process"]["rlimits"]  # control: a new one keeps them
