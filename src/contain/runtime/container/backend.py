@@ -560,7 +560,13 @@ class ContainerSandbox:
             self._cgroup.kill_all(timeout_s=5.0)
 
     def close(self) -> None:
-        """Stop and delete the container and remove every trace (module docstring, "Close")."""
+        """Stop and delete the container and remove every trace (module docstring, "Close").
+
+        Never raises: ``Sandbox`` still has its own teardown to do (egress, cgroup, write-bind
+        audit, the host-id lease). A step that fails is logged, the cgroup's ``kill_all`` ends any
+        process the runtime left, and what stays on disk is removed by the next start's sweep once
+        this process is gone.
+        """
         if self._closed:
             return
         self._closed = True
@@ -570,10 +576,18 @@ class ContainerSandbox:
         try:
             if self._created:
                 self._delete_container()
+        except (OSError, subprocess.SubprocessError, ContainError) as exc:
+            log.warning("container %s: delete failed (%s); killing its cgroup", self.name, exc)
+            if self._cgroup is not None:
+                with contextlib.suppress(ContainError):
+                    self._cgroup.kill_all(timeout_s=5.0)
         finally:
             if self._channel is not None:
                 self._channel.close()
-            self._remove_host_traces()
+            try:
+                self._remove_host_traces()
+            except (OSError, ContainError) as exc:
+                log.warning("container %s: traces left for the next sweep: %s", self.name, exc)
 
     def _delete_container(self) -> None:
         if self._proc is not None and not wait_popen(self._proc, 2.0):
