@@ -160,5 +160,5 @@ def test_a_container_image_path_is_relative_to_the_manifests_folder(tmp_path):
 
 
 def test_an_unknown_oci_runtime_in_the_manifest_is_refused_naming_the_key(tmp_path):
-    with pytest.raises(BoundaryInvalid, match="runtime.container.runtime"):
+    with pytest.raises(BoundaryInvalid, match=r"runtime\.container\.runtime"):
         load_boundary(write(tmp_path, "runtime:\n  container:\n    runtime: crun\n"))
