@@ -1,5 +1,6 @@
-r"""The container backend's host-side apply steps: the bundle on disk, mounts, the pinned network
-namespace, bounded waits for runtime processes, and the cgroup parents runc leaves.
+r"""The container backend's host-side apply steps: the bundle on disk, the disk budget and image
+overlay mounts, the pinned namespaces, bounded waits for runtime processes, and the cgroup parents
+runc leaves.
 
 Each function performs one kind of syscall the backend's plan asks for (container/backend.py is
 the orchestrator; bundle.py and oci_runtime.py are the plans). What they enforce:
@@ -10,12 +11,19 @@ the orchestrator; bundle.py and oci_runtime.py are the plans). What they enforce
   *replaced* in the sandbox's own overlay layer, never followed: an image's ``/tmp -> /etc`` must
   not lead the host's mkdir into the host's /etc;
 - ``make_private_dir`` refuses a path that is not a real directory owned by the expected uid;
-- ``pin_new_netns`` makes a namespace in a throwaway thread (``unshare(CLONE_NEWNET)`` moves only
-  the calling thread), brings its ``lo`` up, and pins it with a bind mount on a file;
+- ``pin_owned_namespaces`` (runc) makes the user namespace as the sandbox's leased uid, so the
+  kernel charges per-user counts made inside to that uid and not to host root, with a network
+  namespace it owns; ``pin_new_netns`` (runsc) makes a network namespace in a throwaway thread
+  (``unshare(CLONE_NEWNET)`` moves only the calling thread); both bring ``lo`` up and pin with
+  bind mounts on files;
+- ``mount_disk_budget`` and ``mount_overlay_root`` mount the one budget tmpfs and an image's
+  overlay (its upper layer on that budget);
+- ``runsc_plan`` reads the write binds' owners (a fact, before any workload) for
+  ``bundle.plan_runsc_ids``, which decides;
 - ``remove_empty_parents`` only ``rmdir``\ s, which the kernel refuses for a cgroup that has
   children, so a parent another sandbox is using stays.
 
-Does NOT decide anything: paths, modes and options come from the backend.
+Does NOT decide anything: paths, modes, ids and options come from the backend and the plans.
 """
 
 from __future__ import annotations
