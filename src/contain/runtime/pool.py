@@ -20,8 +20,11 @@ out per task with ``acquire(timeout_s)``. What a pool guarantees:
   failed and nothing is ready, ``acquire`` raises ``PoolUnavailable`` naming that cause at once,
   instead of waiting out its timeout. Every wait has a deadline: nothing hangs silently.
 - **close() leaves nothing.** It kills every handed-out sandbox's processes at once
-  (``Sandbox.kill``), joins the refill thread (which closes a sandbox it was starting), then closes
-  every idle and handed-out sandbox: no process, cgroup, mount, leased uid or staged bind is left.
+  (``Sandbox.kill``), closes every idle and handed-out sandbox, and then lets the refill thread
+  end (it closes a sandbox it was starting) and joins it: no process, cgroup, mount, leased uid or
+  staged bind is left. The thread ends last because a process sandbox dies with the thread that
+  started it (bubblewrap's ``--die-with-parent`` is ``PR_SET_PDEATHSIG``, which follows the
+  parent *thread*): a sandbox killed that way would skip its teardown.
 
 What it does NOT do:
 
@@ -48,7 +51,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
 from types import TracebackType
 from typing import TYPE_CHECKING
@@ -328,7 +331,7 @@ class SandboxPool:
         if settings is None:
             settings = PoolSettings(size=size if size is not None else 1)
         elif size is not None and size != settings.size:
-            settings = PoolSettings(size, settings.backoff_base_s, settings.backoff_max_s, settings.surface_after_failures)
+            settings = replace(settings, size=size)
         self.settings = settings
         self._clock = clock
         self._facts = facts
@@ -355,6 +358,7 @@ class SandboxPool:
         self._retry_at = 0.0
         self._last_error: ContainError | None = None
         self._closed = False
+        self._drained = False  # close() closed every sandbox; the refill thread may end
         self._thread = threading.Thread(target=self._refill_loop, name="contain-pool-refill", daemon=True)
         self._thread.start()
 
@@ -404,6 +408,8 @@ class SandboxPool:
                     self._cond.wait(timeout=decision.wait_s)
                     decision = decide_refill(self._state(), self.settings, self._clock())
                 if decision.action is RefillAction.STOP:
+                    # Only once close() closed every sandbox this thread started (see close()).
+                    self._cond.wait_for(lambda: self._drained)
                     return
                 self._starting = True
             sandbox, error = self._start_one()
@@ -525,8 +531,12 @@ class SandboxPool:
         """Kill and close every sandbox of the pool, idle and handed out, and stop refilling.
 
         Order: mark closed (no new start, no acquire); kill every handed-out sandbox's processes;
-        join the refill thread (it closes a sandbox it was starting); close the idle sandboxes;
-        close the handed-out ones (each waits for its task's current call to return). Idempotent.
+        close the idle sandboxes; close the handed-out ones (each waits for its task's current
+        call to return); let the refill thread end (it closes a sandbox it was starting) and join
+        it; close the warm start. The thread ends last on purpose: bubblewrap's
+        ``--die-with-parent`` ties each sandbox to the *thread* that started it
+        (``PR_SET_PDEATHSIG`` fires when that thread exits), and a sandbox killed that way skips
+        its teardown. Idempotent; a second call waits for nothing.
 
         Raises:
             SandboxLost: a sandbox process survived its teardown (never expected; said loudly).
@@ -538,21 +548,26 @@ class SandboxPool:
             self._ready.clear()
             leases = list(self._leases)
             self._cond.notify_all()
-        for lease in leases:
-            lease.kill()
+        survivors: list[ContainError] = []
+        try:
+            for lease in leases:
+                lease.kill()
+            for sandbox in idle:
+                try:
+                    sandbox.close()
+                except ContainError as exc:
+                    survivors.append(exc)
+            for lease in leases:
+                try:
+                    lease.close()
+                except ContainError as exc:
+                    survivors.append(exc)
+        finally:
+            with self._cond:
+                self._drained = True
+                self._cond.notify_all()
         if threading.current_thread() is not self._thread:
             self._thread.join()
-        survivors: list[ContainError] = []
-        for sandbox in idle:
-            try:
-                sandbox.close()
-            except ContainError as exc:
-                survivors.append(exc)
-        for lease in leases:
-            try:
-                lease.close()
-            except ContainError as exc:
-                survivors.append(exc)
         if self._warm is not None and not already:
             self._warm.close()
         if survivors:

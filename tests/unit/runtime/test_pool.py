@@ -318,3 +318,33 @@ def test_a_backend_with_a_warm_start_starts_every_pooled_sandbox_through_it_with
     assert calls_named(backend, "start") == []  # never the cold start
     assert warm.closed == 1
     assert backend.calls[-1] == ("warm-close",)  # after every sandbox it started was closed
+
+
+def test_the_refill_thread_outlives_every_sandbox_it_started_until_close_closed_them(wakeup):
+    """A process sandbox dies with the thread that started it (bwrap --die-with-parent follows the
+    parent thread): the pool's thread must still run while close() closes each sandbox."""
+    alive_at_close: list[bool] = []
+    holder: list[SandboxPool] = []
+
+    class Watching(ScriptedBackend):
+        def start(self, plan):
+            handle = super().start(plan)
+            plain_close = handle.close
+
+            def close():
+                alive_at_close.append(holder[0]._thread.is_alive())
+                plain_close()
+
+            handle.close = close
+            return handle
+
+    backend = Watching(wakeup_fd=wakeup)
+    pool = SandboxPool(BOUNDARY, backend=backend, size=2, facts=FACTS)
+    holder.append(pool)
+    assert pool.wait_ready(timeout_s=WAIT)
+    lease = pool.acquire(timeout_s=WAIT)
+    assert pool.wait_ready(timeout_s=WAIT)
+    pool.close()
+    assert lease.sandbox._closed
+    assert alive_at_close == [True, True, True]
+    assert not pool._thread.is_alive()
