@@ -36,11 +36,13 @@ def execute(args: argparse.Namespace) -> int:
         render_startup,
     )
 
-    if args.rounds < 1 or args.throughput_count < 0 or args.concurrency < 1 or args.pool_size < 0:
+    if args.rounds < 1 or args.throughput_count < 0 or args.concurrency < 1:
         print(
-            "contain bench: --rounds and --concurrency must be 1 or more, --throughput-count and --pool-size 0 or more",
-            file=sys.stderr,
+            "contain bench: --rounds and --concurrency must be 1 or more, --throughput-count 0 or more", file=sys.stderr
         )
+        return 2
+    if args.pool_size < 0:
+        print("contain bench: --pool-size must be 0 (no pool rows) or more", file=sys.stderr)
         return 2
     print(f"bench: {args.rounds} interleaved rounds of every variant ...", file=sys.stderr)
     summaries = measure_startup(rounds=args.rounds, contain_cli=default_contain_cli(), include_cli=not args.no_cli)
