@@ -440,10 +440,10 @@ class SandboxPool:
             sandbox = self._new_sandbox(self.boundary, self._backend_for_each)
             sandbox.start()
         except ContainError as exc:
-            log.warning("pool: a sandbox failed to start: %s", exc)
+            log.debug("pool: a sandbox failed to start: %s", exc)  # acquire reports it, with its cause
             return sandbox, exc
         except Exception as exc:  # fail closed: recorded as a start failure with its cause
-            log.warning("pool: a sandbox failed to start: %r", exc)
+            log.debug("pool: a sandbox failed to start: %r", exc)
             wrapped = SandboxStartError(f"the sandbox failed to start: {exc!r}", "run `contain doctor`")
             wrapped.__cause__ = exc
             return sandbox, wrapped
