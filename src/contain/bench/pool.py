@@ -2,11 +2,12 @@
 
 For each backend spec, interleaved sample by sample in one run:
   - ``<backend>-pool``: ``SandboxPool.acquire()`` then ``run(["/bin/true"])``: the time from asking
-    for a sandbox to the command's result, with the pool full (the refill of the previous sample
-    finished, untimed, before the clock starts);
+    for a sandbox to the command's result;
   - ``<backend>-cold``: ``Sandbox(boundary, backend=spec)``, ``start()``, then the same run: the
     same span for a sandbox started on demand.
-Both close their sandbox after the clock stops: close costs the same either way (the pooled
+Before each timed sample, pooled or cold, the pool is full again (the refill waited for, untimed),
+so no background start shares the CPUs with a timed sample. Both close their sandbox after the
+clock stops: close costs the same either way (the pooled
 sandbox is closed, never returned) and stays on the caller's thread in both.
 
 What it does NOT show: throughput. The refill starts a sandbox on the same CPUs, so a pool
@@ -36,13 +37,17 @@ def _check(result_exit: int | None, what: str) -> None:
         raise RuntimeError(f"{what}: /bin/true exited {result_exit}")
 
 
-def _pooled_sample(pool: SandboxPool, spec: str) -> float:
-    """Seconds from acquire to /bin/true's result, with the pool full when the clock starts."""
+def _wait_full(pool: SandboxPool, spec: str) -> None:
+    """Untimed: no refill may run on the CPUs while a sample (pooled or cold) is timed."""
     if not pool.wait_ready(timeout_s=READY_TIMEOUT_S):
         raise PoolUnavailable(
             f"the {spec} pool did not fill within {READY_TIMEOUT_S:g}s: {pool.stats().last_error}",
             "run `contain doctor`",
         )
+
+
+def _pooled_sample(pool: SandboxPool, spec: str) -> float:
+    """Seconds from acquire to /bin/true's result."""
     began = time.perf_counter()
     lease = pool.acquire(timeout_s=READY_TIMEOUT_S)
     try:
@@ -81,9 +86,12 @@ def measure_pool_startup(*, rounds: int, backends: Sequence[str] = ("process",),
         pooled: list[float] = []
         cold: list[float] = []
         with SandboxPool(boundary, backend=spec, size=size) as pool:
+            _wait_full(pool, spec)
             _pooled_sample(pool, spec), _cold_sample(boundary, spec)  # warm the caches once, untimed
             for _ in range(rounds):
+                _wait_full(pool, spec)
                 pooled.append(_pooled_sample(pool, spec))
+                _wait_full(pool, spec)  # the replacement's start must not overlap the cold sample
                 cold.append(_cold_sample(boundary, spec))
         for name, values in ((f"{spec}-pool/true", pooled), (f"{spec}-cold/true", cold)):
             summaries[name] = _summarise(name, values)
