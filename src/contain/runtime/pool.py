@@ -39,6 +39,9 @@ What it does NOT do:
   waits for that task's current ``Sandbox`` call to return before removing its host traces.
 - Idle sandboxes hold their resources (a leased uid, a cgroup, their disk-budget tmpfs, for a
   microVM its guest RAM) for as long as they wait.
+- It does not isolate tasks from each other through host directories the boundary binds in: a
+  write bind is shared by every sandbox of the pool, as by one-shot sandboxes of that boundary.
+- It does not make a start cheaper, only earlier: the refill uses the same CPUs.
 
 The decisions are pure functions of a ``PoolState`` and a clock (``decide_refill``,
 ``decide_acquire``, ``backoff_delay_s``), tested without threads; ``SandboxPool`` is the thin part
