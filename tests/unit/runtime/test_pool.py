@@ -348,3 +348,28 @@ def test_the_refill_thread_outlives_every_sandbox_it_started_until_close_closed_
     assert lease.sandbox._closed
     assert alive_at_close == [True, True, True]
     assert not pool._thread.is_alive()
+
+
+def test_many_threads_acquiring_at_once_each_get_a_sandbox_of_their_own(wakeup):
+    backend = ScriptedBackend(wakeup_fd=wakeup, replies=[EXITED] * 16)
+    got: list[object] = []
+    errors: list[BaseException] = []
+    lock = threading.Lock()
+
+    def task() -> None:
+        try:
+            with pool.acquire(timeout_s=WAIT) as sandbox:
+                sandbox.run(["/bin/true"])
+                with lock:
+                    got.append(sandbox)
+        except BaseException as exc:  # reported below, with the thread's failure
+            errors.append(exc)
+
+    with SandboxPool(BOUNDARY, backend=backend, size=2, facts=FACTS) as pool:
+        threads = [threading.Thread(target=task) for _ in range(16)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(WAIT)
+        assert errors == [] and len(got) == 16 and len({id(s) for s in got}) == 16
+        assert pool.stats().handed_out == 0
