@@ -122,13 +122,13 @@ def test_two_pooled_sandboxes_share_no_scratch_tmp_hostname_or_host_uid() -> Non
     assert uid_a is not None and uid_b is not None and uid_a != uid_b
 
 
-def test_a_sandbox_killed_from_outside_leaves_no_zombie_init_behind() -> None:
-    """Sandbox.kill (what the pool's close uses on a running task) must let bubblewrap reap the
+def test_a_sandbox_destroyed_from_outside_leaves_no_zombie_init_behind() -> None:
+    """Sandbox.destroy (what the pool's close uses on a running task) must let bubblewrap reap the
     supervisor: killed together, the supervisor was orphaned to the host's init as a zombie."""
     sandbox = Sandbox(Boundary())
     sandbox.start()
     pid, uid = sandbox.supervisor_pid or 0, host_uid_of(sandbox.supervisor_pid or 0)
     assert uid is not None and uid != 0  # positive control: it runs as its leased uid
-    sandbox.kill()
+    sandbox.destroy()
     assert host_uid_of(pid) != uid, "the killed supervisor is still in the process table"
     sandbox.close()

@@ -20,7 +20,7 @@ out per task with ``acquire(timeout_s)``. What a pool guarantees:
   failed and nothing is ready, ``acquire`` raises ``PoolUnavailable`` naming that cause at once,
   instead of waiting out its timeout. Every wait has a deadline: nothing hangs silently.
 - **close() leaves nothing.** It kills every handed-out sandbox's processes at once
-  (``Sandbox.kill``), closes every idle and handed-out sandbox, and then lets the refill thread
+  (``Sandbox.destroy``), closes every idle and handed-out sandbox, and then lets the refill thread
   end (it closes a sandbox it was starting) and joins it: no process, cgroup, mount, leased uid or
   staged bind is left. The thread ends last because a process sandbox dies with the thread that
   started it (bubblewrap's ``--die-with-parent`` is ``PR_SET_PDEATHSIG``, which follows the
@@ -281,11 +281,11 @@ class Lease:
     ) -> None:
         self.close()
 
-    def kill(self) -> None:
+    def destroy(self) -> None:
         """Kill the sandbox's processes now unless its close has begun (then close ends them)."""
         with self._lock:
             if not self._closing:
-                self.sandbox.kill()
+                self.sandbox.destroy()
 
     def close(self) -> None:
         """Close the sandbox (``Sandbox.close``: export, teardown, audit) and forget it."""
@@ -554,7 +554,7 @@ class SandboxPool:
         survivors: list[ContainError] = []
         try:
             for lease in leases:
-                lease.kill()
+                lease.destroy()
             for sandbox in idle:
                 try:
                     sandbox.close()

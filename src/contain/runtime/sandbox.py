@@ -157,7 +157,7 @@ class Sandbox:
         self._facts = facts
         self._host_environ = host_environ if host_environ is not None else os.environ
         self._lock = threading.Lock()
-        self._kill_lock = threading.Lock()  # kill() never destroys a handle close() has begun to stop
+        self._destroy_lock = threading.Lock()  # destroy() never reaches a handle close() has begun to stop
         self._started = False  # set once the backend was asked to start (a workload may exist after)
         self._handle: RunningSandbox | None = None
         self._cgroup: SandboxCgroup | None = None
@@ -637,7 +637,7 @@ class Sandbox:
             return 0.0
         began = time.perf_counter()
         with self._lock:
-            with self._kill_lock:
+            with self._destroy_lock:
                 self._closed = True
             try:
                 if self._handle is not None and not self._lost:
@@ -689,17 +689,17 @@ class Sandbox:
             self._lease = None
         self._handle = None
 
-    def kill(self) -> None:
+    def destroy(self) -> None:
         """Kill every process of the sandbox from outside now, from any thread, without waiting
         for a command in progress (that command then ends killed, or raises ``SandboxLost``).
 
         The sandbox cannot run again; ``close()`` must still be called to remove its host traces.
         Does nothing once ``close()`` has begun (close stops every process itself).
         """
-        with self._kill_lock:
+        with self._destroy_lock:
             if self._closed:
                 return
-            self._lost = self._lost or "it was killed from outside (Sandbox.kill)"
+            self._lost = self._lost or "it was destroyed from outside (Sandbox.destroy)"
             handle = self._handle
             if handle is not None:
                 handle.destroy()

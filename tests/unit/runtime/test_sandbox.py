@@ -168,29 +168,29 @@ def test_an_unknown_backend_name_is_refused_naming_the_ones_that_exist():
     assert caught.value.fix == "use one of: process"
 
 
-def test_kill_destroys_the_running_sandbox_from_outside_and_no_command_runs_after_it(wakeup):
+def test_destroy_kills_the_running_sandbox_from_outside_and_no_command_runs_after_it(wakeup):
     backend = RecordingBackend(wakeup_fd=wakeup, replies=[EXITED])
     sb = Sandbox(BOUNDARY, backend=backend, facts=FACTS)
     sb.start()
-    sb.kill()
+    sb.destroy()
     assert [call[0] for call in backend.calls] == ["start", "destroy"]
-    with pytest.raises(SandboxLost, match="killed from outside"):
+    with pytest.raises(SandboxLost, match="destroyed from outside"):
         sb.run(["/bin/true"])
     sb.close()
     assert [call[0] for call in backend.calls] == ["start", "destroy", "close"]
 
 
-def test_kill_after_close_began_never_destroys_the_stopped_handle(wakeup):
-    """A stopped handle's host pids may already belong to other processes: kill must not signal them."""
+def test_destroy_after_close_began_never_reaches_the_stopped_handle(wakeup):
+    """A stopped handle's host pids may already belong to other processes: destroy must not signal them."""
     backend = RecordingBackend(wakeup_fd=wakeup)
     sb = Sandbox(BOUNDARY, backend=backend, facts=FACTS)
     sb.start()
     sb.close()
-    sb.kill()
+    sb.destroy()
     assert [call[0] for call in backend.calls] == ["start", "close"]
 
 
-def test_kill_while_close_is_stopping_the_handle_leaves_the_stop_to_close(wakeup):
+def test_destroy_while_close_is_stopping_the_handle_leaves_the_stop_to_close(wakeup):
     import threading
 
     entered, gate = threading.Event(), threading.Event()
@@ -214,7 +214,7 @@ def test_kill_while_close_is_stopping_the_handle_leaves_the_stop_to_close(wakeup
     closer = threading.Thread(target=sb.close)
     closer.start()
     assert entered.wait(10)
-    sb.kill()  # returns at once: close has begun
+    sb.destroy()  # returns at once: close has begun
     gate.set()
     closer.join(10)
     assert [call[0] for call in backend.calls] == ["start", "close"]
