@@ -29,8 +29,9 @@ out per task with ``acquire(timeout_s)``. What a pool guarantees:
 What it does NOT do:
 
 - It does not re-check the boundary or the host at ``acquire``: a pooled sandbox was planned from
-  the boundary, the host facts and the bound host paths as they were when *it* started (up to a
-  refill earlier), not as they are when the task runs. Build a new pool when the boundary changes.
+  the boundary, the host facts and the bound host paths as they were when *it* started (at most
+  ``max_idle_s`` earlier: an older one is closed unused and replaced), not as they are when the
+  task runs. Build a new pool when the boundary changes.
 - It does not health-check idle sandboxes: one whose init died while idle (killed from outside,
   the host's OOM killer) is handed out and fails its first call with ``SandboxLost``.
 - It does not cancel a start in progress: ``close()`` waits for the refill thread's current
@@ -50,6 +51,7 @@ that holds the lock, the condition and the thread.
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections import deque
@@ -83,6 +85,7 @@ __all__ = [
     "SandboxPool",
     "WarmBackend",
     "backoff_delay_s",
+    "count_stale",
     "decide_acquire",
     "decide_refill",
 ]
@@ -103,12 +106,15 @@ class PoolSettings:
         backoff_max_s: the longest wait between two start attempts.
         surface_after_failures: failed starts in a row after which ``acquire`` raises at once
             (when nothing is ready or starting) instead of waiting for a retry.
+        max_idle_s: a ready sandbox older than this is closed and replaced, never handed out: it
+            was planned from host facts (and given credentials) that old.
     """
 
     size: int
     backoff_base_s: float = 0.1
     backoff_max_s: float = 10.0
     surface_after_failures: int = 1
+    max_idle_s: float = 600.0
 
     def __post_init__(self) -> None:
         if self.size < 1:
@@ -117,6 +123,8 @@ class PoolSettings:
             raise ValueError("backoff_base_s must be positive and at most backoff_max_s")
         if self.surface_after_failures < 1:
             raise ValueError("surface_after_failures must be 1 or more")
+        if not self.max_idle_s > 0:
+            raise ValueError("max_idle_s must be positive")
 
 
 @dataclass(frozen=True)
@@ -129,6 +137,7 @@ class PoolState:
         failures: failed starts in a row (0 after a success).
         retry_at: the clock time before which no new start is attempted (after a failure).
         closed: ``close()`` was called.
+        retire_at: when the oldest ready sandbox passes ``max_idle_s`` (``math.inf``: none ready).
     """
 
     ready: int
@@ -136,6 +145,18 @@ class PoolState:
     failures: int
     retry_at: float
     closed: bool
+    retire_at: float = math.inf
+
+
+def count_stale(born: Sequence[float], now: float, settings: PoolSettings) -> int:
+    """How many of the ready sandboxes, oldest first (``born``: their start times, ascending),
+    are past ``max_idle_s`` and must be retired instead of handed out."""
+    stale = 0
+    for started in born:
+        if now - started < settings.max_idle_s:
+            break
+        stale += 1
+    return stale
 
 
 def backoff_delay_s(failures: int, settings: PoolSettings) -> float:
@@ -165,18 +186,20 @@ def decide_refill(state: PoolState, settings: PoolSettings, now: float) -> Refil
     """What the refill thread does next.
 
     One start at a time (the thread runs it), none while ``size`` are ready, none before
-    ``retry_at`` after a failure, and nothing at all once the pool is closed.
+    ``retry_at`` after a failure, and nothing at all once the pool is closed. A wait ends early
+    when the oldest ready sandbox is due to be retired (``retire_at``); stale ones are removed
+    (``count_stale``) before this is asked, so ``ready`` counts only usable ones.
     """
     if state.closed:
         return RefillDecision(RefillAction.STOP, None, "the pool is closed")
     if state.starting:
         return RefillDecision(RefillAction.WAIT, None, "a start is in progress")
+    retire_in = state.retire_at - now if state.retire_at != math.inf else None  # wake to retire the oldest
     if state.ready >= settings.size:
-        return RefillDecision(RefillAction.WAIT, None, f"{state.ready} of {settings.size} ready")
+        return RefillDecision(RefillAction.WAIT, retire_in, f"{state.ready} of {settings.size} ready")
     if state.failures and now < state.retry_at:
-        return RefillDecision(
-            RefillAction.WAIT, state.retry_at - now, f"backing off after {state.failures} failed start(s)"
-        )
+        wait_s = state.retry_at - now if retire_in is None else min(state.retry_at - now, retire_in)
+        return RefillDecision(RefillAction.WAIT, wait_s, f"backing off after {state.failures} failed start(s)")
     return RefillDecision(RefillAction.START, None, f"{state.ready} of {settings.size} ready")
 
 
@@ -249,6 +272,7 @@ class PoolStats:
         failures: failed starts in a row.
         failed: failed starts so far.
         last_error: the last start failure (cause and fix), None when there was none.
+        retired: ready sandboxes closed unused because they passed ``max_idle_s``.
     """
 
     ready: int
@@ -258,6 +282,7 @@ class PoolStats:
     failures: int
     failed: int
     last_error: ContainError | None
+    retired: int = 0
 
 
 class Lease:
@@ -310,7 +335,10 @@ class SandboxPool:
         size: sandboxes kept ready.
         settings: refill and backoff settings (``size`` wins over ``settings.size`` when both are given).
         facts: host facts for every sandbox (detected per start when omitted).
-        host_environ, attachments, extra_env: as ``Sandbox`` takes them, for every sandbox.
+        host_environ, attachments, extra_env: as ``Sandbox`` takes them, the same for every sandbox.
+        attachments_for_each: called once per sandbox, in the refill thread, for attachments of
+            its own (a credential minted per sandbox), added to ``attachments``; an exception
+            there is a failed start.
         clock: monotonic seconds; the decisions read it (tests inject one).
 
     Raises:
@@ -329,6 +357,7 @@ class SandboxPool:
         host_environ: Mapping[str, str] | None = None,
         attachments: Sequence[Attachment] = (),
         extra_env: Mapping[str, str] | None = None,
+        attachments_for_each: Callable[[], Sequence[Attachment]] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if settings is None:
@@ -341,8 +370,9 @@ class SandboxPool:
         self._host_environ = host_environ
         self._attachments = tuple(attachments)
         self._extra_env = dict(extra_env) if extra_env is not None else None
+        self._attachments_for_each = attachments_for_each
         # Validates the boundary, the backend spec and the attachments now, in the caller's thread.
-        first = self._new_sandbox(boundary, backend)
+        first = self._new_sandbox(boundary, backend, pooled=False)
         self.boundary = first.boundary
         self.backend = first.backend
         self._warm: WarmStart | None = None
@@ -352,7 +382,9 @@ class SandboxPool:
             self._backend_for_each = WarmBackend(first.sandbox_backend, self._warm)
         # else: what a one-shot sandbox does: a spec gives each sandbox a fresh backend object
         self._cond = threading.Condition()
-        self._ready: deque[Sandbox] = deque()
+        self._ready: deque[tuple[float, Sandbox]] = deque()  # (started at, sandbox), oldest first
+        self._retiring: list[Sandbox] = []  # stale, to be closed by the refill thread
+        self._retired = 0
         self._leases: set[Lease] = set()
         self._starting = False
         self._failures = 0
@@ -373,20 +405,35 @@ class SandboxPool:
     ) -> None:
         self.close()
 
-    def _new_sandbox(self, boundary: Boundary | PlainBoundary | None, backend: str | SandboxBackend | None) -> Sandbox:
+    def _new_sandbox(
+        self, boundary: Boundary | PlainBoundary | None, backend: str | SandboxBackend | None, *, pooled: bool
+    ) -> Sandbox:
+        attachments = self._attachments
+        if pooled and self._attachments_for_each is not None:
+            attachments += tuple(self._attachments_for_each())
         return Sandbox(
             boundary,
             backend=backend,
             facts=self._facts,
             host_environ=self._host_environ,
-            attachments=self._attachments,
+            attachments=attachments,
             extra_env=self._extra_env,
         )
 
     # -- state under the lock -----------------------------------------------------------------------
 
     def _state(self) -> PoolState:
-        return PoolState(len(self._ready), self._starting, self._failures, self._retry_at, self._closed)
+        retire_at = self._ready[0][0] + self.settings.max_idle_s if self._ready else math.inf
+        return PoolState(len(self._ready), self._starting, self._failures, self._retry_at, self._closed, retire_at)
+
+    def _drop_stale_locked(self) -> None:
+        """Move ready sandboxes past ``max_idle_s`` to ``_retiring`` (the refill thread closes them)."""
+        stale = count_stale([born for born, _ in self._ready], self._clock(), self.settings)
+        for _ in range(stale):
+            self._retiring.append(self._ready.popleft()[1])
+        if stale:
+            self._retired += stale
+            self._cond.notify_all()
 
     def stats(self) -> PoolStats:
         """A snapshot of the pool's counters."""
@@ -399,6 +446,7 @@ class SandboxPool:
                 failures=self._failures,
                 failed=self._failed,
                 last_error=self._last_error,
+                retired=self._retired,
             )
 
     # -- the refill thread --------------------------------------------------------------------------
@@ -406,15 +454,23 @@ class SandboxPool:
     def _refill_loop(self) -> None:
         while True:
             with self._cond:
+                self._drop_stale_locked()
                 decision = decide_refill(self._state(), self.settings, self._clock())
-                while decision.action is RefillAction.WAIT:
+                while decision.action is RefillAction.WAIT and not self._retiring:
                     self._cond.wait(timeout=decision.wait_s)
+                    self._drop_stale_locked()
                     decision = decide_refill(self._state(), self.settings, self._clock())
-                if decision.action is RefillAction.STOP:
-                    # Only once close() closed every sandbox this thread started (see close()).
-                    self._cond.wait_for(lambda: self._drained)
-                    return
-                self._starting = True
+                retiring, self._retiring = self._retiring, []
+                if not retiring:
+                    if decision.action is RefillAction.STOP:
+                        # Only once close() closed every sandbox this thread started (see close()).
+                        self._cond.wait_for(lambda: self._drained)
+                        return
+                    self._starting = True
+            if retiring:
+                for stale in retiring:  # closed by the thread that started them, outside the lock
+                    self._close_quietly(stale)
+                continue
             sandbox, error = self._start_one()
             leftover: Sandbox | None = None
             with self._cond:
@@ -431,7 +487,7 @@ class SandboxPool:
                     if self._closed:
                         leftover = sandbox
                     elif sandbox is not None:
-                        self._ready.append(sandbox)
+                        self._ready.append((self._clock(), sandbox))
                 self._cond.notify_all()
             if leftover is not None:
                 self._close_quietly(leftover)
@@ -440,7 +496,7 @@ class SandboxPool:
         """Create and start one sandbox; a failure is returned (and logged), never raised."""
         sandbox: Sandbox | None = None
         try:
-            sandbox = self._new_sandbox(self.boundary, self._backend_for_each)
+            sandbox = self._new_sandbox(self.boundary, self._backend_for_each, pooled=True)
             sandbox.start()
         except ContainError as exc:
             log.debug("pool: a sandbox failed to start: %s", exc)  # acquire reports it, with its cause
@@ -493,9 +549,10 @@ class SandboxPool:
         deadline = self._clock() + timeout_s
         with self._cond:
             while True:
+                self._drop_stale_locked()
                 decision = decide_acquire(self._state(), self.settings, self._clock(), deadline)
                 if decision.action is AcquireAction.TAKE:
-                    lease = Lease(self, self._ready.popleft())
+                    lease = Lease(self, self._ready.popleft()[1])
                     self._leases.add(lease)
                     self._cond.notify_all()  # the refill thread replaces it
                     return lease
@@ -547,8 +604,9 @@ class SandboxPool:
         with self._cond:
             already = self._closed
             self._closed = True
-            idle = list(self._ready)
+            idle = [sandbox for _, sandbox in self._ready] + self._retiring
             self._ready.clear()
+            self._retiring = []
             leases = list(self._leases)
             self._cond.notify_all()
         survivors: list[ContainError] = []

@@ -4,6 +4,7 @@ tests/integration/test_sandbox_pool.py."""
 
 from __future__ import annotations
 
+import math
 import socket
 import threading
 
@@ -12,6 +13,7 @@ import pytest
 from contain.boundary import Boundary
 from contain.errors import PoolUnavailable, SandboxLost, SandboxStartError, UnsupportedHost
 from contain.host.facts import HostFacts
+from contain.runtime.attachments import Attachment
 from contain.runtime.backend import BackendPlan, RecordingBackend, RecordingRunning, WarmStartCapable
 from contain.runtime.pool import (
     AcquireAction,
@@ -20,6 +22,7 @@ from contain.runtime.pool import (
     RefillAction,
     SandboxPool,
     backoff_delay_s,
+    count_stale,
     decide_acquire,
     decide_refill,
 )
@@ -36,8 +39,10 @@ WAIT = 10.0  # the longest any test waits for the refill thread; never reached w
 SETTINGS = PoolSettings(size=2)
 
 
-def state(*, ready=0, starting=False, failures=0, retry_at=0.0, closed=False):
-    return PoolState(ready=ready, starting=starting, failures=failures, retry_at=retry_at, closed=closed)
+def state(*, ready=0, starting=False, failures=0, retry_at=0.0, closed=False, retire_at=math.inf):
+    return PoolState(
+        ready=ready, starting=starting, failures=failures, retry_at=retry_at, closed=closed, retire_at=retire_at
+    )
 
 
 # -- the pure decisions ---------------------------------------------------------------------------
@@ -60,6 +65,9 @@ def test_backoff_doubles_from_the_base_per_failure_and_stops_at_the_cap():
         (state(failures=2, retry_at=5.0), 5.0, RefillAction.START, None),  # backoff over
         (state(closed=True), 0.0, RefillAction.STOP, None),
         (state(closed=True, ready=0, failures=3, retry_at=9.0), 0.0, RefillAction.STOP, None),
+        (state(ready=2, retire_at=604.0), 4.0, RefillAction.WAIT, 600.0),  # full: wake to retire the oldest
+        (state(ready=1, failures=1, retry_at=5.0, retire_at=4.5), 4.0, RefillAction.WAIT, 0.5),
+        (state(ready=1, failures=1, retry_at=5.0, retire_at=9.0), 4.0, RefillAction.WAIT, 1.0),
     ],
 )
 def test_the_refill_decision_starts_one_at_a_time_below_size_after_the_backoff(pool_state, now, action, wait_s):
@@ -90,9 +98,17 @@ def test_acquire_waits_for_more_failures_when_told_to_surface_later():
     assert decide_acquire(state(failures=3), settings, 0.0, 1.0).action is AcquireAction.FAIL_STARTS
 
 
+def test_only_ready_sandboxes_past_max_idle_are_stale_counting_from_the_oldest():
+    settings = PoolSettings(size=3, max_idle_s=600.0)
+    assert count_stale([], 1000.0, settings) == 0
+    assert count_stale([0.0, 100.0, 500.0], 650.0, settings) == 1
+    assert count_stale([0.0, 100.0, 500.0], 700.0, settings) == 2  # exactly max_idle_s old: stale
+    assert count_stale([0.0, 100.0, 500.0], 599.0, settings) == 0
+
+
 @pytest.mark.parametrize(
     "kwargs",
-    [{"size": 0}, {"size": 1, "backoff_base_s": 0.0}, {"size": 1, "backoff_base_s": 2, "backoff_max_s": 1},
+    [{"size": 1, "max_idle_s": 0}, {"size": 0}, {"size": 1, "backoff_base_s": 0.0}, {"size": 1, "backoff_base_s": 2, "backoff_max_s": 1},
      {"size": 1, "surface_after_failures": 0}],
 )
 def test_settings_refuse_a_pool_that_could_never_work(kwargs):
@@ -373,3 +389,57 @@ def test_many_threads_acquiring_at_once_each_get_a_sandbox_of_their_own(wakeup):
             thread.join(WAIT)
         assert errors == [] and len(got) == 16 and len({id(s) for s in got}) == 16
         assert pool.stats().handed_out == 0
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_ready_sandbox_past_max_idle_is_closed_and_replaced_never_handed_out(wakeup):
+    backend = ScriptedBackend(wakeup_fd=wakeup)
+    clock = FakeClock()
+    settings = PoolSettings(size=2, max_idle_s=600.0)
+    with SandboxPool(BOUNDARY, backend=backend, settings=settings, facts=FACTS, clock=clock) as pool:
+        assert pool.wait_ready(timeout_s=WAIT)
+        old = [sandbox for _, sandbox in pool._ready]
+        clock.now = 600.0
+        with pool.acquire(timeout_s=WAIT) as sandbox:
+            assert all(sandbox is not stale for stale in old)
+            assert all(stale._closed for stale in old)  # closed by the refill thread, unused
+        stats = pool.stats()
+        assert stats.retired == 2 and stats.started >= 3
+    assert calls_named(backend, "spawn") == []
+
+
+def test_attachments_for_each_are_made_once_per_pooled_sandbox_and_added_to_the_shared_ones(wakeup):
+    backend = ScriptedBackend(wakeup_fd=wakeup)
+    minted = iter(range(100))
+    shared = Attachment("/.contain/shared", data=b"same")
+
+    def token() -> list[Attachment]:
+        return [Attachment("/.contain/token", data=f"token-{next(minted)}".encode())]
+
+    with SandboxPool(
+        BOUNDARY, backend=backend, size=2, facts=FACTS, attachments=[shared], attachments_for_each=token
+    ) as pool:
+        assert pool.wait_ready(timeout_s=WAIT)
+    assert [[a.data for a in plan.attachments] for plan in backend.plans] == [
+        [b"same", b"token-0"],
+        [b"same", b"token-1"],
+    ]
+
+
+def test_a_failing_attachment_factory_is_a_failed_start_reported_on_acquire(wakeup):
+    backend = ScriptedBackend(wakeup_fd=wakeup)
+
+    def broken() -> list[Attachment]:
+        raise SandboxStartError("the broker refused to mint a token", "start the broker")
+
+    with SandboxPool(BOUNDARY, backend=backend, size=1, facts=FACTS, attachments_for_each=broken) as pool:
+        with pytest.raises(PoolUnavailable, match="the broker refused to mint a token"):
+            pool.acquire(timeout_s=WAIT)
+    assert backend.plans == []
