@@ -194,8 +194,8 @@ class SandboxPool:
         clock: monotonic seconds; the decisions read it (tests inject one).
 
     Raises:
-        UnsupportedHost: the backend is unknown or the boundary declares no runtime (at once,
-            before any thread starts).
+        UnknownBackend: the backend spec names no known backend (at once, before any thread starts).
+        UnsupportedHost: the boundary declares no runtime (``runtime.backend: none``), at once.
     """
 
     def __init__(

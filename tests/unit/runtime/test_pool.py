@@ -10,7 +10,7 @@ import threading
 import pytest
 
 from contain.boundary import Boundary
-from contain.errors import PoolUnavailable, SandboxLost, SandboxStartError, UnsupportedHost
+from contain.errors import PoolUnavailable, SandboxLost, SandboxStartError, UnknownBackend
 from contain.host.facts import HostFacts
 from contain.runtime.attachments import Attachment
 from contain.runtime.backend import BackendPlan, RecordingBackend, RecordingRunning, WarmStartCapable
@@ -196,7 +196,7 @@ def test_a_closed_lease_is_not_killed_again_by_the_pools_close(wakeup):
 
 def test_an_unknown_backend_is_refused_at_once_before_any_thread_starts():
     before = threading.active_count()
-    with pytest.raises(UnsupportedHost, match="not available"):
+    with pytest.raises(UnknownBackend, match="backend 'no-such-backend' is unknown"):
         SandboxPool(BOUNDARY, backend="no-such-backend", size=1, facts=FACTS)
     assert threading.active_count() == before
 

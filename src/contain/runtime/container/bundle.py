@@ -68,11 +68,13 @@ __all__ = [
     "CONTAINER_CGROUP_PARENT",
     "OCI_VERSION",
     "PROC_PATH_RULES",
+    "RUNTIME_DIFFERENCES",
     "BundleFile",
     "BundleInputs",
     "BundlePlan",
     "ProcPathRule",
     "RootfsEntry",
+    "RuntimeDifference",
     "plan_oci_bundle",
 ]
 
@@ -114,6 +116,34 @@ PROC_PATH_RULES: tuple[ProcPathRule, ...] = (
 
 
 @dataclass(frozen=True)
+class RuntimeDifference:
+    """Where the bundle for one OCI runtime differs from runc's, and why."""
+
+    runtime: str
+    name: str
+    why: str
+
+
+RUNTIME_DIFFERENCES: tuple[RuntimeDifference, ...] = (
+    RuntimeDifference(
+        "runsc",
+        "no-user-namespace",
+        "runsc 20221219 does not start a spec with a user namespace under --network=host ('error converting "
+        "mounts: operation not permitted', docs/gvisor-notes.md), and --network=host is how egress reaches the "
+        "workload. The workload then runs as its leased host ids inside the sentry (no id is root), and the "
+        "sentry itself runs as nobody in a user namespace runsc makes: the sentry, not a user namespace of "
+        "ours, stands between the workload and the host kernel",
+    ),
+    RuntimeDifference(
+        "runsc",
+        "dev-mount-points-in-skeleton",
+        "runsc's gofer mounts each bind onto the host rootfs, so mount points under /dev (/dev/shm, /dev/pts) "
+        "must exist in the skeleton; runc makes them inside its own /dev tmpfs",
+    ),
+)
+
+
+@dataclass(frozen=True)
 class RootfsEntry:
     """One entry the backend creates in the empty rootfs before ``runc create``, parents first."""
 
@@ -145,6 +175,8 @@ class BundleInputs:
     disk_root: str  # host directory where the backend mounted the disk budget (disk_budget.py)
     root_host_ids: tuple[int, int]  # host uid, gid that container root maps to (see the docstring)
     host_hard_limits: Mapping[str, int]  # rlimit name ("NOFILE") -> the host's hard limit (-1: none)
+    netns_path: str = ""  # the network namespace the backend made (egress listens there); "": a new one
+    runtime: str = "runc"  # the OCI runtime the bundle is for; RUNTIME_DIFFERENCES rows apply to it
 
 
 @dataclass(frozen=True)
@@ -310,6 +342,14 @@ def _id_mappings(plan: BackendPlan, inputs: BundleInputs) -> tuple[list[dict[str
     return uids, gids
 
 
+def _namespace(kind: str, inputs: BundleInputs) -> dict[str, str]:
+    # The network namespace is the backend's own (made before the start, so egress can bind in it
+    # before any workload exists); every other namespace is new.
+    if kind == "network" and inputs.netns_path:
+        return {"type": kind, "path": inputs.netns_path}
+    return {"type": kind}
+
+
 def plan_oci_bundle(plan: BackendPlan, inputs: BundleInputs) -> BundlePlan:
     """Plan the whole OCI bundle for one container sandbox.
 
@@ -336,18 +376,24 @@ def plan_oci_bundle(plan: BackendPlan, inputs: BundleInputs) -> BundlePlan:
     """
     files = _Files(inputs.bundle_dir)
     mounts = _plan_mounts(plan, inputs, files)
-    uids, gids = _id_mappings(plan, inputs)
+    differences = {row.name for row in RUNTIME_DIFFERENCES if row.runtime == inputs.runtime}
+    user_namespace = "no-user-namespace" not in differences
+    kinds = ("pid", "ipc", "uts", "mount", "user", "network", "cgroup")
     empty: list[str] = []
     linux: dict[str, Any] = {
-        "namespaces": [{"type": t} for t in ("pid", "ipc", "uts", "mount", "user", "network", "cgroup")],
-        "uidMappings": uids,
-        "gidMappings": gids,
+        "namespaces": [_namespace(t, inputs) for t in kinds if user_namespace or t != "user"],
         "cgroupsPath": _plan_cgroups_path(plan, inputs.name),
         "resources": _plan_resources(plan),
         "maskedPaths": [r.path for r in PROC_PATH_RULES if r.how == "masked"],
         "readonlyPaths": [r.path for r in PROC_PATH_RULES if r.how == "readonly"],
         "rootfsPropagation": "rprivate",
     }
+    if user_namespace:
+        linux["uidMappings"], linux["gidMappings"] = _id_mappings(plan, inputs)
+        user = {"uid": SANDBOX_UID, "gid": SANDBOX_GID, "additionalGids": []}
+    else:  # the workload's ids are its host ids (the leased ones, never root: _check_unmapped_ids)
+        user = {"uid": plan.host_ids[0], "gid": plan.host_ids[1], "additionalGids": []}
+        _check_unmapped_ids(plan)
     if plan.layers.seccomp:
         linux["seccomp"] = render_oci_seccomp(arch=plan.facts.arch, libseccomp_path=plan.facts.libseccomp_path)
     config: dict[str, Any] = {
@@ -356,7 +402,7 @@ def plan_oci_bundle(plan: BackendPlan, inputs: BundleInputs) -> BundlePlan:
         "hostname": "sandbox",
         "process": {
             "terminal": False,
-            "user": {"uid": SANDBOX_UID, "gid": SANDBOX_GID, "additionalGids": []},
+            "user": user,
             "args": [SUPERVISOR_SANDBOX_PATH, *inputs.supervisor_args],
             "env": ["PATH=/usr/bin:/bin"],
             "cwd": "/",
@@ -367,4 +413,26 @@ def plan_oci_bundle(plan: BackendPlan, inputs: BundleInputs) -> BundlePlan:
         "mounts": [mount for mount, _kind in mounts],
         "linux": linux,
     }
-    return BundlePlan(config=config, rootfs=_plan_skeleton(mounts, inputs), files=tuple(files.files))
+    rootfs = _plan_skeleton(mounts, inputs)
+    if "dev-mount-points-in-skeleton" in differences:
+        rootfs = _with_dev_mount_points(rootfs, mounts)
+    return BundlePlan(config=config, rootfs=rootfs, files=tuple(files.files))
+
+
+def _with_dev_mount_points(
+    rootfs: tuple[RootfsEntry, ...], mounts: list[tuple[dict[str, Any], str]]
+) -> tuple[RootfsEntry, ...]:
+    have = {entry.path for entry in rootfs}
+    extra = [
+        RootfsEntry(mount["destination"], kind)
+        for mount, kind in mounts
+        if mount["destination"].startswith("/dev/") and mount["destination"] not in have
+    ]
+    return tuple(sorted((*rootfs, *extra), key=lambda e: (_depth(e.path), e.path)))
+
+
+def _check_unmapped_ids(plan: BackendPlan) -> None:
+    if 0 in plan.host_ids:
+        raise SandboxStartError(
+            "without a user namespace the workload would run as host root", "this is a bug in the backend"
+        )
