@@ -4,7 +4,10 @@ scratch, /tmp, hostname (UTS namespace) or host uid. Judged from outside the san
 
 from __future__ import annotations
 
+import contextlib
+import glob
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -13,6 +16,7 @@ from contain.boundary import Boundary
 from contain.errors import PoolUnavailable
 from contain.runtime import Sandbox
 from contain.runtime.backend import BackendPlan, RunningSandbox
+from contain.runtime.container.backend import CONTAINER_ROOT
 from contain.runtime.host_ids import LEASE_DIR
 from contain.runtime.pool import SandboxPool
 from contain.runtime.process_backend import ProcessBackend
@@ -132,3 +136,56 @@ def test_a_sandbox_destroyed_from_outside_leaves_no_zombie_init_behind() -> None
     sandbox.destroy()
     assert host_uid_of(pid) != uid, "the killed supervisor is still in the process table"
     sandbox.close()
+
+
+# -- the pool belongs to the seam: the container backends too --------------------------------------
+
+RUNC_MISSING = shutil.which("runc") is None and not os.path.exists("/usr/sbin/runc")
+RUNSC_MISSING = shutil.which("runsc") is None
+CONTAINERS = [
+    pytest.param("container:runc", marks=pytest.mark.skipif(RUNC_MISSING, reason="runc is not installed")),
+    pytest.param("container:runsc", marks=pytest.mark.skipif(RUNSC_MISSING, reason="runsc is not installed")),
+]
+
+
+def container_name(pid: int) -> str:
+    """The sandbox's cgroup leaf, which is also its container id and directory name."""
+    for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        if "memory" in controllers.split(","):
+            return path.rstrip("/").rsplit("/", 1)[-1]
+    raise AssertionError(f"pid {pid} has no memory cgroup")
+
+
+def container_leftovers(name: str) -> list[str]:
+    found = []
+    for cmdline in glob.glob("/proc/[0-9]*/cmdline"):
+        with contextlib.suppress(OSError):
+            if name.encode() in Path(cmdline).read_bytes():
+                found.append(f"process {cmdline}")
+    found += [f"mount {line}" for line in Path("/proc/self/mountinfo").read_text().splitlines() if name in line]
+    found += [f"cgroup {path}" for path in glob.glob(f"/sys/fs/cgroup/**/{name}", recursive=True)]
+    if (CONTAINER_ROOT / name).exists():
+        found.append(f"directory {CONTAINER_ROOT / name}")
+    return found
+
+
+@pytest.mark.parametrize("backend", CONTAINERS)
+def test_a_container_pool_serves_a_task_and_close_with_one_running_leaves_nothing(backend: str) -> None:
+    pool = SandboxPool(Boundary(), backend=backend, size=2)
+    try:
+        assert pool.wait_ready(timeout_s=WAIT), pool.stats().last_error
+        with pool.acquire(timeout_s=WAIT) as sandbox:
+            result = sandbox.run(["/bin/echo", "pooled"])
+        assert (result.exit_code, result.stdout.data, result.backend) == (0, b"pooled\n", backend)
+        assert pool.wait_ready(timeout_s=WAIT), pool.stats().last_error
+        lease = pool.acquire(timeout_s=WAIT)
+        running = lease.sandbox.spawn(["/bin/sleep", "600"])
+        names = [container_name(lease.sandbox.supervisor_pid or 0)]
+        names += [container_name(s.supervisor_pid or 0) for _, s in pool._ready]
+        assert all(container_leftovers(name) for name in names)  # positive control: the listing sees them
+    finally:
+        pool.close()
+    running.wait(timeout=WAIT)
+    lease.close()
+    assert {name: container_leftovers(name) for name in names} == {name: [] for name in names}
