@@ -8,6 +8,8 @@ import contextlib
 import glob
 import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -189,3 +191,25 @@ def test_a_container_pool_serves_a_task_and_close_with_one_running_leaves_nothin
     running.wait(timeout=WAIT)
     lease.close()
     assert {name: container_leftovers(name) for name in names} == {name: [] for name in names}
+
+
+def test_a_pool_nobody_closed_is_closed_cleanly_when_its_interpreter_exits() -> None:
+    script = (
+        "import sys\n"
+        "from contain.boundary import Boundary\n"
+        "from contain.runtime.pool import SandboxPool\n"
+        "pool = SandboxPool(Boundary(), size=2)\n"
+        "assert pool.wait_ready(timeout_s=60)\n"
+        "lease = pool.acquire(timeout_s=60)\n"
+        "assert pool.wait_ready(timeout_s=60)\n"
+        "for s in [lease.sandbox] + [s for _, s in pool._ready]:\n"
+        "    print(s.supervisor_pid, ' '.join(s._cgroup.paths if s._cgroup else ()))\n"
+        "sys.stdout.flush()\n"  # and exit without closing the lease or the pool
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=120, check=True)
+    made = [line.split() for line in done.stdout.decode().splitlines()]
+    assert len(made) == 3
+    for pid, *cgroup_dirs in made:
+        status = Path(f"/proc/{pid}/status")
+        assert not status.exists() or "supervisor" not in status.read_text(), f"supervisor {pid} survived"
+        assert [d for d in cgroup_dirs if os.path.exists(d)] == []

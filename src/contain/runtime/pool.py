@@ -38,6 +38,9 @@ What it does NOT do:
   ``start()`` to end (bounded by the backend's own start timeouts) and then closes that sandbox.
 - It does not wait for a handed-out task to finish before killing it; after the kill, ``close()``
   waits for that task's current ``Sandbox`` call to return before removing its host traces.
+- It cannot clean up after a SIGKILL of its own process. A pool that was never closed is closed
+  at interpreter exit (``atexit``); a process killed outright leaves what a killed one-shot
+  sandbox leaves (bubblewrap dies with it; the cgroup is swept by a later contain).
 - Idle sandboxes hold their resources (a leased uid, a cgroup, their disk-budget tmpfs, for a
   microVM its guest RAM) for as long as they wait.
 - It does not isolate tasks from each other through host directories the boundary binds in: a
@@ -51,6 +54,7 @@ thread.
 
 from __future__ import annotations
 
+import atexit
 import math
 import threading
 import time
@@ -248,6 +252,9 @@ class SandboxPool:
         self._drained = False  # close() closed every sandbox; the refill thread may end
         self._thread = threading.Thread(target=self._refill_loop, name="contain-pool-refill", daemon=True)
         self._thread.start()
+        # A pool nobody closed is closed at interpreter exit, while its (daemon) thread still runs:
+        # otherwise that thread's death at exit would kill its sandboxes without their teardown.
+        atexit.register(self.close)
 
     def __enter__(self) -> SandboxPool:
         return self
@@ -481,6 +488,7 @@ class SandboxPool:
                 self._cond.notify_all()
         if threading.current_thread() is not self._thread:
             self._thread.join()
+        atexit.unregister(self.close)
         if self._warm is not None and not already:
             self._warm.close()
         if survivors:
