@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -77,14 +78,39 @@ def test_a_pooled_sandbox_runs_a_command_and_closing_the_pool_leaves_no_process_
     assert_nothing_left(backend)
 
 
+class HeldObservedBackend(ObservedBackend):
+    """Holds every start after the first at a gate, so a test can close the pool mid-start."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.entered = threading.Event()
+        self.gate = threading.Event()
+        self.calls = 0
+
+    def start(self, plan: BackendPlan) -> RunningSandbox:
+        self.calls += 1
+        if self.calls > 1:
+            self.entered.set()
+            assert self.gate.wait(WAIT)
+        return super().start(plan)
+
+
 def test_closing_the_pool_while_it_refills_and_a_task_runs_leaves_nothing() -> None:
-    backend = ObservedBackend()
+    backend = HeldObservedBackend()
     pool = SandboxPool(Boundary(), backend=backend, size=1)
-    lease = pool.acquire(timeout_s=WAIT)  # the refill thread now starts the replacement
+    lease = pool.acquire(timeout_s=WAIT)  # the refill thread now starts the replacement ...
+    assert backend.entered.wait(WAIT)  # ... and is inside that start, held
     spawned = lease.sandbox.spawn(["/bin/sh", "-c", "sleep 600"])
-    pool.close()  # kills the running task, waits out the start in progress, closes everything
+    closer = threading.Thread(target=pool.close)
+    closer.start()  # kills the running task, then waits for the start in progress
+    with pool._cond:
+        assert pool._cond.wait_for(lambda: pool._closed, WAIT)
+    backend.gate.set()  # the held start now completes, after close began
+    closer.join(WAIT)
+    assert not closer.is_alive()
     spawned.wait(timeout=WAIT)
     lease.close()
+    assert len(backend.made) == 2  # the task's sandbox and the one started during close
     assert_nothing_left(backend)
     assert pool.stats().handed_out == 0 and not pool._thread.is_alive()
 
