@@ -20,12 +20,19 @@ def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
     )
     parser.add_argument("--concurrency", type=int, default=2, help="parallel sandboxes in the throughput run")
     parser.add_argument("--no-cli", action="store_true", help="skip the `contain run` CLI variant")
+    parser.add_argument(
+        "--backend",
+        default="process",
+        help="comma list of backends to measure in one interleaved run: process, container (the "
+        "manifest default, runc), container:runc, container:runsc (default: process)",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
 
 
 def execute(args: argparse.Namespace) -> int:
     from contain.bench.startup import (
         StartupReport,
+        bench_backends,
         default_contain_cli,
         measure_startup,
         measure_throughput,
@@ -37,8 +44,11 @@ def execute(args: argparse.Namespace) -> int:
             "contain bench: --rounds and --concurrency must be 1 or more, --throughput-count 0 or more", file=sys.stderr
         )
         return 2
-    print(f"bench: {args.rounds} interleaved rounds of every variant ...", file=sys.stderr)
-    summaries = measure_startup(rounds=args.rounds, contain_cli=default_contain_cli(), include_cli=not args.no_cli)
+    backends = bench_backends(args.backend)
+    print(f"bench: {args.rounds} interleaved rounds of every variant of {', '.join(backends)} ...", file=sys.stderr)
+    summaries = measure_startup(
+        rounds=args.rounds, contain_cli=default_contain_cli(), include_cli=not args.no_cli, backends=backends
+    )
     throughput: dict[str, float] = {}
     if args.throughput_count:
         print(
