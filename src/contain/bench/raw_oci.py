@@ -2,27 +2,28 @@
 
 For ``--backend container:runc`` and ``container:runsc`` the bench sets contain's API beside the
 runtime alone running **the bundle contain writes**: ``plan_oci_bundle`` for ``Boundary()`` (the
-same mounts, namespaces, user namespace with two leased host ids, cgroup under
-``contain-container``, rlimits, masked /proc paths and, for runsc, ``--oci-seccomp`` with the same
-rendered filter), written once, with one change: the container's process is the measured command
-itself instead of contain's supervisor. What the difference then measures is contain's own work
-per sandbox: planning, writing a bundle, the disk budget tmpfs and network namespace made per
-sandbox, the supervisor and its channel, the checks after start, and teardown.
+same mounts, namespaces, user namespace with two leased host ids, a network namespace named by
+path, cgroup under ``contain-container``, rlimits, masked /proc paths, the rendered seccomp
+filter), written by the backend's own ``write_bundle``, and run with the backend's own global flags
+(``oci_runtime.GLOBAL_FLAGS``: state root, runsc's platform from ``plan_runsc_platform``,
+``--network=host``, ``--oci-seccomp``). One change: the container's process is the measured
+command itself instead of contain's supervisor. What the difference then measures is contain's
+own work per sandbox: planning, writing a bundle, the disk budget tmpfs and network namespace made
+per sandbox, the supervisor and its channel, the checks after start, and teardown.
 
 Each sample is one foreground ``run`` of a fresh container name (runc and runsc delete the
-container when its process exits; ``delete --force`` runs after each sample, outside the timing,
-in case one did not). The disk budget tmpfs and, for runsc, the pinned network namespace are made
-once per bundle and reused by every sample: in contain they are per sandbox, so they count as
+container when its process exits; ``delete --force`` runs for every name at the end, outside the
+timing, in case one did not). The disk budget tmpfs and the pinned network namespace are made once
+per bundle and reused by every sample: in contain they are per sandbox, so they count as
 contain's cost.
 
 Does not: run anything as a contain sandbox, check any layer, or judge; it measures.
-Needs root (leased host ids, mounts), as the container backend does.
+Needs root (leased host ids, mounts, ``ip netns``), as the container backend does.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import resource
 import shutil
@@ -36,8 +37,11 @@ from contain.boundary import Boundary
 from contain.boundary.plain import plain_boundary
 from contain.host.facts import HostFacts, detect_host
 from contain.runtime.backend import BackendPlan
+from contain.runtime.backend_names import RuntimeFacts, plan_runsc_platform
 from contain.runtime.bwrap import ETC_PASSTHROUGH, default_scratch_paths, generated_etc_files
+from contain.runtime.container.backend import write_bundle
 from contain.runtime.container.bundle import BundleInputs, BundlePlan, RootfsEntry, plan_oci_bundle
+from contain.runtime.container.oci_runtime import GLOBAL_FLAGS, probe_runtime
 from contain.runtime.disk_budget import inode_budget, plan_disk_places
 from contain.runtime.etc_tree import ensure_etc_tree
 from contain.runtime.host_ids import lease_host_ids
@@ -45,41 +49,34 @@ from contain.runtime.paths import gather_path_facts
 from contain.runtime.plan import plan_layers
 from contain.runtime.supervisor_build import ensure_supervisor_binary
 
-__all__ = ["RAW_RUNTIME_FLAGS", "RawBundle", "raw_argv", "raw_oci_bundle", "runtime_path"]
+__all__ = ["RawBundle", "raw_argv", "raw_oci_bundle"]
 
 _RLIMIT_NAMES = ("AS", "CORE", "CPU", "DATA", "FSIZE", "MEMLOCK", "MSGQUEUE", "NOFILE", "NPROC", "SIGPENDING", "STACK")
 _LOADER_PATHS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 _TIMEOUT_S = 60.0
 
-# The runtime's global flags for the raw run, as contain's container backend gives them (its
-# GLOBAL_FLAGS), minus the log file and pid file that only contain reads.
-RAW_RUNTIME_FLAGS: dict[str, tuple[str, ...]] = {
-    "runc": ("--root={state}",),
-    "runsc": ("--root={state}", "--platform={platform}", "--network=host", "--oci-seccomp", "--host-uds=none"),
-}
 
+def raw_argv(runtime: RuntimeFacts, *, state: str, log: str, bundle: str, name: str) -> list[str]:
+    """``<runtime> <contain's global flags> run --bundle BUNDLE NAME``: one foreground run. Pure.
 
-def runtime_path(runtime: str) -> str:
-    """The runtime binary: PATH, then where Debian installs it."""
-    found = shutil.which(runtime) or shutil.which(runtime, path="/usr/sbin:/usr/bin:/usr/local/sbin:/usr/local/bin")
-    if found is None:
-        raise FileNotFoundError(f"{runtime} is not installed")
-    return found
-
-
-def raw_argv(runtime: str, *, path: str, state: str, platform: str, bundle: str, name: str) -> list[str]:
-    """``<runtime> <flags> run --bundle BUNDLE NAME``: the foreground run of one container. Pure."""
-    flags = [f.format(state=state, platform=platform) for f in RAW_RUNTIME_FLAGS[runtime]]
-    return [path, *flags, "run", "--bundle", bundle, name]
+    The global flags are the container backend's own rows (``oci_runtime.GLOBAL_FLAGS``), so the
+    raw runtime runs with the state root, platform, network mode and ``--oci-seccomp`` contain
+    gives it; only contain's ``--detach``, ``--preserve-fds`` and ``--pid-file`` are left out.
+    """
+    platform = plan_runsc_platform(runtime.platforms).name if runtime.runtime == "runsc" else ""
+    flags = [
+        row.flag.format(state=state, platform=platform, log=log)
+        for row in GLOBAL_FLAGS
+        if row.runtime == runtime.runtime
+    ]
+    return [runtime.path, *flags, "run", "--bundle", bundle, name]
 
 
 @dataclass
 class RawBundle:
     """One written bundle whose process is the measured command; ``run_once`` runs it once."""
 
-    runtime: str
-    path: str
-    platform: str
+    runtime: RuntimeFacts
     bundle_dir: Path
     state_dir: Path
     name: str
@@ -88,24 +85,22 @@ class RawBundle:
     def run_once(self) -> None:
         """Run a fresh container of the bundle in the foreground; raise if the command failed."""
         self.runs += 1
-        name = f"{self.name}-{self.runs}"
         argv = raw_argv(
             self.runtime,
-            path=self.path,
             state=str(self.state_dir),
-            platform=self.platform,
+            log=str(self.bundle_dir.parent / "runtime.log"),
             bundle=str(self.bundle_dir),
-            name=name,
+            name=f"{self.name}-{self.runs}",
         )
         done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=_TIMEOUT_S, check=False)
         if done.returncode != 0:
-            raise RuntimeError(f"raw {self.runtime} run failed ({done.returncode}): {done.stderr[-600:]!r}")
+            raise RuntimeError(f"raw {self.runtime.runtime} run failed ({done.returncode}): {done.stderr[-600:]!r}")
 
     def sweep(self) -> None:
         """Delete whatever container of this bundle is left (outside the timing)."""
-        for n in range(max(1, self.runs - 2), self.runs + 1):
+        for n in range(1, self.runs + 1):
             subprocess.run(
-                [self.path, f"--root={self.state_dir}", "delete", "--force", f"{self.name}-{n}"],
+                [self.runtime.path, f"--root={self.state_dir}", "delete", "--force", f"{self.name}-{n}"],
                 capture_output=True,
                 timeout=_TIMEOUT_S,
                 check=False,
@@ -142,24 +137,6 @@ def _with_command(bundle: BundlePlan, command: Sequence[str], *, runtime: str) -
     return BundlePlan(config, rootfs, bundle.files)
 
 
-def _write(bundle: BundlePlan, bundle_dir: Path) -> None:
-    rootfs = bundle_dir / "rootfs"
-    rootfs.mkdir(mode=0o755)
-    for entry in bundle.rootfs:
-        target = rootfs / entry.path.lstrip("/")
-        if entry.kind == "symlink":
-            target.symlink_to(entry.target)
-        elif entry.kind == "dir":
-            target.mkdir(mode=0o755)
-        else:
-            target.touch(mode=0o444)
-    (bundle_dir / "data").mkdir(mode=0o755)
-    for file in bundle.files:
-        (bundle_dir / file.name).write_bytes(file.content)
-        (bundle_dir / file.name).chmod(file.mode)
-    (bundle_dir / "config.json").write_text(json.dumps(bundle.config))
-
-
 @contextlib.contextmanager
 def _disk_budget(plan: BackendPlan, root: Path) -> Iterator[str]:
     root.mkdir(mode=0o755)
@@ -177,24 +154,35 @@ def _disk_budget(plan: BackendPlan, root: Path) -> Iterator[str]:
 
 
 @contextlib.contextmanager
-def raw_oci_bundle(runtime: str, command: Sequence[str], *, platform: str = "ptrace") -> Iterator[RawBundle]:
+def _pinned_netns(name: str) -> Iterator[str]:
+    """A network namespace for the bundle to name, as the backend makes one per sandbox (here: once)."""
+    subprocess.run(["ip", "netns", "add", name], check=True, capture_output=True)
+    try:
+        subprocess.run(["ip", "-n", name, "link", "set", "lo", "up"], check=True, capture_output=True)
+        yield f"/run/netns/{name}"
+    finally:
+        subprocess.run(["ip", "netns", "delete", name], check=False, capture_output=True)
+
+
+@contextlib.contextmanager
+def raw_oci_bundle(runtime: str, command: Sequence[str]) -> Iterator[RawBundle]:
     """Write contain's bundle for ``Boundary()`` with ``command`` as its process; clean up after.
 
     Args:
-        runtime: "runc" or "runsc".
+        runtime: "runc" or "runsc" (probed with the backend's ``probe_runtime``).
         command: the measured command, e.g. ["/bin/true"].
-        platform: runsc's --platform (contain's choice for this binary).
 
     Raises:
-        FileNotFoundError: the runtime is not installed.
+        UnsupportedHost: the runtime is missing or unusable.
         PermissionError: not root.
     """
     if os.geteuid() != 0:
         raise PermissionError("the raw OCI baseline needs root, as the container backend does")
-    path = runtime_path(runtime)
+    facts_of_runtime = probe_runtime(runtime)
     facts = detect_host()
     work = Path(tempfile.mkdtemp(prefix=f"contain-bench-{runtime}-"))
     work.chmod(0o755)
+    name = f"contain-bench-{os.getpid()}-{runtime}-{os.urandom(3).hex()}"
     ids, root_ids = lease_host_ids(), lease_host_ids()
     try:
         plan = _plan(facts, (ids.uid, ids.gid))
@@ -202,8 +190,7 @@ def raw_oci_bundle(runtime: str, command: Sequence[str], *, platform: str = "ptr
         etc = generated_etc_files(home=default_scratch_paths(plan.boundary)[0], resolv_conf="")
         bundle_dir = work / "bundle"
         bundle_dir.mkdir(mode=0o755)
-        name = f"contain-bench-{os.getpid()}-{runtime}-{os.urandom(3).hex()}"
-        with _disk_budget(plan, work / "disk") as disk_root:
+        with _disk_budget(plan, work / "disk") as disk_root, _pinned_netns(name[:40]) as netns:
             inputs = BundleInputs(
                 bundle_dir=str(bundle_dir),
                 name=name,
@@ -215,9 +202,10 @@ def raw_oci_bundle(runtime: str, command: Sequence[str], *, platform: str = "ptr
                 disk_root=disk_root,
                 root_host_ids=(root_ids.uid, root_ids.gid),
                 host_hard_limits={n: resource.getrlimit(getattr(resource, f"RLIMIT_{n}"))[1] for n in _RLIMIT_NAMES},
+                netns_path=netns,
             )
-            _write(_with_command(plan_oci_bundle(plan, inputs), command, runtime=runtime), bundle_dir)
-            raw = RawBundle(runtime, path, platform, bundle_dir, work / "state", name)
+            write_bundle(_with_command(plan_oci_bundle(plan, inputs), command, runtime=runtime), bundle_dir)
+            raw = RawBundle(facts_of_runtime, bundle_dir, work / "state", name)
             try:
                 yield raw
             finally:

@@ -81,24 +81,26 @@ CLI_TARGET_MS = 120.0  # `contain run -- /bin/true`, issue 13
 
 def bench_backends(text: str) -> tuple[str, ...]:
     """The backend specs of ``--backend a,b``, each once, in the given order, as ``RunResult.backend``
-    spells them.
+    spells them (``parse_backend_spec``: a bare ``container`` is ``container:runc``).
 
     Raises:
-        UnsupportedHost: a name that is not a backend the bench can measure (exit 125).
+        UnknownBackend: a name ``parse_backend_spec`` refuses (exit 125).
+        UnsupportedHost: a valid backend the bench has no baseline for (microvm; exit 125).
     """
     from contain.errors import UnsupportedHost
+    from contain.runtime.backend_names import parse_backend_spec
 
-    known = {"process": "process", "container": "container:runc"}
-    known.update({t.backend: t.backend for t in BACKEND_TARGETS})
+    measurable = [t.backend for t in BACKEND_TARGETS]
     specs: list[str] = []
-    for name in (part.strip() for part in text.split(",")):
-        if name not in known:
+    for name in text.split(","):
+        spec = str(parse_backend_spec(name))
+        if spec not in measurable:
             raise UnsupportedHost(
-                f"contain bench cannot measure backend {name!r}",
-                f"use a comma list of: {', '.join(known)}",
+                f"contain bench has no start-up baseline for backend {spec!r}",
+                f"measure one of: {', '.join(measurable)}",
             )
-        if known[name] not in specs:
-            specs.append(known[name])
+        if spec not in specs:
+            specs.append(spec)
     return tuple(specs)
 
 
@@ -308,9 +310,7 @@ def _process_variants(
 
 
 def _open_sandbox(boundary: Boundary, backend: str) -> Sandbox:
-    if backend == "process":
-        return Sandbox(boundary)
-    return Sandbox(boundary, backend=backend)  # type: ignore[call-arg,unused-ignore]
+    return Sandbox(boundary) if backend == "process" else Sandbox(boundary, backend=backend)
 
 
 def _api_variants(boundary: Boundary, backend: str, stack: ExitStack) -> dict[str, Callable[[list[str]], None]]:

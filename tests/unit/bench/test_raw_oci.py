@@ -3,28 +3,25 @@
 from __future__ import annotations
 
 from contain.bench.raw_oci import _with_command, raw_argv
+from contain.runtime.backend_names import RuntimeFacts
 from contain.runtime.container.bundle import BundlePlan, RootfsEntry
+from contain.runtime.container.oci_runtime import GLOBAL_FLAGS
 
 
-def test_raw_runc_is_a_foreground_run_with_its_own_state_root() -> None:
-    argv = raw_argv("runc", path="/usr/sbin/runc", state="/s", platform="ptrace", bundle="/b", name="n-1")
-    assert argv == ["/usr/sbin/runc", "--root=/s", "run", "--bundle", "/b", "n-1"]
+def test_raw_runc_is_a_foreground_run_with_the_backends_flags() -> None:
+    runc = RuntimeFacts("runc", "/usr/sbin/runc", "runc version 1.1.5")
+    argv = raw_argv(runc, state="/s", log="/l", bundle="/b", name="n-1")
+    assert argv == ["/usr/sbin/runc", "--root=/s", "--log=/l", "run", "--bundle", "/b", "n-1"]
 
 
-def test_raw_runsc_gets_the_flags_contain_gives_runsc() -> None:
-    argv = raw_argv("runsc", path="/usr/bin/runsc", state="/s", platform="systrap", bundle="/b", name="n-2")
-    assert argv == [
-        "/usr/bin/runsc",
-        "--root=/s",
-        "--platform=systrap",
-        "--network=host",
-        "--oci-seccomp",
-        "--host-uds=none",
-        "run",
-        "--bundle",
-        "/b",
-        "n-2",
+def test_raw_runsc_gets_the_flags_and_the_platform_contain_gives_runsc() -> None:
+    runsc = RuntimeFacts("runsc", "/usr/bin/runsc", "runsc version 0.0~20221219.0", ("kvm", "ptrace"))
+    argv = raw_argv(runsc, state="/s", log="/l", bundle="/b", name="n-2")
+    expected_flags = [
+        row.flag.format(state="/s", platform="ptrace", log="/l") for row in GLOBAL_FLAGS if row.runtime == "runsc"
     ]
+    assert argv == ["/usr/bin/runsc", *expected_flags, "run", "--bundle", "/b", "n-2"]
+    assert "--platform=ptrace" in argv and "--oci-seccomp" in argv  # the choice, and the silent-ignore guard
 
 
 def _bundle() -> BundlePlan:

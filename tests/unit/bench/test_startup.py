@@ -14,7 +14,7 @@ from contain.bench.startup import (
     bench_backends,
     render_startup,
 )
-from contain.errors import UnsupportedHost
+from contain.errors import UnknownBackend, UnsupportedHost
 
 
 def test_a_summary_has_the_median_and_the_nearest_rank_p95():
@@ -129,10 +129,15 @@ def test_bench_backends_resolves_container_to_runc_and_keeps_order_without_repea
     )
 
 
-@pytest.mark.parametrize("text", ["microvm", "container:crun", "", "process,bwrap"])
-def test_bench_backends_refuses_what_it_cannot_measure(text: str):
-    with pytest.raises(UnsupportedHost, match="cannot measure backend"):
+@pytest.mark.parametrize("text", ["container:crun", "", "process,bwrap"])
+def test_bench_backends_refuses_unknown_backends_as_the_runtime_does(text: str):
+    with pytest.raises(UnknownBackend):
         bench_backends(text)
+
+
+def test_bench_backends_refuses_a_backend_it_has_no_baseline_for():
+    with pytest.raises(UnsupportedHost, match="no start-up baseline for backend 'microvm'"):
+        bench_backends("process,microvm")
 
 
 @pytest.mark.parametrize("target", BACKEND_TARGETS, ids=lambda t: t.backend)
