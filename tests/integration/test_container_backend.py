@@ -24,6 +24,7 @@ from typing import ClassVar
 import pytest
 
 from contain.boundary import Boundary
+from contain.errors import SandboxLost, SandboxStartError, UnsupportedHost
 from contain.runtime import Sandbox
 from contain.runtime.container.backend import CONTAINER_ROOT
 
@@ -223,3 +224,90 @@ def test_egress_allows_the_named_host_through_the_proxy_and_denies_another(backe
     assert seen == ["/allowed"]  # the denied request never reached the server
     assert [(e["host"], e["verdict"]) for e in result.egress] == [("api.test", "allow"), ("other.test", "deny")]
     assert [v.kind for v in result.violations] == ["egress"]
+
+
+@pytest.mark.parametrize("backend", CONTAINERS)
+def test_a_read_bind_and_its_block_hold_as_on_the_process_backend(backend: str, host_tmp: Path) -> None:
+    data = host_tmp / "data"
+    data.mkdir()
+    (data / "ok.txt").write_text("visible\n")
+    (data / "secret.txt").write_text("hidden\n")
+    manifest = boundary(
+        files=[
+            {"path": "/inputs", "access": "read", "host": str(data)},
+            {"path": "/inputs/secret.txt", "access": "block"},
+        ]
+    )
+    argv = ["/bin/sh", "-c", "cat /inputs/ok.txt; cat /inputs/secret.txt; echo x > /inputs/new"]
+    reference = run_on("process", manifest, argv)
+    result = run_on(backend, manifest, argv)
+    assert result.stdout.data == reference.stdout.data == b"visible\n"  # positive control: the bind works
+    assert result.status == reference.status != 0
+    assert not (data / "new").exists()
+
+
+def test_runc_write_bind_files_belong_to_the_binds_owner(host_tmp: Path) -> None:
+    proj = host_tmp / "proj"
+    proj.mkdir()
+    os.chown(proj, 65534, 65534)
+    manifest = boundary(files=[{"path": "/proj", "access": "write", "host": str(proj)}])
+    result = run_on("container:runc", manifest, ["/bin/sh", "-c", "echo made > /proj/out; echo x > /proj/.envrc"])
+    assert (proj / "out").read_text() == "made\n"
+    assert (proj / "out").stat().st_uid == 65534
+    assert not (proj / ".envrc").exists() and result.status != 0  # the protected name stayed a placeholder
+
+
+@pytest.mark.skipif(RUNSC_MISSING, reason="runsc is not installed")
+def test_runsc_refuses_a_write_bind_before_starting_anything(host_tmp: Path) -> None:
+    manifest = boundary(files=[{"path": "/proj", "access": "write", "host": str(host_tmp)}])
+    with pytest.raises(UnsupportedHost, match="write binds are not supported under runsc"):
+        Sandbox(manifest, backend="container:runsc").start()
+    assert os.listdir(host_tmp) == []  # no placeholder was made: refused at the layer plan, before step 2
+
+
+@pytest.mark.parametrize("backend", CONTAINERS)
+def test_a_fork_bomb_is_bounded_by_pids_max_and_reported(backend: str) -> None:
+    code = (
+        "import os, time\nn = 0\ntry:\n    for i in range(400):\n        if os.fork() == 0:\n"
+        "            time.sleep(5); os._exit(0)\n        n += 1\nexcept OSError:\n    pass\nprint(n)"
+    )
+    with Sandbox(boundary(resources={"pids_max": 64}), backend=backend) as sb:
+        result = sb.run([PY, "-c", code], timeout=30)
+        assert "pids" in [v.kind for v in result.violations]
+        if backend == "container:runc":  # refused inside, as on the process backend; the sandbox lives on
+            assert int(result.stdout.data) < 64 and sb.run(["/bin/true"]).status == 0
+        else:  # gVisor's own tasks count in the host cgroup: the whole sandbox ends, and says why
+            assert result.signal == signal.SIGKILL
+            with pytest.raises(SandboxLost, match=r"pids\.max"):
+                sb.run(["/bin/true"])
+
+
+def test_a_runtime_that_fails_to_start_leaves_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A real start failure (the runtime exits non-zero) goes through the same teardown."""
+    from contain.runtime.backend_names import RuntimeFacts
+    from contain.runtime.container import backend as container_backend
+
+    seen: list[str] = []
+    real_init = container_backend.ContainerSandbox.__init__
+
+    def remember(self, runtime, plan, name):  # type: ignore[no-untyped-def]
+        seen.append(name)
+        real_init(self, RuntimeFacts("runc", "/bin/false", "false"), plan, name)
+
+    monkeypatch.setattr(container_backend.ContainerSandbox, "__init__", remember)
+    with pytest.raises(SandboxStartError, match="runc run failed"):
+        Sandbox(boundary(), backend="container:runc").start()
+    assert seen and leftovers(seen[0]) == []
+
+
+@pytest.mark.skipif(RUNSC_MISSING, reason="runsc is not installed")
+def test_runsc_checks_that_the_seccomp_profile_took_and_refuses_when_it_did_not(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Without --oci-seccomp runsc ignores linux.seccomp silently; the start-up probe must notice."""
+    from contain.runtime.container import oci_runtime
+
+    rows = tuple(r for r in oci_runtime.GLOBAL_FLAGS if r.flag != "--oci-seccomp")
+    monkeypatch.setattr(oci_runtime, "GLOBAL_FLAGS", rows)
+    with pytest.raises(UnsupportedHost, match="did not apply the bundle's seccomp profile"):
+        Sandbox(boundary(), backend="container:runsc").start()

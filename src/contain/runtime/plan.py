@@ -19,6 +19,7 @@ from contain.host.facts import HostFacts
 from contain.runtime.backend_names import RuntimeFacts, plan_runsc_platform
 from contain.runtime.bwrap import default_scratch_paths
 from contain.runtime.cgroup_plan import plan_cgroup_hierarchies
+from contain.runtime.kernel_differences import KERNEL_DIFFERENCES
 from contain.runtime.landlock import LandlockPlan, plan_landlock
 from contain.runtime.supervisor_channel import Rlimit
 
@@ -122,7 +123,22 @@ def _check_process_host(facts: HostFacts) -> None:
         )
 
 
-def _check_container_host(facts: HostFacts, backend: str, runtime: RuntimeFacts | None) -> dict[str, str]:
+def _check_runsc_boundary(boundary: PlainBoundary) -> None:
+    # runsc's gofer (host root) creates files for the workload; through the idmapped view that gives
+    # a write bind its owner, root is unmapped and every create fails with EOVERFLOW (measured,
+    # runsc 20221219). Refused rather than bound without the view, which would leave files owned
+    # by a leased uid in the user's tree.
+    if has_write_binds(boundary):
+        raise UnsupportedHost(
+            "write binds are not supported under runsc: its gofer cannot create files through the "
+            "idmapped view that keeps them owned by the bind's owner",
+            "use --backend container:runc or process for this boundary, or make the bind read-only",
+        )
+
+
+def _check_container_host(
+    boundary: PlainBoundary, facts: HostFacts, backend: str, runtime: RuntimeFacts | None
+) -> dict[str, str]:
     """The container backend's own prerequisites; returns its report lines (runtime, platform)."""
     if not facts.is_root:
         raise UnsupportedHost(
@@ -143,11 +159,16 @@ def _check_container_host(facts: HostFacts, backend: str, runtime: RuntimeFacts 
         )
     if variant == "runsc":
         platform = plan_runsc_platform(runtime.platforms)
+        _check_runsc_boundary(boundary)
         return {
             "runtime": f"runsc ({runtime.version}): gVisor user-space kernel",
             "platform": f"{platform.name} ({platform.why})",
         }
     return {"runtime": f"runc ({runtime.version}): host kernel", "platform": "native (host kernel)"}
+
+
+def _gvisor_differences() -> str:
+    return ", ".join(f"kernel difference {row.name}" for row in KERNEL_DIFFERENCES if "gvisor" in row.kernels)
 
 
 def _decide_landlock(boundary: PlainBoundary, facts: HostFacts, backend: str) -> tuple[LandlockPlan | None, str]:
@@ -204,15 +225,23 @@ def plan_layers(
     if backend == "process":
         _check_process_host(facts)
     else:
-        report.update(_check_container_host(facts, backend, runtime))
+        report.update(_check_container_host(boundary, facts, backend, runtime))
     if not facts.seccomp:
         raise UnsupportedHost(
             "the kernel has no seccomp filter support", "use a kernel built with CONFIG_SECCOMP_FILTER"
         )
     if facts.libseccomp_path is None:
         raise UnsupportedHost("libseccomp is not installed", "apt-get install libseccomp2")
-    report["namespaces"] = "user, mount, pid, ipc, uts, net, cgroup"
-    report["seccomp"] = "applied" if backend != "container:runsc" else "applied by the sentry (--oci-seccomp)"
+    if backend == "container:runsc":
+        report["namespaces"] = (
+            "mount, pid, ipc, uts, net (ours), cgroup; no user namespace of ours (runsc refuses one with "
+            "--network=host): the sentry runs as nobody in runsc's own, the workload as its leased host ids"
+        )
+        report["seccomp"] = "applied by the sentry (--oci-seccomp), checked at start with a ptrace probe"
+        report["securebits"] = f"not implemented by gVisor; accepted ({_gvisor_differences()})"
+    else:
+        report["namespaces"] = "user, mount, pid, ipc, uts, net, cgroup"
+        report["seccomp"] = "applied"
 
     landlock, report["landlock"] = _decide_landlock(boundary, facts, backend)
 

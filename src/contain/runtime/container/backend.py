@@ -81,6 +81,7 @@ from contain.runtime.container.oci_runtime import (
 from contain.runtime.disk_budget import check_disk_mounts, inode_budget, plan_disk_places
 from contain.runtime.etc_tree import ensure_etc_tree
 from contain.runtime.host_ids import HostIdLease, lease_host_ids
+from contain.runtime.kernel_differences import supervisor_difference_args
 from contain.runtime.supervisor_build import ensure_supervisor_binary
 from contain.runtime.supervisor_channel import Exited, SpawnFailed, Started, SupervisorChannel
 
@@ -100,6 +101,7 @@ _MNT_DETACH = 2
 _IFF_UP = 0x1
 _SIOCGIFFLAGS, _SIOCSIFFLAGS = 0x8913, 0x8914
 _CONTROL_FD = {"runc": 3, "runsc": 0}  # runc: --preserve-fds 1 gives fd 3; runsc: its stdin
+_WORKLOAD_KERNEL = {"runc": "linux", "runsc": "gvisor"}  # kernel_differences.WORKLOAD_KERNELS
 
 # exits with ptrace(PTRACE_TRACEME)'s errno (0 when it succeeded); SECCOMP_RULES makes it EPERM
 _PTRACE_PROBE = (
@@ -143,6 +145,14 @@ class ContainerBackend:
                 f"runtime.container.image {self.image!r}: image roots are not wired into the container backend yet",
                 "set runtime.container.image: null (the host's /usr read-only)",
             )
+        sockets = [a.sandbox_path for a in plan.attachments if a.host_path is not None]
+        if sockets and self.runtime_facts.runtime == "runsc":
+            # --host-uds=none: the sentry refuses connect() to a bound host socket (EPERM); opening
+            # that up (--host-uds=open) would make every bound socket connectable, not just these.
+            raise UnsupportedHost(
+                f"socket attachments ({', '.join(sockets)}) cannot be reached under runsc",
+                "use --backend container:runc or process for a boundary that talks to the broker",
+            )
         name = plan.cgroup.leaf if plan.cgroup is not None else f"contain-{os.getpid()}-{os.urandom(6).hex()}"
         sandbox = ContainerSandbox(self.runtime_facts, plan, name)
         try:
@@ -180,6 +190,8 @@ class ContainerSandbox:
         self._netns_pinned = False
         self._created = False
         self._closed = False
+        self._limits_before: tuple[int, int] | None = None  # OOM kills, refused forks when the command began
+        self._ended_by: str | None = None  # a limit that ended the whole container (runsc)
 
     # -- paths
 
@@ -214,17 +226,25 @@ class ContainerSandbox:
 
     def build_and_run(self) -> None:
         plan = self._plan
-        self._root_lease = lease_host_ids()
-        root_ids = (self._root_lease.uid, self._root_lease.gid)
+        root_ids = (0, 0)  # runsc: no user namespace (bundle.RUNTIME_DIFFERENCES), so no container root id
+        # who may search the sandbox's directory besides root: runc's init resolves bind sources as
+        # the container's root; under runsc file transfers go through the disk places as the
+        # sandbox user (see the module docstring)
+        traverse_gid = plan.host_ids[1]
+        if self._rt.runtime == "runc":
+            self._root_lease = lease_host_ids()
+            root_ids = (self._root_lease.uid, self._root_lease.gid)
+            traverse_gid = root_ids[1]
         _make_private_dir(CONTAINER_ROOT, 0o711, 0)
         os.mkdir(self.dir, 0o750)
-        os.chown(self.dir, 0, root_ids[1])
+        os.chown(self.dir, 0, traverse_gid)
         os.mkdir(self.state_dir, 0o700)
         self._mount_disk_budget()
         self._pin_new_netns()
         supervisor = ensure_supervisor_binary()
         etc = generated_etc_files(home=default_scratch_paths(plan.boundary)[0], resolv_conf=plan.resolv_conf)
         args = ["--control-fd", str(_CONTROL_FD[self._rt.runtime])]
+        args += supervisor_difference_args(kernel=_WORKLOAD_KERNEL[self._rt.runtime])
         if plan.layers.landlock is not None:
             args += plan.layers.landlock.supervisor_args()
         inputs = BundleInputs(
@@ -239,8 +259,13 @@ class ContainerSandbox:
             root_host_ids=root_ids,
             host_hard_limits={n: resource.getrlimit(getattr(resource, f"RLIMIT_{n}"))[1] for n in _RLIMIT_NAMES},
             netns_path=self.netns_path,
+            runtime=self._rt.runtime,
         )
-        write_bundle(plan_oci_bundle(plan, inputs), self.dir)
+        bundle = plan_oci_bundle(plan, inputs)
+        pids = bundle.config["linux"]["resources"].get("pids")
+        if self._cgroup is not None and pids is not None:
+            self._cgroup.set_pids_max(pids["limit"])  # the bundle's value, before the runtime starts in it
+        write_bundle(bundle, self.dir)
         self._start_runtime()
         assert self._channel is not None
         self._channel.read_ready(_STARTUP_TIMEOUT_S)
@@ -393,11 +418,42 @@ class ContainerSandbox:
 
     def spawn(self, request: CommandRequest, fds: tuple[int, int, int]) -> Started | SpawnFailed:
         """Ask the supervisor to fork and exec one command."""
-        return self._live_channel().start(list(request.argv), request.env, request.cwd, request.rlimits, fds)
+        if self._ended_by is not None:
+            raise SandboxLost(f"the container was ended by {self._ended_by} in an earlier run", "start a new Sandbox")
+        channel = self._live_channel()
+        self._limits_before = self._limit_counts()
+        return channel.start(list(request.argv), request.env, request.cwd, request.rlimits, fds)
 
     def wait_exited(self, timeout_s: float | None) -> Exited | None:
-        """The supervisor's EXITED for the running command."""
-        return self._live_channel().wait_exited(timeout_s)
+        """The supervisor's EXITED for the running command.
+
+        Under runsc the sentry holds every byte and every host task of the workload, so the host
+        cgroup's OOM killer or ``pids.max`` ends the whole sandbox, not one process. When the
+        channel closes and the cgroup counted an OOM kill or a refused fork during this run, the
+        run ends as killed by SIGKILL (what the process backend reports for an OOM kill; ``Sandbox``
+        reads ``oom_killed`` and the ``pids`` violation from the same counters) and the sandbox
+        refuses further runs (``SandboxLost`` names why).
+        """
+        try:
+            return self._live_channel().wait_exited(timeout_s)
+        except SandboxLost:
+            after = self._limit_counts()
+            if after is None or self._limits_before is None:
+                raise
+            (oom_before, pids_before), (oom_after, pids_after) = self._limits_before, after
+            if oom_after > oom_before:
+                self._ended_by = "the out-of-memory killer"
+            elif pids_after > pids_before:
+                self._ended_by = "the cgroup's pids.max (gVisor's own tasks count there)"
+            else:
+                raise
+            return Exited(status=signal.SIGKILL, utime_us=0, stime_us=0, maxrss_kb=0)
+
+    def _limit_counts(self) -> tuple[int, int] | None:
+        if self._cgroup is None:
+            return None
+        usage = self._cgroup.usage()
+        return usage.oom_kills, usage.pids_limit_hits
 
     def fileno(self) -> int:
         """The supervisor channel's socket."""
@@ -495,6 +551,11 @@ class ContainerSandbox:
             self._netns_pinned = False
         if self.dir.exists():
             shutil.rmtree(self.dir)
+        if self._cgroup is not None:
+            # runc removes the leaves it joined; runsc removes only those it made, so the leaves
+            # Sandbox made would keep the parent busy. Removing them here is idempotent with
+            # Sandbox's own remove() after us.
+            self._cgroup.remove(timeout_s=5.0)
         _remove_empty_parents(self._plan.facts)
         if self._root_lease is not None:
             self._root_lease.release()

@@ -68,16 +68,22 @@ __all__ = [
     "CONTAINER_CGROUP_PARENT",
     "OCI_VERSION",
     "PROC_PATH_RULES",
+    "RUNSC_HOST_TASKS",
+    "RUNTIME_DIFFERENCES",
     "BundleFile",
     "BundleInputs",
     "BundlePlan",
     "ProcPathRule",
     "RootfsEntry",
+    "RuntimeDifference",
     "plan_oci_bundle",
 ]
 
 OCI_VERSION = "1.0.2"  # runtime-spec version runc 1.1 implements
 CONTAINER_CGROUP_PARENT = "contain-container"  # beside the process backend's cgroup_plan.PARENT_NAME
+# Host tasks runsc's sentry and gofer need besides the workload's (see RUNTIME_DIFFERENCES): 65
+# measured idle, with room for the Go runtime's extra threads under blocking syscalls.
+RUNSC_HOST_TASKS = 256
 _RLIM_INFINITY = 2**64 - 1  # RLIM_INFINITY as the OCI spec's uint64
 _BIND_RO = ["rbind", "ro", "nosuid", "nodev"]  # bwrap's --ro-bind: recursive, nosuid, nodev
 _BIND_RW = ["rbind", "nosuid", "nodev"]
@@ -114,6 +120,41 @@ PROC_PATH_RULES: tuple[ProcPathRule, ...] = (
 
 
 @dataclass(frozen=True)
+class RuntimeDifference:
+    """Where the bundle for one OCI runtime differs from runc's, and why."""
+
+    runtime: str
+    name: str
+    why: str
+
+
+RUNTIME_DIFFERENCES: tuple[RuntimeDifference, ...] = (
+    RuntimeDifference(
+        "runsc",
+        "no-user-namespace",
+        "runsc 20221219 does not start a spec with a user namespace under --network=host ('error converting "
+        "mounts: operation not permitted', docs/gvisor-notes.md), and --network=host is how egress reaches the "
+        "workload. The workload then runs as its leased host ids inside the sentry (no id is root), and the "
+        "sentry itself runs as nobody in a user namespace runsc makes: the sentry, not a user namespace of "
+        "ours, stands between the workload and the host kernel",
+    ),
+    RuntimeDifference(
+        "runsc",
+        "sentry-tasks-in-pids",
+        "the host cgroup counts the sentry's and gofer's own threads (65 idle, measured with runsc 20221219 on "
+        "ptrace) and about one stub per workload process, so pids.max gets RUNSC_HOST_TASKS on top of pids_max; "
+        "without it an idle sandbox at pids_max 64 is already full and the sentry dies on its next clone",
+    ),
+    RuntimeDifference(
+        "runsc",
+        "dev-mount-points-in-skeleton",
+        "runsc's gofer mounts each bind onto the host rootfs, so mount points under /dev (/dev/shm, /dev/pts) "
+        "must exist in the skeleton; runc makes them inside its own /dev tmpfs",
+    ),
+)
+
+
+@dataclass(frozen=True)
 class RootfsEntry:
     """One entry the backend creates in the empty rootfs before ``runc create``, parents first."""
 
@@ -146,6 +187,7 @@ class BundleInputs:
     root_host_ids: tuple[int, int]  # host uid, gid that container root maps to (see the docstring)
     host_hard_limits: Mapping[str, int]  # rlimit name ("NOFILE") -> the host's hard limit (-1: none)
     netns_path: str = ""  # the network namespace the backend made (egress listens there); "": a new one
+    runtime: str = "runc"  # the OCI runtime the bundle is for; RUNTIME_DIFFERENCES rows apply to it
 
 
 @dataclass(frozen=True)
@@ -247,7 +289,7 @@ def _plan_skeleton(mounts: list[tuple[dict[str, Any], str]], inputs: BundleInput
     return tuple(sorted(entries.values(), key=lambda e: (_depth(e.path), e.path)))
 
 
-def _plan_resources(plan: BackendPlan) -> dict[str, Any]:
+def _plan_resources(plan: BackendPlan, differences: set[str]) -> dict[str, Any]:
     devices = [{"allow": False, "access": "rwm"}]  # runc appends its default devices after this
     if not plan.layers.cgroups:
         return {"devices": devices}
@@ -257,7 +299,10 @@ def _plan_resources(plan: BackendPlan) -> dict[str, Any]:
     return {
         "devices": devices,
         "memory": {"limit": resources.memory_bytes, "swap": resources.memory_bytes},  # swap = RAM + swap
-        "pids": {"limit": int(limits["pids"]["pids.max"])},
+        "pids": {
+            "limit": int(limits["pids"]["pids.max"])
+            + (RUNSC_HOST_TASKS if "sentry-tasks-in-pids" in differences else 0)
+        },
         "cpu": {"quota": quota, "period": period},
     }
 
@@ -345,18 +390,24 @@ def plan_oci_bundle(plan: BackendPlan, inputs: BundleInputs) -> BundlePlan:
     """
     files = _Files(inputs.bundle_dir)
     mounts = _plan_mounts(plan, inputs, files)
-    uids, gids = _id_mappings(plan, inputs)
+    differences = {row.name for row in RUNTIME_DIFFERENCES if row.runtime == inputs.runtime}
+    user_namespace = "no-user-namespace" not in differences
+    kinds = ("pid", "ipc", "uts", "mount", "user", "network", "cgroup")
     empty: list[str] = []
     linux: dict[str, Any] = {
-        "namespaces": [_namespace(t, inputs) for t in ("pid", "ipc", "uts", "mount", "user", "network", "cgroup")],
-        "uidMappings": uids,
-        "gidMappings": gids,
+        "namespaces": [_namespace(t, inputs) for t in kinds if user_namespace or t != "user"],
         "cgroupsPath": _plan_cgroups_path(plan, inputs.name),
-        "resources": _plan_resources(plan),
+        "resources": _plan_resources(plan, differences),
         "maskedPaths": [r.path for r in PROC_PATH_RULES if r.how == "masked"],
         "readonlyPaths": [r.path for r in PROC_PATH_RULES if r.how == "readonly"],
         "rootfsPropagation": "rprivate",
     }
+    if user_namespace:
+        linux["uidMappings"], linux["gidMappings"] = _id_mappings(plan, inputs)
+        user = {"uid": SANDBOX_UID, "gid": SANDBOX_GID, "additionalGids": []}
+    else:  # the workload's ids are its host ids (the leased ones, never root: _check_unmapped_ids)
+        user = {"uid": plan.host_ids[0], "gid": plan.host_ids[1], "additionalGids": []}
+        _check_unmapped_ids(plan)
     if plan.layers.seccomp:
         linux["seccomp"] = render_oci_seccomp(arch=plan.facts.arch, libseccomp_path=plan.facts.libseccomp_path)
     config: dict[str, Any] = {
@@ -365,7 +416,7 @@ def plan_oci_bundle(plan: BackendPlan, inputs: BundleInputs) -> BundlePlan:
         "hostname": "sandbox",
         "process": {
             "terminal": False,
-            "user": {"uid": SANDBOX_UID, "gid": SANDBOX_GID, "additionalGids": []},
+            "user": user,
             "args": [SUPERVISOR_SANDBOX_PATH, *inputs.supervisor_args],
             "env": ["PATH=/usr/bin:/bin"],
             "cwd": "/",
@@ -376,4 +427,26 @@ def plan_oci_bundle(plan: BackendPlan, inputs: BundleInputs) -> BundlePlan:
         "mounts": [mount for mount, _kind in mounts],
         "linux": linux,
     }
-    return BundlePlan(config=config, rootfs=_plan_skeleton(mounts, inputs), files=tuple(files.files))
+    rootfs = _plan_skeleton(mounts, inputs)
+    if "dev-mount-points-in-skeleton" in differences:
+        rootfs = _with_dev_mount_points(rootfs, mounts)
+    return BundlePlan(config=config, rootfs=rootfs, files=tuple(files.files))
+
+
+def _with_dev_mount_points(
+    rootfs: tuple[RootfsEntry, ...], mounts: list[tuple[dict[str, Any], str]]
+) -> tuple[RootfsEntry, ...]:
+    have = {entry.path for entry in rootfs}
+    extra = [
+        RootfsEntry(mount["destination"], kind)
+        for mount, kind in mounts
+        if mount["destination"].startswith("/dev/") and mount["destination"] not in have
+    ]
+    return tuple(sorted((*rootfs, *extra), key=lambda e: (_depth(e.path), e.path)))
+
+
+def _check_unmapped_ids(plan: BackendPlan) -> None:
+    if 0 in plan.host_ids:
+        raise SandboxStartError(
+            "without a user namespace the workload would run as host root", "this is a bug in the backend"
+        )
