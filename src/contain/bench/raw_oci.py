@@ -203,6 +203,7 @@ def raw_oci_bundle(runtime: str, command: Sequence[str]) -> Iterator[RawBundle]:
                 root_host_ids=(root_ids.uid, root_ids.gid),
                 host_hard_limits={n: resource.getrlimit(getattr(resource, f"RLIMIT_{n}"))[1] for n in _RLIMIT_NAMES},
                 netns_path=netns,
+                runtime=runtime,
             )
             write_bundle(_with_command(plan_oci_bundle(plan, inputs), command, runtime=runtime), bundle_dir)
             raw = RawBundle(facts_of_runtime, bundle_dir, work / "state", name)
