@@ -40,7 +40,7 @@ from contain.runtime.backend import BackendPlan
 from contain.runtime.backend_names import RuntimeFacts, plan_runsc_platform
 from contain.runtime.bwrap import ETC_PASSTHROUGH, default_scratch_paths, generated_etc_files
 from contain.runtime.container.backend import write_bundle
-from contain.runtime.container.bundle import BundleInputs, BundlePlan, RootfsEntry, plan_oci_bundle
+from contain.runtime.container.bundle import BundleInputs, BundlePlan, plan_oci_bundle
 from contain.runtime.container.oci_runtime import GLOBAL_FLAGS, probe_runtime
 from contain.runtime.disk_budget import inode_budget, plan_disk_places
 from contain.runtime.etc_tree import ensure_etc_tree
@@ -122,19 +122,10 @@ def _plan(facts: HostFacts, ids: tuple[int, int]) -> BackendPlan:
     )
 
 
-def _with_command(bundle: BundlePlan, command: Sequence[str], *, runtime: str) -> BundlePlan:
-    """The bundle with ``command`` as its process; for runsc also the mount points its gofer needs
-    under /dev (docs/gvisor-notes.md: runsc mounts binds onto the host rootfs)."""
+def _with_command(bundle: BundlePlan, command: Sequence[str]) -> BundlePlan:
+    """The bundle with ``command`` as its process instead of the supervisor; nothing else changes."""
     config = {**bundle.config, "process": {**bundle.config["process"], "args": list(command)}}
-    rootfs = bundle.rootfs
-    if runtime == "runsc":
-        have = {entry.path for entry in rootfs}
-        rootfs += tuple(
-            RootfsEntry(m["destination"], "dir" if m["type"] != "bind" or os.path.isdir(m["source"]) else "file")
-            for m in config["mounts"]
-            if m["destination"].startswith("/dev/") and m["destination"] not in have
-        )
-    return BundlePlan(config, rootfs, bundle.files)
+    return BundlePlan(config, bundle.rootfs, bundle.files)
 
 
 @contextlib.contextmanager
@@ -205,7 +196,7 @@ def raw_oci_bundle(runtime: str, command: Sequence[str]) -> Iterator[RawBundle]:
                 netns_path=netns,
                 runtime=runtime,
             )
-            write_bundle(_with_command(plan_oci_bundle(plan, inputs), command, runtime=runtime), bundle_dir)
+            write_bundle(_with_command(plan_oci_bundle(plan, inputs), command), bundle_dir)
             raw = RawBundle(facts_of_runtime, bundle_dir, work / "state", name)
             try:
                 yield raw

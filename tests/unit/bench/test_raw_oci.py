@@ -36,15 +36,10 @@ def _bundle() -> BundlePlan:
     return BundlePlan(config, (RootfsEntry("/dev", "dir"), RootfsEntry("/tmp", "dir")), ())
 
 
-def test_only_the_process_changes_for_runc() -> None:
+def test_only_the_process_changes() -> None:
     bundle = _bundle()
-    changed = _with_command(bundle, ["/bin/true"], runtime="runc")
+    changed = _with_command(bundle, ["/bin/true"])
     assert changed.config["process"] == {"args": ["/bin/true"], "cwd": "/"}
     assert changed.config["mounts"] == bundle.config["mounts"]
-    assert changed.rootfs == bundle.rootfs
+    assert (changed.rootfs, changed.files) == (bundle.rootfs, bundle.files)
     assert bundle.config["process"]["args"][0] == "/.contain/supervisor"  # the plan itself is not mutated
-
-
-def test_runsc_also_gets_host_mount_points_under_dev() -> None:
-    changed = _with_command(_bundle(), ["/bin/true"], runtime="runsc")
-    assert changed.rootfs[-1:] == (RootfsEntry("/dev/pts", "dir"),)
