@@ -1,4 +1,9 @@
-"""`contain bench startup`: sandbox start-up and throughput beside bare processes and raw bwrap.
+"""`contain bench startup [--backend a,b]`: sandbox start-up per backend beside its raw runtime
+(raw bwrap; raw `runc run` / `runsc run` of contain's bundle), session runs, and throughput.
+
+Exit status: 0 after the report; 2 for bad numbers; 125 (cause and fix, rendered by
+``contain.cli.main``) for a backend ``parse_backend_spec`` refuses or the bench has no baseline
+for, or a runtime that is missing.
 
 Terminal output: only contain's own variant names and measured numbers, no untrusted text, so
 nothing here needs ``contain.visible_text.for_terminal`` (the rule for every CLI module: values
