@@ -11,6 +11,9 @@ this one):
   skeleton holds only mount points and the loader symlinks (/bin -> usr/bin ...);
 - /usr read-only, loader directories read-only, /etc from the one cached tree (etc_tree.py),
   attachment data and empty masks as read-only bundle files (bwrap's ``--ro-bind-data``);
+- or, with ``image_etc_files`` set, the root is a local image the backend mounted (read-only to
+  the workload all the same): no host /usr, loader or /etc tree; contain's generated /etc files
+  (passwd, group, hosts, resolv.conf, ...) are bound one by one over the image's;
 - /proc fresh (pid namespace), /dev a small tmpfs that runc remounts read-only once it has made the
   default device nodes (bwrap's ``--dev`` + ``--remount-ro /dev``); /dev/pts a new devpts instance;
 - the disk budget's places (/tmp, /dev/shm, scratch) bound from ``disk_root``, the ONE tmpfs of
@@ -60,6 +63,7 @@ from contain.runtime.backend import BackendPlan
 from contain.runtime.bwrap import SANDBOX_GID, SANDBOX_UID, SUPERVISOR_SANDBOX_PATH
 from contain.runtime.cgroup_plan import plan_cgroup_hierarchies, plan_cgroup_limits
 from contain.runtime.container.oci_seccomp import render_oci_seccomp
+from contain.runtime.container.seccomp_probe import PROBE_SANDBOX_PATH
 from contain.runtime.disk_budget import plan_disk_places
 from contain.runtime.paths import bind_source, is_under_write_bind, with_bind_sources
 from contain.runtime.plan import plan_rlimits
@@ -188,6 +192,11 @@ class BundleInputs:
     host_hard_limits: Mapping[str, int]  # rlimit name ("NOFILE") -> the host's hard limit (-1: none)
     netns_path: str = ""  # the network namespace the backend made (egress listens there); "": a new one
     runtime: str = "runc"  # the OCI runtime the bundle is for; RUNTIME_DIFFERENCES rows apply to it
+    # an image rootfs (the backend mounted it at <bundle>/rootfs): no host /usr, loader dirs or /etc
+    # tree; these generated /etc files are bound one by one over the image's own /etc instead
+    image_etc_files: Mapping[str, str] | None = None
+    # runsc: the seccomp self-check program (seccomp_probe.py), bound read-only and executable
+    seccomp_probe: bytes | None = None
 
 
 @dataclass(frozen=True)
@@ -233,9 +242,14 @@ def _plan_mounts(plan: BackendPlan, inputs: BundleInputs, files: _Files) -> list
     """Mounts in bwrap's order, each with the kind of its mount point ("dir" or "file")."""
     # binds and the masks below them come from the staged idmapped views, as in the process backend
     paths = with_bind_sources(plan.paths, plan.bind_sources) if plan.bind_sources else plan.paths
-    mounts: list[tuple[dict[str, Any], str]] = [(_bind("/usr", "/usr"), "dir")]
-    mounts += [(_bind(p, p), "dir") for p in sorted(inputs.loader_dirs)]
-    mounts.append((_bind(inputs.etc_tree, "/etc"), "dir"))
+    mounts: list[tuple[dict[str, Any], str]] = []
+    if inputs.image_etc_files is None:
+        mounts.append((_bind("/usr", "/usr"), "dir"))
+        mounts += [(_bind(p, p), "dir") for p in sorted(inputs.loader_dirs)]
+        mounts.append((_bind(inputs.etc_tree, "/etc"), "dir"))
+    else:  # the image's /etc stays (certificates, its loader cache); contain's own files cover it
+        for path, text in sorted(inputs.image_etc_files.items()):
+            mounts.append((_bind(files.add(text.encode(), 0o444), path), "file"))
     for attachment in sorted(plan.attachments, key=lambda a: a.sandbox_path):
         if attachment.data is not None:
             mounts.append((_bind(files.add(attachment.data, 0o444), attachment.sandbox_path), "file"))
@@ -246,6 +260,8 @@ def _plan_mounts(plan: BackendPlan, inputs: BundleInputs, files: _Files) -> list
     for place in plan_disk_places(plan.boundary):  # one budget: every place is a directory of one tmpfs
         mounts.append((_bind(f"{inputs.disk_root}/{place.name}", place.sandbox_path, writable=True), "dir"))
     mounts.append((_bind(inputs.supervisor_host_path, SUPERVISOR_SANDBOX_PATH), "file"))
+    if inputs.seccomp_probe is not None:
+        mounts.append((_bind(files.add(inputs.seccomp_probe, 0o555), PROBE_SANDBOX_PATH), "file"))
     for attachment in plan.attachments:
         if attachment.host_path is not None:  # connect() needs write permission on the inode
             source = bind_source(plan.bind_sources, attachment.host_path)
