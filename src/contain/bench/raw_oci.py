@@ -39,8 +39,8 @@ from contain.host.facts import HostFacts, detect_host
 from contain.runtime.backend import BackendPlan
 from contain.runtime.backend_names import RuntimeFacts, plan_runsc_platform
 from contain.runtime.bwrap import ETC_PASSTHROUGH, default_scratch_paths, generated_etc_files
-from contain.runtime.container.backend import write_bundle
 from contain.runtime.container.bundle import BundleInputs, BundlePlan, plan_oci_bundle
+from contain.runtime.container.host_setup import write_bundle
 from contain.runtime.container.oci_runtime import GLOBAL_FLAGS, probe_runtime
 from contain.runtime.disk_budget import inode_budget, plan_disk_places
 from contain.runtime.etc_tree import ensure_etc_tree
