@@ -329,6 +329,9 @@ def observe_supervisor(*, build: bool) -> DetectedSupervisor:
 # subcommand ("  -root string").
 _FLAG_LISTINGS: dict[str, tuple[str, ...]] = {"runc": ("--help",), "runsc": ("flags",)}
 _FLAG_LINE = re.compile(r"^\s+--?([a-z][a-z0-9-]*)")
+# As long as the backend's own probe of the binary (oci_runtime._PROBE_TIMEOUT_S): runsc is a large
+# Go binary, and 3 s was seen to be too short on a loaded 2-vCPU host.
+_RUNTIME_FLAGS_TIMEOUT_S = 10.0
 
 
 def parse_flag_names(text: str) -> frozenset[str]:
@@ -356,7 +359,7 @@ def observe_oci_runtime(name: str) -> ObservedRuntime:
             [runtime.path, *_FLAG_LISTINGS[name]],
             capture_output=True,
             text=True,
-            timeout=_VERSION_TIMEOUT_S,
+            timeout=_RUNTIME_FLAGS_TIMEOUT_S,
             check=False,
             stdin=subprocess.DEVNULL,
         )
