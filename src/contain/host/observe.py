@@ -330,7 +330,7 @@ def observe_supervisor(*, build: bool) -> DetectedSupervisor:
 _FLAG_LISTINGS: dict[str, tuple[str, ...]] = {"runc": ("--help",), "runsc": ("flags",)}
 _FLAG_LINE = re.compile(r"^\s+--?([a-z][a-z0-9-]*)")
 # As long as the backend's own probe of the binary (oci_runtime._PROBE_TIMEOUT_S): runsc is a large
-# Go binary, and 3 s was seen to be too short on a loaded 2-vCPU host.
+# Go binary, and 3 s (the version probes' bound) is tight for it on a loaded 2-vCPU host.
 _RUNTIME_FLAGS_TIMEOUT_S = 10.0
 
 
