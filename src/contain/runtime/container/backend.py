@@ -71,6 +71,7 @@ import subprocess
 from pathlib import Path
 
 from contain._log import LazyLogger
+from contain.boundary.kinds import FileAccess
 from contain.errors import ContainError, FileTransferError, SandboxLost, SandboxStartError, UnsupportedHost
 from contain.host.facts import HostFacts
 from contain.runtime import files as sandbox_files
@@ -78,7 +79,7 @@ from contain.runtime.backend import BackendPlan, CommandRequest
 from contain.runtime.backend_names import RuntimeFacts
 from contain.runtime.bwrap import ETC_PASSTHROUGH, default_scratch_paths, generated_etc_files
 from contain.runtime.cgroups import SandboxCgroup
-from contain.runtime.container.bundle import BundleInputs, plan_oci_bundle
+from contain.runtime.container.bundle import BundleInputs, plan_oci_bundle, plan_runsc_ids
 from contain.runtime.container.host_setup import (
     MS_NODEV,
     MS_NOSUID,
@@ -234,6 +235,9 @@ class ContainerSandbox:
     # -- start
 
     def build_and_run(self) -> None:
+        if self._rt.runtime == "runsc":
+            self._plan = _runsc_plan(self._plan)
+            self._ids = self._plan.host_ids
         plan = self._plan
         root_ids = (0, 0)  # runsc: no user namespace (bundle.RUNTIME_DIFFERENCES), so no container root id
         # who may search the sandbox's directory besides root: runc's init resolves bind sources as
@@ -587,3 +591,17 @@ class ContainerSandbox:
         if self._root_lease is not None:
             self._root_lease.release()
             self._root_lease = None
+
+
+def _runsc_plan(plan: BackendPlan) -> BackendPlan:
+    """The plan as runsc runs it (bundle.RUNTIME_DIFFERENCES ``write-binds-as-their-owner``): write
+    binds bound as they are, and the workload as their owner. Read binds keep their idmapped view."""
+    write_binds = [b for b in plan.paths.binds if b.rule.access is FileAccess.WRITE]
+    owners = set()
+    for bind in write_binds:
+        info = os.stat(bind.host_realpath)  # a fact gathered before any workload exists
+        owners.add((info.st_uid, info.st_gid))
+    ids = plan_runsc_ids(owners, default=plan.host_ids)
+    real = {b.host_realpath for b in write_binds}
+    sources = {host: view for host, view in plan.bind_sources.items() if host not in real}
+    return plan._replace(bind_sources=sources, host_ids=ids)
