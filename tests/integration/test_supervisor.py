@@ -610,6 +610,23 @@ def test_without_securebits_a_bounding_set_that_cannot_be_emptied_fails_the_run(
         _stop(sb)
 
 
+_PR_CAPBSET_READ = 23
+NO_BOUNDING_READ = (_kernel_rule("prctl", errno.EINVAL, ArgCondition(index=0, op=ArgOp.EQ, value=_PR_CAPBSET_READ)),)
+
+
+def test_without_securebits_a_bounding_set_that_cannot_be_read_fails_the_run(supervisor_binary: Path) -> None:
+    control = _on_kernel(supervisor_binary, NO_BOUNDING_READ)
+    try:  # positive control: with securebits, an unreadable bounding set is skipped as before
+        assert isinstance(control.run(["/bin/true"]).reply, Started)
+    finally:
+        _stop(control)
+    sb = _on_kernel(supervisor_binary, GVISOR_LIKE + NO_BOUNDING_READ, args=ACCEPT_NO_SECUREBITS)
+    try:
+        assert sb.run(["/bin/true"]).reply == SpawnFailed(stage="caps", errno=errno.EINVAL)
+    finally:
+        _stop(sb)
+
+
 def test_without_close_range_the_workload_still_inherits_only_stdio(supervisor_binary: Path) -> None:
     sb = _on_kernel(supervisor_binary, WITHOUT_CLOSE_RANGE)
     try:
