@@ -35,6 +35,7 @@ from pathlib import Path
 
 from contain.boundary import Boundary
 from contain.boundary.plain import plain_boundary
+from contain.errors import UnsupportedHost
 from contain.host.facts import HostFacts, detect_host
 from contain.runtime.backend import BackendPlan
 from contain.runtime.backend_names import RuntimeFacts, plan_runsc_platform
@@ -128,12 +129,24 @@ def _with_command(bundle: BundlePlan, command: Sequence[str]) -> BundlePlan:
     return BundlePlan(config, bundle.rootfs, bundle.files)
 
 
+def _host_command(argv: list[str]) -> None:
+    """Run a setup command of the baseline; a failure is the host's, reported with its output."""
+    try:
+        subprocess.run(argv, check=True, capture_output=True, timeout=_TIMEOUT_S)
+    except (OSError, subprocess.SubprocessError) as exc:
+        detail = getattr(exc, "stderr", b"") or b""
+        raise UnsupportedHost(
+            f"the raw OCI baseline could not run `{' '.join(argv)}`: {exc} {detail.decode(errors='replace')[:300]}",
+            "run the bench as root on a host with iproute2 and tmpfs mounts allowed",
+        ) from exc
+
+
 @contextlib.contextmanager
 def _disk_budget(plan: BackendPlan, root: Path) -> Iterator[str]:
     root.mkdir(mode=0o755)
     disk = plan.boundary.resources.disk_bytes
     options = f"size={disk},nr_inodes={inode_budget(disk)},mode=755"
-    subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(root)], check=True)
+    _host_command(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(root)])
     try:
         for place in plan_disk_places(plan.boundary):
             (root / place.name).mkdir()
@@ -147,9 +160,9 @@ def _disk_budget(plan: BackendPlan, root: Path) -> Iterator[str]:
 @contextlib.contextmanager
 def _pinned_netns(name: str) -> Iterator[str]:
     """A network namespace for the bundle to name, as the backend makes one per sandbox (here: once)."""
-    subprocess.run(["ip", "netns", "add", name], check=True, capture_output=True)
+    _host_command(["ip", "netns", "add", name])
     try:
-        subprocess.run(["ip", "-n", name, "link", "set", "lo", "up"], check=True, capture_output=True)
+        _host_command(["ip", "-n", name, "link", "set", "lo", "up"])
         yield f"/run/netns/{name}"
     finally:
         subprocess.run(["ip", "netns", "delete", name], check=False, capture_output=True)
@@ -164,11 +177,13 @@ def raw_oci_bundle(runtime: str, command: Sequence[str]) -> Iterator[RawBundle]:
         command: the measured command, e.g. ["/bin/true"].
 
     Raises:
-        UnsupportedHost: the runtime is missing or unusable.
-        PermissionError: not root.
+        UnsupportedHost: not root, the runtime is missing or unusable, or a setup command failed.
     """
     if os.geteuid() != 0:
-        raise PermissionError("the raw OCI baseline needs root, as the container backend does")
+        raise UnsupportedHost(
+            "the raw OCI baseline needs root, as the container backend does",
+            "run `contain bench startup` as root, or measure --backend process only",
+        )
     facts_of_runtime = probe_runtime(runtime)
     facts = detect_host()
     work = Path(tempfile.mkdtemp(prefix=f"contain-bench-{runtime}-"))

@@ -43,3 +43,18 @@ def test_only_the_process_changes() -> None:
     assert changed.config["mounts"] == bundle.config["mounts"]
     assert (changed.rootfs, changed.files) == (bundle.rootfs, bundle.files)
     assert bundle.config["process"]["args"][0] == "/.contain/supervisor"  # the plan itself is not mutated
+
+
+def test_without_root_the_baseline_is_refused_with_the_fix_before_touching_the_host(monkeypatch) -> None:
+    import pytest
+
+    from contain.bench import raw_oci
+    from contain.errors import UnsupportedHost
+
+    def no_probe(runtime: str) -> None:
+        raise AssertionError("nothing may be probed or made without root")
+
+    monkeypatch.setattr(raw_oci.os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(raw_oci, "probe_runtime", no_probe)
+    with pytest.raises(UnsupportedHost, match="needs root"), raw_oci.raw_oci_bundle("runc", ["/bin/true"]):
+        pass
