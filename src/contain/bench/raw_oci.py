@@ -2,8 +2,9 @@
 
 For ``--backend container:runc`` and ``container:runsc`` the bench sets contain's API beside the
 runtime alone running **the bundle contain writes**: ``plan_oci_bundle`` for ``Boundary()`` (the
-same mounts, namespaces, user namespace with two leased host ids, a network namespace named by
-path, cgroup under ``contain-container``, rlimits, masked /proc paths, the rendered seccomp
+same mounts, namespaces, for runc the user namespace owned by the sandbox's leased uid and the
+network namespace the backend pins (made with the backend's own ``host_setup`` functions), cgroup
+under ``contain-container``, rlimits, masked /proc paths, the rendered seccomp
 filter), written by the backend's own ``write_bundle``, and run with the backend's own global flags
 (``oci_runtime.GLOBAL_FLAGS``: state root, runsc's platform from ``plan_runsc_platform``,
 ``--network=host``, ``--oci-seccomp``). One change: the container's process is the measured
@@ -13,12 +14,12 @@ per sandbox, the supervisor and its channel, the checks after start, and teardow
 
 Each sample is one foreground ``run`` of a fresh container name (runc and runsc delete the
 container when its process exits; ``delete --force`` runs for every name at the end, outside the
-timing, in case one did not). The disk budget tmpfs and the pinned network namespace are made once
-per bundle and reused by every sample: in contain they are per sandbox, so they count as
-contain's cost.
+timing, in case one did not). The disk budget tmpfs and the pinned namespaces are made once per
+bundle and reused by every sample: in contain they are per sandbox, so they count as contain's
+cost.
 
 Does not: run anything as a contain sandbox, check any layer, or judge; it measures.
-Needs root (leased host ids, mounts, ``ip netns``), as the container backend does.
+Needs root (leased host ids, mounts, namespaces), as the container backend does.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ from contain.runtime.backend import BackendPlan
 from contain.runtime.backend_names import RuntimeFacts, plan_runsc_platform
 from contain.runtime.bwrap import ETC_PASSTHROUGH, default_scratch_paths, generated_etc_files
 from contain.runtime.container.bundle import BundleInputs, BundlePlan, plan_oci_bundle
-from contain.runtime.container.host_setup import write_bundle
+from contain.runtime.container.host_setup import pin_new_netns, pin_owned_namespaces, umount, write_bundle
 from contain.runtime.container.oci_runtime import GLOBAL_FLAGS, probe_runtime
 from contain.runtime.disk_budget import inode_budget, plan_disk_places
 from contain.runtime.etc_tree import ensure_etc_tree
@@ -137,7 +138,7 @@ def _host_command(argv: list[str]) -> None:
         detail = getattr(exc, "stderr", b"") or b""
         raise UnsupportedHost(
             f"the raw OCI baseline could not run `{' '.join(argv)}`: {exc} {detail.decode(errors='replace')[:300]}",
-            "run the bench as root on a host with iproute2 and tmpfs mounts allowed",
+            "run the bench as root on a host that allows tmpfs mounts",
         ) from exc
 
 
@@ -158,14 +159,28 @@ def _disk_budget(plan: BackendPlan, root: Path) -> Iterator[str]:
 
 
 @contextlib.contextmanager
-def _pinned_netns(name: str) -> Iterator[str]:
-    """A network namespace for the bundle to name, as the backend makes one per sandbox (here: once)."""
-    _host_command(["ip", "netns", "add", name])
+def _pinned_namespaces(
+    runtime: str, work: Path, ids: tuple[int, int], root_ids: tuple[int, int], launcher: str
+) -> Iterator[tuple[str, str]]:
+    """The namespaces the backend pins per sandbox, made here once: runc a user namespace owned by
+    the sandbox's uid plus a netns (``host_setup.pin_owned_namespaces``), runsc a netns
+    (``pin_new_netns``). Returns (userns path or "", netns path)."""
+    user_path, net_path = str(work / "userns"), str(work / "netns")
     try:
-        _host_command(["ip", "-n", name, "link", "set", "lo", "up"])
-        yield f"/run/netns/{name}"
+        if runtime == "runc":
+            unshare = shutil.which("unshare", path="/usr/bin:/bin")
+            if unshare is None:
+                raise UnsupportedHost("unshare (util-linux) is not installed", "apt-get install util-linux")
+            pin_owned_namespaces(
+                launcher=launcher, unshare=unshare, ids=ids, root_ids=root_ids, user_path=user_path, net_path=net_path
+            )
+            yield user_path, net_path
+        else:
+            pin_new_netns(net_path)
+            yield "", net_path
     finally:
-        subprocess.run(["ip", "netns", "delete", name], check=False, capture_output=True)
+        for path in (net_path, user_path):
+            umount(path)
 
 
 @contextlib.contextmanager
@@ -196,7 +211,11 @@ def raw_oci_bundle(runtime: str, command: Sequence[str]) -> Iterator[RawBundle]:
         etc = generated_etc_files(home=default_scratch_paths(plan.boundary)[0], resolv_conf="")
         bundle_dir = work / "bundle"
         bundle_dir.mkdir(mode=0o755)
-        with _disk_budget(plan, work / "disk") as disk_root, _pinned_netns(name[:40]) as netns:
+        root_pair = (root_ids.uid, root_ids.gid)
+        with (
+            _disk_budget(plan, work / "disk") as disk_root,
+            _pinned_namespaces(runtime, work, plan.host_ids, root_pair, str(supervisor)) as (userns, netns),
+        ):
             inputs = BundleInputs(
                 bundle_dir=str(bundle_dir),
                 name=name,
@@ -206,9 +225,10 @@ def raw_oci_bundle(runtime: str, command: Sequence[str]) -> Iterator[RawBundle]:
                 supervisor_host_path=str(supervisor),
                 supervisor_args=(),
                 disk_root=disk_root,
-                root_host_ids=(root_ids.uid, root_ids.gid),
+                root_host_ids=root_pair,
                 host_hard_limits={n: resource.getrlimit(getattr(resource, f"RLIMIT_{n}"))[1] for n in _RLIMIT_NAMES},
                 netns_path=netns,
+                userns_path=userns,
                 runtime=runtime,
             )
             write_bundle(_with_command(plan_oci_bundle(plan, inputs), command), bundle_dir)
