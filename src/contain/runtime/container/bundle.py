@@ -67,6 +67,7 @@ from contain.runtime.container.seccomp_probe import PROBE_SANDBOX_PATH
 from contain.runtime.disk_budget import plan_disk_places
 from contain.runtime.paths import bind_source, is_under_write_bind, with_bind_sources
 from contain.runtime.plan import plan_rlimits
+from contain.runtime.seccomp_rules import SECCOMP_RULES
 
 __all__ = [
     "CONTAINER_CGROUP_PARENT",
@@ -162,6 +163,22 @@ RUNTIME_DIFFERENCES: tuple[RuntimeDifference, ...] = (
         "the idmapped view of a write bind root is unmapped and every create fails with EOVERFLOW (measured). "
         "So write binds are bound as they are and the workload runs as the binds' owner inside the sentry "
         "(plan_runsc_ids); files it makes there belong to that owner, as through the view on other backends",
+    ),
+    RuntimeDifference(
+        "runsc",
+        "clone3-enosys-from-the-sentry",
+        "runsc 20221219 ignores errnoRet and answers every SCMP_ACT_ERRNO row with EPERM; for clone3 (denied "
+        "with ENOSYS so that glibc falls back to clone(), whose flags the filter can check) EPERM means no "
+        "thread can start. The sentry has no clone3 at all (ENOSYS, measured), so the row is left out and the "
+        "seccomp self-check (seccomp_probe.py) refuses the sandbox unless clone3 still gives ENOSYS",
+    ),
+    RuntimeDifference(
+        "runsc",
+        "host-sockets-unreachable",
+        "with --host-uds=none the sentry refuses connect() to every host Unix socket in a bind (EPERM, "
+        "docs/gvisor-notes.md), so the empty-file masks that hide sockets are not planned: the gofer cannot "
+        "mount over a socket anyway (open() of the mount point fails with ENXIO, measured with IP-51). A "
+        "boundary that keeps sockets connectable (allow_sockets) is refused under runsc (plan_layers)",
     ),
     RuntimeDifference(
         "runsc",
@@ -277,7 +294,9 @@ class _Files:
         return posixpath.join(self.bundle_dir, name)
 
 
-def _plan_mounts(plan: BackendPlan, inputs: BundleInputs, files: _Files) -> list[tuple[dict[str, Any], str]]:
+def _plan_mounts(
+    plan: BackendPlan, inputs: BundleInputs, files: _Files, differences: set[str]
+) -> list[tuple[dict[str, Any], str]]:
     """Mounts in bwrap's order, each with the kind of its mount point ("dir" or "file")."""
     # binds and the masks below them come from the staged idmapped views, as in the process backend
     paths = with_bind_sources(plan.paths, plan.bind_sources) if plan.bind_sources else plan.paths
@@ -317,7 +336,8 @@ def _plan_mounts(plan: BackendPlan, inputs: BundleInputs, files: _Files) -> list
             else:
                 mounts.append((_bind(files.add(b"", 0o444), mask.sandbox_path), "file"))
     for path in paths.hidden_sockets:  # connect() on an empty regular file fails
-        mounts.append((_bind(files.add(b"", 0o000), path), "file"))
+        if "host-sockets-unreachable" not in differences:
+            mounts.append((_bind(files.add(b"", 0o000), path), "file"))
     for path, kind in sorted(paths.blocks.items()):
         if kind == "file":
             mounts.append((_bind(files.add(b"", 0o000), path), "file"))
@@ -446,8 +466,8 @@ def plan_oci_bundle(plan: BackendPlan, inputs: BundleInputs) -> BundlePlan:
             table cannot be rendered for the arch.
     """
     files = _Files(inputs.bundle_dir)
-    mounts = _plan_mounts(plan, inputs, files)
     differences = {row.name for row in RUNTIME_DIFFERENCES if row.runtime == inputs.runtime}
+    mounts = _plan_mounts(plan, inputs, files, differences)
     user_namespace = "no-user-namespace" not in differences
     kinds = ("pid", "ipc", "uts", "mount", "user", "network", "cgroup")
     empty: list[str] = []
@@ -466,7 +486,10 @@ def plan_oci_bundle(plan: BackendPlan, inputs: BundleInputs) -> BundlePlan:
         user = {"uid": plan.host_ids[0], "gid": plan.host_ids[1], "additionalGids": []}
         _check_unmapped_ids(plan)
     if plan.layers.seccomp:
-        linux["seccomp"] = render_oci_seccomp(arch=plan.facts.arch, libseccomp_path=plan.facts.libseccomp_path)
+        rules = SECCOMP_RULES
+        if "clone3-enosys-from-the-sentry" in differences:
+            rules = tuple(r for r in SECCOMP_RULES if r.syscall != "clone3")
+        linux["seccomp"] = render_oci_seccomp(rules, arch=plan.facts.arch, libseccomp_path=plan.facts.libseccomp_path)
     config: dict[str, Any] = {
         "ociVersion": OCI_VERSION,
         "root": {"path": "rootfs", "readonly": True},
