@@ -41,7 +41,7 @@ def doctor_json() -> tuple[dict[str, object], int, float]:
 
 def test_json_report_has_checks_verdicts_and_a_matching_exit_code(doctor_json):
     report, code, _ = doctor_json
-    assert set(report) == {"checks", "verdicts", "process_backend", "exit_code"}
+    assert set(report) == {"checks", "verdicts", "runtimes", "process_backend", "exit_code"}
     for row in [*report["checks"], *report["verdicts"]]:
         assert set(row) == {"name", "status", "detail", "fix"}
         assert row["status"] in ("ok", "warn", "fail")
@@ -51,8 +51,9 @@ def test_json_report_has_checks_verdicts_and_a_matching_exit_code(doctor_json):
         "process backend",
         "landlock",
         "cgroups",
-        "container backend",
         "microvm backend",
+        "container:runc",
+        "container:runsc",
     ]
     assert report["exit_code"] == code
     assert code == (0 if report["process_backend"] != "fail" else 1)
@@ -71,6 +72,27 @@ def test_this_host_has_bwrap_userns_seccomp_and_landlock(doctor_json):
     for name in ("bwrap", "user-namespaces", "seccomp", "libseccomp", "landlock"):
         assert checks[name]["status"] == "ok", checks[name]
     assert checks["landlock"]["detail"] == f"ABI {facts.landlock_abi}"
+
+
+@pytest.mark.parametrize("runtime", ["runc", "runsc"])
+def test_each_oci_runtime_verdict_matches_what_the_binary_says_on_this_host(doctor_json, runtime):
+    report, _, _ = doctor_json
+    found = next(r for r in report["runtimes"] if r["name"] == f"container:{runtime}")
+    verdict = next(v for v in report["verdicts"] if v["name"] == f"container:{runtime}")
+    assert (verdict["status"], verdict["detail"], verdict["fix"]) == (found["status"], found["detail"], found["fix"])
+    if found["path"] is None:
+        assert found["status"] in ("warn", "fail") and found["fix"], found
+        pytest.skip(f"{runtime} is not installed or unusable here: {found['detail']}")
+    version = subprocess.run([found["path"], "--version"], capture_output=True, text=True, check=True)
+    assert found["version"] == version.stdout.splitlines()[0].strip()
+    if runtime == "runsc":
+        listed = subprocess.run([found["path"], "help", "platforms"], capture_output=True, text=True, check=True)
+        assert found["platforms"] == listed.stdout.split()
+        assert found["platform"] in found["platforms"] and found["platform"] != "kvm"
+    assert found["missing_flags"] == []
+    facts = detect_host()
+    if facts.is_root and facts.user_namespaces:  # this host: what the container backend needs
+        assert found["status"] == "ok", found
 
 
 def test_kvm_guest_verdict_is_one_of_three(doctor_json):

@@ -595,6 +595,8 @@ def test_accepting_the_difference_on_linux_still_locks_securebits(supervisor_bin
 
 def test_without_securebits_a_bounding_set_that_cannot_be_emptied_fails_the_run(supervisor_binary: Path) -> None:
     """The empty bounding set replaces securebits there: best effort on Linux, required without them."""
+    if os.geteuid() != 0:
+        pytest.skip("only bwrap run by root leaves the sandbox a bounding set (unprivileged bwrap empties it)")
     no_setpcap = ("--cap-drop", "CAP_SETPCAP")  # root's bwrap then leaves a bounding set it cannot drop
     control = start_supervisor(supervisor_binary, extra_bwrap=no_setpcap)
     try:  # positive control: with securebits the run goes ahead (no_new_privs and capset(0) hold)
@@ -604,6 +606,23 @@ def test_without_securebits_a_bounding_set_that_cannot_be_emptied_fails_the_run(
     sb = _on_kernel(supervisor_binary, GVISOR_LIKE, args=ACCEPT_NO_SECUREBITS, extra_bwrap=no_setpcap)
     try:
         assert sb.run(["/bin/true"]).reply == SpawnFailed(stage="caps", errno=errno.EPERM)
+    finally:
+        _stop(sb)
+
+
+_PR_CAPBSET_READ = 23
+NO_BOUNDING_READ = (_kernel_rule("prctl", errno.EINVAL, ArgCondition(index=0, op=ArgOp.EQ, value=_PR_CAPBSET_READ)),)
+
+
+def test_without_securebits_a_bounding_set_that_cannot_be_read_fails_the_run(supervisor_binary: Path) -> None:
+    control = _on_kernel(supervisor_binary, NO_BOUNDING_READ)
+    try:  # positive control: with securebits, an unreadable bounding set is skipped as before
+        assert isinstance(control.run(["/bin/true"]).reply, Started)
+    finally:
+        _stop(control)
+    sb = _on_kernel(supervisor_binary, GVISOR_LIKE + NO_BOUNDING_READ, args=ACCEPT_NO_SECUREBITS)
+    try:
+        assert sb.run(["/bin/true"]).reply == SpawnFailed(stage="caps", errno=errno.EINVAL)
     finally:
         _stop(sb)
 

@@ -1,7 +1,8 @@
 """contain's real supervisor as pid 1 under a real ``runsc`` (gVisor), in the bundle contain plans.
 
-The bundle comes from ``plan_oci_bundle`` for a default boundary, as in test_oci_bundle_runc.py
-(the apply step is this test's; the container backend has its own). runsc has no
+The bundle comes from ``plan_oci_bundle`` for a default boundary and ``runtime="runsc"`` (its
+``RUNTIME_DIFFERENCES``), as in test_oci_bundle_runc.py (the apply step is this test's; the
+container backend has its own). runsc has no
 ``--preserve-fds``, so the supervisor's control socket is donated as the container's stdin and
 named ``--control-fd 0`` (docs/gvisor-notes.md, "Control channel"). The supervisor gets the
 ``--accept-difference`` arguments ``kernel_differences`` gives for gVisor, and no Landlock (the
@@ -32,7 +33,7 @@ from contain.boundary.plain import plain_boundary
 from contain.host.facts import detect_host
 from contain.runtime.backend import BackendPlan
 from contain.runtime.bwrap import ETC_PASSTHROUGH, default_scratch_paths, generated_etc_files
-from contain.runtime.container.bundle import BundleInputs, BundlePlan, RootfsEntry, plan_oci_bundle
+from contain.runtime.container.bundle import BundleInputs, BundlePlan, plan_oci_bundle
 from contain.runtime.disk_budget import inode_budget, plan_disk_places
 from contain.runtime.etc_tree import ensure_etc_tree
 from contain.runtime.host_ids import lease_host_ids
@@ -79,24 +80,6 @@ def _write_bundle(bundle: BundlePlan, bundle_dir: Path) -> None:
         (bundle_dir / file.name).write_bytes(file.content)
         (bundle_dir / file.name).chmod(file.mode)
     (bundle_dir / "config.json").write_text(json.dumps(bundle.config))
-
-
-def _for_runsc(bundle: BundlePlan) -> BundlePlan:
-    """What runsc 20221219 needs beyond the runc bundle: host mount points under /dev.
-
-    runc's init creates the mount points of binds inside its /dev tmpfs itself. runsc's gofer
-    bind-mounts every host source onto the HOST rootfs (``/proc/root/dev/shm``), where /dev is
-    the skeleton's root-owned directory, and fails ``mkdir`` there (EACCES) as container root's
-    host id. This is the container backend's call (bundle.py); here it only lets the supervisor
-    be tested, so the bundle is otherwise exactly what bundle.py plans.
-    """
-    have = {entry.path for entry in bundle.rootfs}
-    extra = tuple(
-        RootfsEntry(m["destination"], "dir" if m["type"] != "bind" or os.path.isdir(m["source"]) else "file")
-        for m in bundle.config["mounts"]
-        if m["destination"].startswith("/dev/") and m["destination"] not in have
-    )
-    return BundlePlan(bundle.config, bundle.rootfs + extra, bundle.files)
 
 
 @contextlib.contextmanager
@@ -151,8 +134,9 @@ def runsc_sandbox(host_tmp: Path, supervisor_args: tuple[str, ...]) -> Iterator[
             disk_root=disk_root,
             root_host_ids=(root_ids.uid, root_ids.uid),
             host_hard_limits={n: resource.getrlimit(getattr(resource, f"RLIMIT_{n}"))[1] for n in RLIMIT_NAMES},
+            runtime="runsc",  # bundle.RUNTIME_DIFFERENCES: no user namespace, /dev mount points, pids
         )
-        _write_bundle(_for_runsc(plan_oci_bundle(plan, inputs)), bundle_dir)
+        _write_bundle(plan_oci_bundle(plan, inputs), bundle_dir)
         host, peer = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         runsc = [RUNSC, f"--root={state}", "--network=none", "--oci-seccomp"]
         with peer, open(log, "wb") as log_file:
@@ -204,7 +188,8 @@ def test_the_supervisor_under_runsc_reaches_ready_and_runs_commands(host_tmp: Pa
         _reply, exited, out, err = _run(sb, ["python3", "-c", WHO_AND_WHAT])
         assert exited is not None and exited.exit_code == 0, err
         uid, fds, caps = json.loads(out)
-        assert uid == 1000  # the sandbox user
+        # no user namespace under runsc (bundle.RUNTIME_DIFFERENCES): the leased host id, never root
+        assert uid == sb.plan.host_ids[0] and uid != 0
         assert fds == ["0", "1", "2", "3"]  # stdio, and 3: listdir's own fd (the lowest free one)
         assert {"CapInh", "CapPrm", "CapEff", "CapBnd"} <= caps.keys()  # gVisor 2022 prints no CapAmb
         assert set(caps.values()) == {"0000000000000000"}

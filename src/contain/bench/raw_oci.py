@@ -2,27 +2,29 @@
 
 For ``--backend container:runc`` and ``container:runsc`` the bench sets contain's API beside the
 runtime alone running **the bundle contain writes**: ``plan_oci_bundle`` for ``Boundary()`` (the
-same mounts, namespaces, user namespace with two leased host ids, cgroup under
-``contain-container``, rlimits, masked /proc paths and, for runsc, ``--oci-seccomp`` with the same
-rendered filter), written once, with one change: the container's process is the measured command
-itself instead of contain's supervisor. What the difference then measures is contain's own work
-per sandbox: planning, writing a bundle, the disk budget tmpfs and network namespace made per
-sandbox, the supervisor and its channel, the checks after start, and teardown.
+same mounts, namespaces, for runc the user namespace owned by the sandbox's leased uid and the
+network namespace the backend pins (made with the backend's own ``host_setup`` functions), cgroup
+under ``contain-container``, rlimits, masked /proc paths, the rendered seccomp
+filter), written by the backend's own ``write_bundle``, and run with the backend's own global flags
+(``oci_runtime.GLOBAL_FLAGS``: state root, runsc's platform from ``plan_runsc_platform``,
+``--network=host``, ``--oci-seccomp``). One change: the container's process is the measured
+command itself instead of contain's supervisor. What the difference then measures is contain's
+own work per sandbox: planning, writing a bundle, the disk budget tmpfs and network namespace made
+per sandbox, the supervisor and its channel, the checks after start, and teardown.
 
 Each sample is one foreground ``run`` of a fresh container name (runc and runsc delete the
-container when its process exits; ``delete --force`` runs after each sample, outside the timing,
-in case one did not). The disk budget tmpfs and, for runsc, the pinned network namespace are made
-once per bundle and reused by every sample: in contain they are per sandbox, so they count as
-contain's cost.
+container when its process exits; ``delete --force`` runs for every name at the end, outside the
+timing, in case one did not). The disk budget tmpfs and the pinned namespaces are made once per
+bundle and reused by every sample: in contain they are per sandbox, so they count as contain's
+cost.
 
 Does not: run anything as a contain sandbox, check any layer, or judge; it measures.
-Needs root (leased host ids, mounts), as the container backend does.
+Needs root (leased host ids, mounts, namespaces), as the container backend does.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import resource
 import shutil
@@ -34,10 +36,14 @@ from pathlib import Path
 
 from contain.boundary import Boundary
 from contain.boundary.plain import plain_boundary
+from contain.errors import UnsupportedHost
 from contain.host.facts import HostFacts, detect_host
 from contain.runtime.backend import BackendPlan
+from contain.runtime.backend_names import RuntimeFacts, plan_runsc_platform
 from contain.runtime.bwrap import ETC_PASSTHROUGH, default_scratch_paths, generated_etc_files
-from contain.runtime.container.bundle import BundleInputs, BundlePlan, RootfsEntry, plan_oci_bundle
+from contain.runtime.container.bundle import BundleInputs, BundlePlan, plan_oci_bundle
+from contain.runtime.container.host_setup import pin_new_netns, pin_owned_namespaces, umount, write_bundle
+from contain.runtime.container.oci_runtime import GLOBAL_FLAGS, probe_runtime
 from contain.runtime.disk_budget import inode_budget, plan_disk_places
 from contain.runtime.etc_tree import ensure_etc_tree
 from contain.runtime.host_ids import lease_host_ids
@@ -45,41 +51,34 @@ from contain.runtime.paths import gather_path_facts
 from contain.runtime.plan import plan_layers
 from contain.runtime.supervisor_build import ensure_supervisor_binary
 
-__all__ = ["RAW_RUNTIME_FLAGS", "RawBundle", "raw_argv", "raw_oci_bundle", "runtime_path"]
+__all__ = ["RawBundle", "raw_argv", "raw_oci_bundle"]
 
 _RLIMIT_NAMES = ("AS", "CORE", "CPU", "DATA", "FSIZE", "MEMLOCK", "MSGQUEUE", "NOFILE", "NPROC", "SIGPENDING", "STACK")
 _LOADER_PATHS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 _TIMEOUT_S = 60.0
 
-# The runtime's global flags for the raw run, as contain's container backend gives them (its
-# GLOBAL_FLAGS), minus the log file and pid file that only contain reads.
-RAW_RUNTIME_FLAGS: dict[str, tuple[str, ...]] = {
-    "runc": ("--root={state}",),
-    "runsc": ("--root={state}", "--platform={platform}", "--network=host", "--oci-seccomp", "--host-uds=none"),
-}
 
+def raw_argv(runtime: RuntimeFacts, *, state: str, log: str, bundle: str, name: str) -> list[str]:
+    """``<runtime> <contain's global flags> run --bundle BUNDLE NAME``: one foreground run. Pure.
 
-def runtime_path(runtime: str) -> str:
-    """The runtime binary: PATH, then where Debian installs it."""
-    found = shutil.which(runtime) or shutil.which(runtime, path="/usr/sbin:/usr/bin:/usr/local/sbin:/usr/local/bin")
-    if found is None:
-        raise FileNotFoundError(f"{runtime} is not installed")
-    return found
-
-
-def raw_argv(runtime: str, *, path: str, state: str, platform: str, bundle: str, name: str) -> list[str]:
-    """``<runtime> <flags> run --bundle BUNDLE NAME``: the foreground run of one container. Pure."""
-    flags = [f.format(state=state, platform=platform) for f in RAW_RUNTIME_FLAGS[runtime]]
-    return [path, *flags, "run", "--bundle", bundle, name]
+    The global flags are the container backend's own rows (``oci_runtime.GLOBAL_FLAGS``), so the
+    raw runtime runs with the state root, platform, network mode and ``--oci-seccomp`` contain
+    gives it; only contain's ``--detach``, ``--preserve-fds`` and ``--pid-file`` are left out.
+    """
+    platform = plan_runsc_platform(runtime.platforms).name if runtime.runtime == "runsc" else ""
+    flags = [
+        row.flag.format(state=state, platform=platform, log=log)
+        for row in GLOBAL_FLAGS
+        if row.runtime == runtime.runtime
+    ]
+    return [runtime.path, *flags, "run", "--bundle", bundle, name]
 
 
 @dataclass
 class RawBundle:
     """One written bundle whose process is the measured command; ``run_once`` runs it once."""
 
-    runtime: str
-    path: str
-    platform: str
+    runtime: RuntimeFacts
     bundle_dir: Path
     state_dir: Path
     name: str
@@ -88,24 +87,22 @@ class RawBundle:
     def run_once(self) -> None:
         """Run a fresh container of the bundle in the foreground; raise if the command failed."""
         self.runs += 1
-        name = f"{self.name}-{self.runs}"
         argv = raw_argv(
             self.runtime,
-            path=self.path,
             state=str(self.state_dir),
-            platform=self.platform,
+            log=str(self.bundle_dir.parent / "runtime.log"),
             bundle=str(self.bundle_dir),
-            name=name,
+            name=f"{self.name}-{self.runs}",
         )
         done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=_TIMEOUT_S, check=False)
         if done.returncode != 0:
-            raise RuntimeError(f"raw {self.runtime} run failed ({done.returncode}): {done.stderr[-600:]!r}")
+            raise RuntimeError(f"raw {self.runtime.runtime} run failed ({done.returncode}): {done.stderr[-600:]!r}")
 
     def sweep(self) -> None:
         """Delete whatever container of this bundle is left (outside the timing)."""
-        for n in range(max(1, self.runs - 2), self.runs + 1):
+        for n in range(1, self.runs + 1):
             subprocess.run(
-                [self.path, f"--root={self.state_dir}", "delete", "--force", f"{self.name}-{n}"],
+                [self.runtime.path, f"--root={self.state_dir}", "delete", "--force", f"{self.name}-{n}"],
                 capture_output=True,
                 timeout=_TIMEOUT_S,
                 check=False,
@@ -127,37 +124,22 @@ def _plan(facts: HostFacts, ids: tuple[int, int]) -> BackendPlan:
     )
 
 
-def _with_command(bundle: BundlePlan, command: Sequence[str], *, runtime: str) -> BundlePlan:
-    """The bundle with ``command`` as its process; for runsc also the mount points its gofer needs
-    under /dev (docs/gvisor-notes.md: runsc mounts binds onto the host rootfs)."""
+def _with_command(bundle: BundlePlan, command: Sequence[str]) -> BundlePlan:
+    """The bundle with ``command`` as its process instead of the supervisor; nothing else changes."""
     config = {**bundle.config, "process": {**bundle.config["process"], "args": list(command)}}
-    rootfs = bundle.rootfs
-    if runtime == "runsc":
-        have = {entry.path for entry in rootfs}
-        rootfs += tuple(
-            RootfsEntry(m["destination"], "dir" if m["type"] != "bind" or os.path.isdir(m["source"]) else "file")
-            for m in config["mounts"]
-            if m["destination"].startswith("/dev/") and m["destination"] not in have
-        )
-    return BundlePlan(config, rootfs, bundle.files)
+    return BundlePlan(config, bundle.rootfs, bundle.files)
 
 
-def _write(bundle: BundlePlan, bundle_dir: Path) -> None:
-    rootfs = bundle_dir / "rootfs"
-    rootfs.mkdir(mode=0o755)
-    for entry in bundle.rootfs:
-        target = rootfs / entry.path.lstrip("/")
-        if entry.kind == "symlink":
-            target.symlink_to(entry.target)
-        elif entry.kind == "dir":
-            target.mkdir(mode=0o755)
-        else:
-            target.touch(mode=0o444)
-    (bundle_dir / "data").mkdir(mode=0o755)
-    for file in bundle.files:
-        (bundle_dir / file.name).write_bytes(file.content)
-        (bundle_dir / file.name).chmod(file.mode)
-    (bundle_dir / "config.json").write_text(json.dumps(bundle.config))
+def _host_command(argv: list[str]) -> None:
+    """Run a setup command of the baseline; a failure is the host's, reported with its output."""
+    try:
+        subprocess.run(argv, check=True, capture_output=True, timeout=_TIMEOUT_S)
+    except (OSError, subprocess.SubprocessError) as exc:
+        detail = getattr(exc, "stderr", b"") or b""
+        raise UnsupportedHost(
+            f"the raw OCI baseline could not run `{' '.join(argv)}`: {exc} {detail.decode(errors='replace')[:300]}",
+            "run the bench as root on a host that allows tmpfs mounts",
+        ) from exc
 
 
 @contextlib.contextmanager
@@ -165,7 +147,7 @@ def _disk_budget(plan: BackendPlan, root: Path) -> Iterator[str]:
     root.mkdir(mode=0o755)
     disk = plan.boundary.resources.disk_bytes
     options = f"size={disk},nr_inodes={inode_budget(disk)},mode=755"
-    subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(root)], check=True)
+    _host_command(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(root)])
     try:
         for place in plan_disk_places(plan.boundary):
             (root / place.name).mkdir()
@@ -177,24 +159,51 @@ def _disk_budget(plan: BackendPlan, root: Path) -> Iterator[str]:
 
 
 @contextlib.contextmanager
-def raw_oci_bundle(runtime: str, command: Sequence[str], *, platform: str = "ptrace") -> Iterator[RawBundle]:
+def _pinned_namespaces(
+    runtime: str, work: Path, ids: tuple[int, int], root_ids: tuple[int, int], launcher: str
+) -> Iterator[tuple[str, str]]:
+    """The namespaces the backend pins per sandbox, made here once: runc a user namespace owned by
+    the sandbox's uid plus a netns (``host_setup.pin_owned_namespaces``), runsc a netns
+    (``pin_new_netns``). Returns (userns path or "", netns path)."""
+    user_path, net_path = str(work / "userns"), str(work / "netns")
+    try:
+        if runtime == "runc":
+            unshare = shutil.which("unshare", path="/usr/bin:/bin")
+            if unshare is None:
+                raise UnsupportedHost("unshare (util-linux) is not installed", "apt-get install util-linux")
+            pin_owned_namespaces(
+                launcher=launcher, unshare=unshare, ids=ids, root_ids=root_ids, user_path=user_path, net_path=net_path
+            )
+            yield user_path, net_path
+        else:
+            pin_new_netns(net_path)
+            yield "", net_path
+    finally:
+        for path in (net_path, user_path):
+            umount(path)
+
+
+@contextlib.contextmanager
+def raw_oci_bundle(runtime: str, command: Sequence[str]) -> Iterator[RawBundle]:
     """Write contain's bundle for ``Boundary()`` with ``command`` as its process; clean up after.
 
     Args:
-        runtime: "runc" or "runsc".
+        runtime: "runc" or "runsc" (probed with the backend's ``probe_runtime``).
         command: the measured command, e.g. ["/bin/true"].
-        platform: runsc's --platform (contain's choice for this binary).
 
     Raises:
-        FileNotFoundError: the runtime is not installed.
-        PermissionError: not root.
+        UnsupportedHost: not root, the runtime is missing or unusable, or a setup command failed.
     """
     if os.geteuid() != 0:
-        raise PermissionError("the raw OCI baseline needs root, as the container backend does")
-    path = runtime_path(runtime)
+        raise UnsupportedHost(
+            "the raw OCI baseline needs root, as the container backend does",
+            "run `contain bench startup` as root, or measure --backend process only",
+        )
+    facts_of_runtime = probe_runtime(runtime)
     facts = detect_host()
     work = Path(tempfile.mkdtemp(prefix=f"contain-bench-{runtime}-"))
     work.chmod(0o755)
+    name = f"contain-bench-{os.getpid()}-{runtime}-{os.urandom(3).hex()}"
     ids, root_ids = lease_host_ids(), lease_host_ids()
     try:
         plan = _plan(facts, (ids.uid, ids.gid))
@@ -202,8 +211,11 @@ def raw_oci_bundle(runtime: str, command: Sequence[str], *, platform: str = "ptr
         etc = generated_etc_files(home=default_scratch_paths(plan.boundary)[0], resolv_conf="")
         bundle_dir = work / "bundle"
         bundle_dir.mkdir(mode=0o755)
-        name = f"contain-bench-{os.getpid()}-{runtime}-{os.urandom(3).hex()}"
-        with _disk_budget(plan, work / "disk") as disk_root:
+        root_pair = (root_ids.uid, root_ids.gid)
+        with (
+            _disk_budget(plan, work / "disk") as disk_root,
+            _pinned_namespaces(runtime, work, plan.host_ids, root_pair, str(supervisor)) as (userns, netns),
+        ):
             inputs = BundleInputs(
                 bundle_dir=str(bundle_dir),
                 name=name,
@@ -213,11 +225,14 @@ def raw_oci_bundle(runtime: str, command: Sequence[str], *, platform: str = "ptr
                 supervisor_host_path=str(supervisor),
                 supervisor_args=(),
                 disk_root=disk_root,
-                root_host_ids=(root_ids.uid, root_ids.gid),
+                root_host_ids=root_pair,
                 host_hard_limits={n: resource.getrlimit(getattr(resource, f"RLIMIT_{n}"))[1] for n in _RLIMIT_NAMES},
+                netns_path=netns,
+                userns_path=userns,
+                runtime=runtime,
             )
-            _write(_with_command(plan_oci_bundle(plan, inputs), command, runtime=runtime), bundle_dir)
-            raw = RawBundle(runtime, path, platform, bundle_dir, work / "state", name)
+            write_bundle(_with_command(plan_oci_bundle(plan, inputs), command), bundle_dir)
+            raw = RawBundle(facts_of_runtime, bundle_dir, work / "state", name)
             try:
                 yield raw
             finally:

@@ -12,6 +12,15 @@ Variants, interleaved round by round so that noise on this shared machine hits a
     the usual case: the boundary was validated by an earlier run and is read from the cache;
   - ``contain-cli-uncached``: the same with the validation cache off (``CONTAIN_NO_BOUNDARY_CACHE``),
     what the first run of a new manifest costs (pydantic imported, the manifest validated).
+  - ``contain-session``: one run in a sandbox opened before the first round and closed after the
+    last (N runs in one sandbox), beside ``contain-api``'s fresh sandbox per run.
+With ``backends`` naming container backends (``container:runc``, ``container:runsc``), per backend:
+  - ``raw-runc`` / ``raw-runsc``: the runtime alone running the bundle contain writes for
+    ``Boundary()``, with the command as the container's process (``bench/raw_oci.py``);
+  - ``contain-api[container:runc]``: ``Sandbox(Boundary(), backend="container:runc")``, started, one
+    run, closed; ``contain-session[container:runc]``: one run in an open container sandbox.
+Every variant of every backend is interleaved in the same rounds. ``BACKEND_TARGETS`` states what
+each backend's API is compared with, and the target (issue 13).
 Throughput: N sandboxed commands at a given concurrency, against the same commands run bare.
 
 Reports medians and p95 and the ratios the targets are stated in. Does not assert anything:
@@ -28,16 +37,81 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
 from dataclasses import dataclass
 
 from contain.boundary import Boundary
 from contain.host.facts import detect_host
 from contain.runtime import Sandbox
 from contain.runtime.plan import sandbox_host_ids
+from contain.runtime.result import RunResult
 
-__all__ = ["StartupReport", "Summary", "measure_startup", "measure_throughput", "render_startup"]
+__all__ = [
+    "BACKEND_TARGETS",
+    "BackendTarget",
+    "StartupReport",
+    "Summary",
+    "backend_rows",
+    "bench_backends",
+    "measure_startup",
+    "measure_throughput",
+    "render_startup",
+]
 
 COMMANDS: dict[str, list[str]] = {"true": ["/bin/true"], "python": ["/usr/bin/python3", "-c", "pass"]}
+
+
+@dataclass(frozen=True)
+class BackendTarget:
+    """What one backend's API start-up is compared with, and the ratio it should stay under."""
+
+    backend: str  # a backend spec, e.g. "container:runc"
+    baseline: str  # the variant it is compared with, e.g. "raw-runc"
+    baseline_label: str  # how the table names the baseline
+    max_ratio: float  # API median / baseline median, /bin/true (issue 13, "Done when")
+
+
+BACKEND_TARGETS: tuple[BackendTarget, ...] = (
+    BackendTarget("process", "bwrap", "raw bwrap, contain's mounts", 2.0),
+    BackendTarget("container:runc", "raw-runc", "raw `runc run` of contain's bundle", 1.5),
+    BackendTarget("container:runsc", "raw-runsc", "raw `runsc run` of contain's bundle", 1.3),
+)
+CLI_TARGET_MS = 120.0  # `contain run -- /bin/true`, issue 13
+
+
+def bench_backends(text: str) -> tuple[str, ...]:
+    """The backend specs of ``--backend a,b``, each once, in the given order, as ``RunResult.backend``
+    spells them (``parse_backend_spec``: a bare ``container`` is ``container:runc``).
+
+    Raises:
+        UnknownBackend: a name ``parse_backend_spec`` refuses (exit 125).
+        UnsupportedHost: a valid backend the bench has no baseline for (microvm; exit 125).
+    """
+    from contain.errors import UnsupportedHost
+    from contain.runtime.backend_names import parse_backend_spec
+
+    measurable = [t.backend for t in BACKEND_TARGETS]
+    specs: list[str] = []
+    for name in text.split(","):
+        spec = str(parse_backend_spec(name))
+        if spec not in measurable:
+            raise UnsupportedHost(
+                f"contain bench has no start-up baseline for backend {spec!r}",
+                f"measure one of: {', '.join(measurable)}",
+            )
+        if spec not in specs:
+            specs.append(spec)
+    return tuple(specs)
+
+
+def api_variant(backend: str) -> str:
+    """The variant name of ``backend``'s fresh-sandbox API row ("contain-api" for process)."""
+    return "contain-api" if backend == "process" else f"contain-api[{backend}]"
+
+
+def session_variant(backend: str) -> str:
+    """The variant name of ``backend``'s one-run-in-an-open-sandbox row."""
+    return "contain-session" if backend == "process" else f"contain-session[{backend}]"
 
 
 @dataclass(frozen=True)
@@ -68,16 +142,77 @@ class StartupReport:
     def ratio(self, numerator: str, denominator: str) -> float:
         return self.summaries[numerator].median_s / self.summaries[denominator].median_s
 
+    def has(self, *names: str) -> bool:
+        return all(n in self.summaries for n in names)
+
     def to_dict(self) -> dict[str, object]:
+        ratios: dict[str, float] = {}
+        for key, numerator, denominator in (
+            ("api_true_over_bwrap_true", "contain-api/true", "bwrap/true"),
+            ("api_python_over_bwrap_python", "contain-api/python", "bwrap/python"),
+            ("api_true_over_bwrap_minimal_true", "contain-api/true", "bwrap-minimal/true"),
+        ):
+            if self.has(numerator, denominator):
+                ratios[key] = self.ratio(numerator, denominator)
         return {
             "summaries": {k: v.to_dict() for k, v in self.summaries.items()},
-            "ratios": {
-                "api_true_over_bwrap_true": self.ratio("contain-api/true", "bwrap/true"),
-                "api_python_over_bwrap_python": self.ratio("contain-api/python", "bwrap/python"),
-                "api_true_over_bwrap_minimal_true": self.ratio("contain-api/true", "bwrap-minimal/true"),
-            },
+            "ratios": ratios,
+            "backends": [row.to_dict() for row in backend_rows(self)],
             "throughput": self.throughput,
         }
+
+
+@dataclass(frozen=True)
+class BackendRow:
+    """One backend's line of the comparison table (medians of ``command``, in seconds)."""
+
+    backend: str
+    command: str
+    baseline_label: str
+    baseline_s: float | None
+    api_s: float | None
+    session_s: float | None
+    max_ratio: float
+
+    @property
+    def ratio(self) -> float | None:
+        return None if self.api_s is None or self.baseline_s is None else self.api_s / self.baseline_s
+
+    @property
+    def session_over_fresh(self) -> float | None:
+        return None if self.session_s is None or self.api_s is None else self.session_s / self.api_s
+
+    def to_dict(self) -> dict[str, object]:
+        def ms(value: float | None) -> float | None:
+            return None if value is None else value * 1e3
+
+        return {
+            "backend": self.backend,
+            "command": self.command,
+            "baseline": self.baseline_label,
+            "baseline_median_ms": ms(self.baseline_s),
+            "api_median_ms": ms(self.api_s),
+            "api_over_baseline": self.ratio,
+            "target_max_ratio": self.max_ratio,
+            "session_run_median_ms": ms(self.session_s),
+            "session_over_fresh": self.session_over_fresh,
+        }
+
+
+def backend_rows(report: StartupReport) -> list[BackendRow]:
+    """Per measured backend and command: the raw baseline, the API, the session run. Pure."""
+    rows = []
+    for target in BACKEND_TARGETS:
+        for command in COMMANDS:
+            names = (f"{target.baseline}/{command}", f"{api_variant(target.backend)}/{command}")
+            found = [report.summaries.get(n) for n in (*names, f"{session_variant(target.backend)}/{command}")]
+            if all(f is None for f in found):
+                continue  # the backend was not measured
+            baseline, api, session = (None if f is None else f.median_s for f in found)
+            rows.append(
+                BackendRow(target.backend, command, target.baseline_label, baseline, api, session, target.max_ratio)
+            )
+    return rows
 
 
 def _summarise(name: str, samples: Sequence[float]) -> Summary:
@@ -137,16 +272,10 @@ def _timed(action: Callable[[], object]) -> float:
     return time.perf_counter() - began
 
 
-def measure_startup(*, rounds: int, contain_cli: str | None, include_cli: bool = True) -> dict[str, Summary]:
-    """Interleave every variant ``rounds`` times and summarise each.
-
-    Args:
-        rounds: samples per variant.
-        contain_cli: path of the `contain` executable for the CLI variant.
-        include_cli: measure the CLI variant (a new interpreter per sample).
-    """
+def _process_variants(
+    boundary: Boundary, contain_cli: str | None, *, include_cli: bool
+) -> dict[str, Callable[[list[str]], None]]:
     launch = _raw_bwrap_launcher()
-    boundary = Boundary()
 
     def bare(cmd: list[str]) -> None:
         subprocess.run(cmd, check=True, stdin=subprocess.DEVNULL)
@@ -158,12 +287,6 @@ def measure_startup(*, rounds: int, contain_cli: str | None, include_cli: bool =
 
     def bwrap_minimal(cmd: list[str]) -> None:
         launch(_raw_bwrap_argv(cmd, etc_tree=None))
-
-    def api(cmd: list[str]) -> None:
-        with Sandbox(boundary) as sandbox:
-            result = sandbox.run(cmd)
-        if result.exit_code != 0:
-            raise RuntimeError(f"sandboxed {cmd} failed: {result.stderr.data!r}")
 
     def cli(cmd: list[str]) -> None:
         subprocess.run([contain_cli or "contain", "run", "--", *cmd], check=True, stdin=subprocess.DEVNULL)
@@ -179,18 +302,80 @@ def measure_startup(*, rounds: int, contain_cli: str | None, include_cli: bool =
         "bare": bare,
         "bwrap-minimal": bwrap_minimal,
         "bwrap": bwrap,
-        "contain-api": api,
     }
     if include_cli:
         variants["contain-cli"] = cli
         variants["contain-cli-uncached"] = cli_uncached
-    samples: dict[str, list[float]] = {f"{v}/{c}": [] for v in variants for c in COMMANDS}
-    for variant, command in [(v, c) for v in variants for c in COMMANDS]:  # warm caches once
-        variants[variant](COMMANDS[command])
-    for _ in range(rounds):
-        for variant, run in variants.items():
-            for command, argv in COMMANDS.items():
-                samples[f"{variant}/{command}"].append(_timed(functools.partial(run, argv)))
+    return variants
+
+
+def _open_sandbox(boundary: Boundary, backend: str) -> Sandbox:
+    return Sandbox(boundary) if backend == "process" else Sandbox(boundary, backend=backend)
+
+
+def _api_variants(boundary: Boundary, backend: str, stack: ExitStack) -> dict[str, Callable[[list[str]], None]]:
+    """``backend``'s fresh-sandbox run and its session run (one sandbox, opened now, closed by ``stack``)."""
+
+    def check(cmd: list[str], result: RunResult) -> None:
+        if result.exit_code != 0:
+            raise RuntimeError(f"sandboxed {cmd} on {backend} failed: {result.stderr.data!r}")
+
+    def api(cmd: list[str]) -> None:
+        with _open_sandbox(boundary, backend) as sandbox:
+            check(cmd, sandbox.run(cmd))
+
+    session = stack.enter_context(_open_sandbox(boundary, backend))
+
+    def in_session(cmd: list[str]) -> None:
+        check(cmd, session.run(cmd))
+
+    return {api_variant(backend): api, session_variant(backend): in_session}
+
+
+def _raw_runtime_variant(runtime: str, stack: ExitStack) -> Callable[[list[str]], None]:
+    """``raw-<runtime>``: one bundle per command, written once; each sample a fresh container."""
+    from contain.bench.raw_oci import raw_oci_bundle
+
+    bundles = {name: stack.enter_context(raw_oci_bundle(runtime, argv)) for name, argv in COMMANDS.items()}
+    by_argv = {tuple(COMMANDS[name]): bundle for name, bundle in bundles.items()}
+
+    def raw(cmd: list[str]) -> None:
+        by_argv[tuple(cmd)].run_once()
+
+    return raw
+
+
+def measure_startup(
+    *,
+    rounds: int,
+    contain_cli: str | None,
+    include_cli: bool = True,
+    backends: Sequence[str] = ("process",),
+) -> dict[str, Summary]:
+    """Interleave every variant of every backend ``rounds`` times and summarise each.
+
+    Args:
+        rounds: samples per variant.
+        contain_cli: path of the `contain` executable for the CLI variant.
+        include_cli: measure the CLI variant (a new interpreter per sample; process backend only).
+        backends: backend specs: "process", "container:runc", "container:runsc".
+    """
+    boundary = Boundary()
+    with ExitStack() as stack:
+        variants: dict[str, Callable[[list[str]], None]] = {}
+        for backend in backends:
+            if backend == "process":
+                variants.update(_process_variants(boundary, contain_cli, include_cli=include_cli))
+            else:
+                variants[f"raw-{backend.partition(':')[2]}"] = _raw_runtime_variant(backend.partition(":")[2], stack)
+            variants.update(_api_variants(boundary, backend, stack))
+        samples: dict[str, list[float]] = {f"{v}/{c}": [] for v in variants for c in COMMANDS}
+        for variant, command in [(v, c) for v in variants for c in COMMANDS]:  # warm caches once
+            variants[variant](COMMANDS[command])
+        for _ in range(rounds):
+            for variant, run in variants.items():
+                for command, argv in COMMANDS.items():
+                    samples[f"{variant}/{command}"].append(_timed(functools.partial(run, argv)))
     return {name: _summarise(name, values) for name, values in samples.items()}
 
 
@@ -260,24 +445,57 @@ def measure_throughput(*, count: int, concurrency: int) -> dict[str, float]:
     }
 
 
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value * 1e3:.2f}"
+
+
+def _x(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}x"
+
+
+def render_backend_table(report: StartupReport) -> list[str]:
+    """One line per backend and command: baseline, API, ratio against the target, session. Pure."""
+    rows = backend_rows(report)
+    if not rows:
+        return []
+    lines = [
+        f"{'backend':<16} {'cmd':<7} {'baseline':<36} {'base ms':>8} {'api ms':>8} {'api/base':>9} "
+        f"{'target':>7} {'session ms':>11} {'session/api':>12}"
+    ]
+    for row in rows:
+        lines.append(
+            f"{row.backend:<16} {row.command:<7} {row.baseline_label:<36} {_ms(row.baseline_s):>8} "
+            f"{_ms(row.api_s):>8} {_x(row.ratio):>9} {'<=' + format(row.max_ratio, 'g') + 'x':>7} "
+            f"{_ms(row.session_s):>11} {_x(row.session_over_fresh):>12}"
+        )
+    return lines
+
+
 def render_startup(report: StartupReport) -> str:
-    """A plain-text table with the target ratios."""
-    lines = [f"{'variant':<28} {'n':>4} {'median ms':>10} {'p95 ms':>9}"]
+    """A plain-text table of every variant, the per-backend comparison, and the target ratios."""
+    lines = [f"{'variant':<40} {'n':>4} {'median ms':>10} {'p95 ms':>9}"]
     for summary in report.summaries.values():
         lines.append(
-            f"{summary.name:<28} {summary.samples:>4} {summary.median_s * 1e3:>10.2f} {summary.p95_s * 1e3:>9.2f}"
+            f"{summary.name:<40} {summary.samples:>4} {summary.median_s * 1e3:>10.2f} {summary.p95_s * 1e3:>9.2f}"
         )
     lines.append("")
-    lines.append(
-        f"contain-api/true vs bwrap/true: {report.ratio('contain-api/true', 'bwrap/true'):.2f}x (target <= 2x)"
-    )
-    lines.append(f"contain-api/python vs bwrap/python: {report.ratio('contain-api/python', 'bwrap/python'):.2f}x")
-    lines.append(
-        f"contain-api/true vs bwrap-minimal/true: {report.ratio('contain-api/true', 'bwrap-minimal/true'):.2f}x"
-    )
+    table = render_backend_table(report)
+    if table:
+        lines += [*table, ""]
+    for target in BACKEND_TARGETS:
+        api, base = f"{api_variant(target.backend)}/true", f"{target.baseline}/true"
+        if report.has(api, base):
+            lines.append(f"{api} vs {base}: {report.ratio(api, base):.2f}x (target <= {target.max_ratio:g}x)")
+    if report.has("contain-api/python", "bwrap/python"):
+        lines.append(f"contain-api/python vs bwrap/python: {report.ratio('contain-api/python', 'bwrap/python'):.2f}x")
+    if report.has("contain-api/true", "bwrap-minimal/true"):
+        lines.append(
+            f"contain-api/true vs bwrap-minimal/true: {report.ratio('contain-api/true', 'bwrap-minimal/true'):.2f}x"
+        )
     if "contain-cli/true" in report.summaries:
         lines.append(
-            f"contain-cli/true median: {report.summaries['contain-cli/true'].median_s * 1e3:.1f} ms (target <= 120 ms)"
+            f"contain-cli/true median: {report.summaries['contain-cli/true'].median_s * 1e3:.1f} ms "
+            f"(target <= {CLI_TARGET_MS:g} ms)"
         )
     if "contain-cli-uncached/true" in report.summaries:
         lines.append(

@@ -1,4 +1,9 @@
-"""`contain bench startup`: sandbox start-up and throughput beside bare processes and raw bwrap.
+"""`contain bench startup [--backend a,b]`: sandbox start-up per backend beside its raw runtime
+(raw bwrap; raw `runc run` / `runsc run` of contain's bundle), session runs, and throughput.
+
+Exit status: 0 after the report; 2 for bad numbers; 125 (cause and fix, rendered by
+``contain.cli.main``) for a backend ``parse_backend_spec`` refuses or the bench has no baseline
+for, or a runtime that is missing.
 
 Terminal output: only contain's own variant names and measured numbers, no untrusted text, so
 nothing here needs ``contain.visible_text.for_terminal`` (the rule for every CLI module: values
@@ -21,6 +26,12 @@ def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
     parser.add_argument("--concurrency", type=int, default=2, help="parallel sandboxes in the throughput run")
     parser.add_argument("--no-cli", action="store_true", help="skip the `contain run` CLI variant")
     parser.add_argument(
+        "--backend",
+        default="process",
+        help="comma list of backends to measure in one interleaved run: process, container (the "
+        "manifest default, runc), container:runc, container:runsc (default: process)",
+    )
+    parser.add_argument(
         "--pool-size", type=int, default=2, help="warm pool for the pool-vs-cold rows (0: skip them; default 2)"
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
@@ -30,6 +41,7 @@ def execute(args: argparse.Namespace) -> int:
     from contain.bench.pool import measure_pool_startup, pool_ratios, render_pool
     from contain.bench.startup import (
         StartupReport,
+        bench_backends,
         default_contain_cli,
         measure_startup,
         measure_throughput,
@@ -44,11 +56,14 @@ def execute(args: argparse.Namespace) -> int:
     if args.pool_size < 0:
         print("contain bench: --pool-size must be 0 (no pool rows) or more", file=sys.stderr)
         return 2
-    print(f"bench: {args.rounds} interleaved rounds of every variant ...", file=sys.stderr)
-    summaries = measure_startup(rounds=args.rounds, contain_cli=default_contain_cli(), include_cli=not args.no_cli)
+    backends = bench_backends(args.backend)
+    print(f"bench: {args.rounds} interleaved rounds of every variant of {', '.join(backends)} ...", file=sys.stderr)
+    summaries = measure_startup(
+        rounds=args.rounds, contain_cli=default_contain_cli(), include_cli=not args.no_cli, backends=backends
+    )
     if args.pool_size:
         print(f"bench: warm pool (size {args.pool_size}) against cold starts ...", file=sys.stderr)
-        summaries.update(measure_pool_startup(rounds=args.rounds, backends=("process",), size=args.pool_size))
+        summaries.update(measure_pool_startup(rounds=args.rounds, backends=backends, size=args.pool_size))
     throughput: dict[str, float] = {}
     if args.throughput_count:
         print(

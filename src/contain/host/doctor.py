@@ -18,6 +18,9 @@ Judging uses the runtime's own tables and decisions, never copies of them: the c
 function ``plan_layers`` decides with), the sandbox's uid is ``runtime/plan.NOBODY_UID``. The
 other verdicts restate ``plan_layers``' refusals (bwrap, user namespaces, seccomp, libseccomp,
 Landlock); a unit test checks the cgroups verdict against ``plan_layers`` over a truth table.
+The container backend gets one verdict per OCI runtime (``container:runc``, ``container:runsc``),
+judged in ``host/doctor_runtimes.py`` from the backend's own probe, flag table and
+``plan_layers`` itself.
 
 What doctor does not do: decide anything for a sandbox, or prove a sandbox escape-proof (that
 is ``contain probe``).
@@ -31,6 +34,7 @@ from dataclasses import asdict, dataclass
 from enum import StrEnum
 
 from contain.errors import UnsupportedHost
+from contain.host.doctor_runtimes import RuntimeVerdict, judge_runtime
 from contain.host.facts import CGROUP_ROOT_ENV, CgroupMount, HostFacts
 from contain.host.kvm import KVM_API_VERSION, KVM_DEVICE, KvmStatus
 from contain.host.observe import OCI_RUNTIMES, QEMU, DetectedTool, Observations
@@ -100,7 +104,8 @@ class Report:
     """Checks, then verdicts; the process backend's verdict decides the exit code."""
 
     checks: tuple[Check, ...]
-    verdicts: tuple[Check, ...]
+    verdicts: tuple[Check, ...]  # ends with one verdict per OCI runtime (``runtimes``, as Checks)
+    runtimes: tuple[RuntimeVerdict, ...] = ()
 
     @property
     def process_backend(self) -> Check:
@@ -483,17 +488,6 @@ def _verdict_cgroups(facts: HostFacts, checks: Mapping[str, Check]) -> Check:
     return Check("cgroups", Status.OK, f"memory, pids and cpu limits on cgroup v{hierarchies[0].version}")
 
 
-def _verdict_container(facts: HostFacts, checks: Mapping[str, Check]) -> Check:
-    found = [name for name, _ in OCI_RUNTIMES if checks[name].status is Status.OK]
-    have = f"OCI runtimes usable here: {', '.join(found)}" if found else "no usable OCI runtime"
-    return Check(
-        "container backend",
-        Status.WARN,
-        f"not implemented in contain yet; {have}",
-        "" if found else "apt-get install runc",
-    )
-
-
 def _verdict_microvm(facts: HostFacts, checks: Mapping[str, Check]) -> Check:
     accel = "KVM" if checks["kvm-guest"].status is Status.OK else "TCG (software emulation)"
     qemu = checks["qemu"]
@@ -516,7 +510,6 @@ VERDICTS: tuple[VerdictRow, ...] = (
     VerdictRow(PROCESS_BACKEND, _verdict_process),
     VerdictRow("landlock", _verdict_landlock),
     VerdictRow("cgroups", _verdict_cgroups),
-    VerdictRow("container backend", _verdict_container),
     VerdictRow("microvm backend", _verdict_microvm),
 )
 
@@ -527,10 +520,13 @@ def run_checks(facts: HostFacts, obs: Observations) -> tuple[Check, ...]:
 
 
 def build_report(facts: HostFacts, obs: Observations) -> Report:
-    """Checks, then a verdict per backend and layer. Pure."""
+    """Checks, then a verdict per backend and layer, then one per OCI runtime. Pure."""
     checks = run_checks(facts, obs)
     by_name = {c.name: c for c in checks}
-    return Report(checks, tuple(row.judge(facts, by_name) for row in VERDICTS))
+    runtimes = tuple(judge_runtime(facts, observed) for observed in obs.runtimes)
+    verdicts = tuple(row.judge(facts, by_name) for row in VERDICTS)
+    as_checks = tuple(Check(r.name, Status(r.status), r.detail, r.fix) for r in runtimes)
+    return Report(checks, verdicts + as_checks, runtimes)
 
 
 # ------------------------------------------------------------------------ rendering (pure)
@@ -555,10 +551,11 @@ def render_text(report: Report) -> str:
 
 
 def report_to_dict(report: Report) -> dict[str, object]:
-    """The JSON shape: checks, verdicts, process_backend status and the exit code."""
+    """The JSON shape: checks, verdicts, per-runtime details, process_backend status and the exit code."""
     return {
         "checks": [asdict(c) for c in report.checks],
         "verdicts": [asdict(v) for v in report.verdicts],
+        "runtimes": [r.to_dict() for r in report.runtimes],
         "process_backend": report.process_backend.status.value,
         "exit_code": report.exit_code,
     }

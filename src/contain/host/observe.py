@@ -9,7 +9,11 @@ one syscall. Doctor goes further, and this module is where it touches the host:
   runtime's own plan puts its ``contain`` parent (``runtime/cgroup_plan.plan_base_dir``);
 - it runs the KVM test guests (``host/kvm.py``, 3 s hard timeout) and asks QEMU and the OCI
   runtimes for their versions (3 s timeout each);
-- it looks for the sandbox's supervisor binary (with ``build``, compiles it into its cache).
+- it looks for the sandbox's supervisor binary (with ``build``, compiles it into its cache);
+- for each OCI runtime the container backend drives (``backend_names.CONTAINER_RUNTIMES``) it
+  asks the backend's own probe (``oci_runtime.probe_runtime``: path, version, runsc's platforms
+  from ``runsc help platforms``) and lists the global flags the binary knows (``runc --help``,
+  ``runsc flags``), so doctor can hold them against the flags the backend passes.
 
 Everything it learns is returned as one frozen ``Observations`` value; judging it is pure and
 lives in ``host/doctor.py``. What this module does not do: decide anything, or change the host
@@ -21,6 +25,7 @@ from __future__ import annotations
 import errno
 import glob
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -29,6 +34,7 @@ from dataclasses import dataclass
 
 from contain.host.facts import CgroupMount, HostFacts, bwrap_version, read_host_file
 from contain.host.kvm import KVM_DEVICE, KvmGuestResult
+from contain.runtime.backend_names import CONTAINER_RUNTIMES, RuntimeFacts
 from contain.runtime.cgroup_plan import CONTROLLER_ROWS, plan_base_dir
 from contain.runtime.plan import NOBODY_UID
 
@@ -39,10 +45,13 @@ __all__ = [
     "DetectedSupervisor",
     "DetectedTool",
     "Observations",
+    "ObservedRuntime",
     "Trial",
     "detect_tool",
     "observe_host",
+    "observe_oci_runtime",
     "observe_supervisor",
+    "parse_flag_names",
     "try_cgroup_children",
     "try_user_namespace",
 ]
@@ -123,6 +132,18 @@ class Observations:
     kernel_images: tuple[str, ...]
     oci: tuple[DetectedTool, ...]
     supervisor: DetectedSupervisor
+    runtimes: tuple[ObservedRuntime, ...] = ()  # one per CONTAINER_RUNTIMES entry
+
+
+@dataclass(frozen=True)
+class ObservedRuntime:
+    """What the container backend's own probe said about one OCI runtime, and its global flags."""
+
+    name: str  # "runc" | "runsc"
+    facts: RuntimeFacts | None  # probe_runtime's answer; None when it refused
+    error: str | None = None  # probe_runtime's cause when it refused (not installed, no usable platform)
+    fix: str = ""
+    flags: frozenset[str] | None = None  # global flag names without dashes; None: could not be listed
 
 
 def _errno_text(exc: OSError) -> str:
@@ -304,6 +325,50 @@ def observe_supervisor(*, build: bool) -> DetectedSupervisor:
     return DetectedSupervisor(str(path), compiler=compiler, built_now=not existed, seconds=time.monotonic() - started)
 
 
+# How each runtime lists its global flags: runc's --help ("   --root value  ..."), runsc's `flags`
+# subcommand ("  -root string").
+_FLAG_LISTINGS: dict[str, tuple[str, ...]] = {"runc": ("--help",), "runsc": ("flags",)}
+_FLAG_LINE = re.compile(r"^\s+--?([a-z][a-z0-9-]*)")
+# As long as the backend's own probe of the binary (oci_runtime._PROBE_TIMEOUT_S): runsc is a large
+# Go binary, and 3 s (the version probes' bound) is tight for it on a loaded 2-vCPU host.
+_RUNTIME_FLAGS_TIMEOUT_S = 10.0
+
+
+def parse_flag_names(text: str) -> frozenset[str]:
+    """Flag names (no dashes) from an indented flag listing; ``-h``/``--help`` style aliases too. Pure."""
+    names = set()
+    for line in text.splitlines():
+        for part in line.strip().split(","):
+            match = _FLAG_LINE.match(" " + part.strip())
+            if match:
+                names.add(match.group(1))
+    return frozenset(names)
+
+
+def observe_oci_runtime(name: str) -> ObservedRuntime:
+    """Probe ``name`` with the container backend's own ``probe_runtime`` and list its global flags."""
+    from contain.errors import ContainError
+    from contain.runtime.container.oci_runtime import probe_runtime
+
+    try:
+        runtime = probe_runtime(name)
+    except ContainError as exc:
+        return ObservedRuntime(name, None, exc.cause, exc.fix)
+    try:
+        done = subprocess.run(
+            [runtime.path, *_FLAG_LISTINGS[name]],
+            capture_output=True,
+            text=True,
+            timeout=_RUNTIME_FLAGS_TIMEOUT_S,
+            check=False,
+            stdin=subprocess.DEVNULL,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return ObservedRuntime(name, runtime)
+    flags = parse_flag_names(done.stdout + done.stderr)  # runsc prints `flags` to stderr
+    return ObservedRuntime(name, runtime, flags=flags or None)
+
+
 def observe_host(facts: HostFacts, *, build_supervisor: bool = False) -> Observations:
     """Do the slow, real tries ``detect_host`` skips. Takes about a second on a healthy host."""
     from contain.host.kvm import check_kvm_guest
@@ -327,4 +392,5 @@ def observe_host(facts: HostFacts, *, build_supervisor: bool = False) -> Observa
         kernel_images=tuple(sorted(p for g in KERNEL_IMAGE_GLOBS for p in glob.glob(g))),
         oci=tuple(detect_tool(name) for name, _ in OCI_RUNTIMES),
         supervisor=observe_supervisor(build=build_supervisor),
+        runtimes=tuple(observe_oci_runtime(name) for name in CONTAINER_RUNTIMES),
     )

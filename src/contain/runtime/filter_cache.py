@@ -2,9 +2,13 @@
 
 Compiling the filter means importing ``contain.runtime.seccomp`` (the rule table, ctypes
 bindings) and 121 libseccomp calls: several milliseconds that every ``contain run`` would pay
-for the same bytes. The program is a pure function of the rule table (the source of
-``seccomp.py``), the architecture and the libseccomp build that compiles it, so it is stored
-under a key made of exactly those.
+for the same bytes. The program is a pure function of the rule table and the compiler (the
+sources in ``KEY_SOURCES``: ``seccomp_rules.py`` holds the table, ``seccomp.py`` turns it into
+BPF), the architecture and the libseccomp build that compiles it, so it is stored under a key made
+of exactly those. A unit test checks that every contain module ``seccomp.py`` imports is a key
+source: a table moved to a new module must not leave the key blind to it (it once was: the key
+hashed ``seccomp.py`` only after the table had moved to ``seccomp_rules.py``, so an edited table
+kept the old compiled filter). The key is computed once per process.
 
 Trust is the supervisor binary's: the file must be a regular file (not a symlink) owned by this user
 or root, writable by nobody else, in the directory ``ensure_supervisor_binary`` already checked. A
@@ -22,9 +26,13 @@ from pathlib import Path
 
 from contain.trusted_file import read_trusted
 
-__all__ = ["filter_for"]
+__all__ = ["KEY_SOURCES", "filter_for"]
 
-_SOURCE = Path(__file__).with_name("seccomp.py")
+# Every source file the compiled program depends on (beside arch and libseccomp).
+KEY_SOURCES: tuple[Path, ...] = (
+    Path(__file__).with_name("seccomp_rules.py"),  # SECCOMP_RULES, BAD_ARCH_ACTION, the arch table
+    Path(__file__).with_name("seccomp.py"),  # plan_filter / compile_filter: how rows become BPF
+)
 _MAX_BYTES = 64 * 1024  # far above any filter the table makes; the pipe to bwrap holds less
 _INSTRUCTION_BYTES = 8
 
@@ -40,8 +48,12 @@ def filter_for(*, arch: str, libseccomp_path: str | None, cache_dir: Path) -> by
     return _load_or_compile(cache_dir / f"seccomp-{arch}-{key}.bpf", arch, libseccomp_path)
 
 
+@functools.cache
 def _key(arch: str, libseccomp_path: str | None) -> str:
-    digest = hashlib.sha256(_SOURCE.read_bytes())
+    digest = hashlib.sha256()
+    for source in KEY_SOURCES:
+        content = source.read_bytes()
+        digest.update(f"{source.name}\0{len(content)}\0".encode() + content)
     digest.update(f"\0{arch}\0{libseccomp_path}".encode())
     if libseccomp_path is not None:
         with contextlib.suppress(OSError):  # gone: the key still differs, and compiling will say why

@@ -42,3 +42,38 @@ def test_a_negative_pool_size_exits_2_without_measuring(capsys, monkeypatch):
     monkeypatch.setattr(pool_bench, "measure_pool_startup", refuse)
     assert main(["bench", "startup", "--pool-size", "-1"]) == 2
     assert "--pool-size must be 0 (no pool rows) or more" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("backend", "cause"),
+    [
+        ("microvm", "no start-up baseline for backend 'microvm'"),
+        ("container:crun", "container runtime 'crun' is unknown"),
+        ("bwrap", "backend 'bwrap' is unknown"),
+    ],
+)
+def test_a_backend_the_bench_cannot_measure_exits_125_with_the_cause_before_measuring(
+    backend, cause, capsys, monkeypatch
+):
+    import contain.bench.startup as startup
+
+    def refuse(**_: object) -> None:
+        raise AssertionError("nothing may be measured for a refused backend")
+
+    monkeypatch.setattr(startup, "measure_startup", refuse)
+    assert main(["bench", "startup", "--backend", f"process,{backend}"]) == 125
+    assert cause in capsys.readouterr().err
+
+
+def test_the_backend_list_reaches_the_measurement_as_full_specs(capsys, monkeypatch):
+    import contain.bench.startup as startup
+
+    seen: dict[str, object] = {}
+
+    def record(**kwargs: object) -> dict[str, startup.Summary]:
+        seen.update(kwargs)
+        return {}
+
+    monkeypatch.setattr(startup, "measure_startup", record)
+    assert main(["bench", "startup", "--backend", "container,container:runsc", "--throughput-count", "0"]) == 0
+    assert seen["backends"] == ("container:runc", "container:runsc")

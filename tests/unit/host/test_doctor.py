@@ -26,7 +26,8 @@ from contain.host.doctor import (
 )
 from contain.host.facts import CgroupMount, HostFacts
 from contain.host.kvm import KvmGuestResult, KvmStatus
-from contain.host.observe import CgroupTrial, DetectedSupervisor, DetectedTool, Observations, Trial
+from contain.host.observe import CgroupTrial, DetectedSupervisor, DetectedTool, Observations, ObservedRuntime, Trial
+from contain.runtime.backend_names import RuntimeFacts
 from contain.runtime.cgroup_plan import CONTROLLER_ROWS
 from contain.runtime.plan import plan_layers
 
@@ -74,6 +75,13 @@ OBS = Observations(
     kernel_images=(),
     oci=(DetectedTool("runc", "/usr/bin/runc", "runc version 1.1.12"),),
     supervisor=DetectedSupervisor("/var/cache/contain/contain-supervisor-0123", compiler="/usr/bin/cc"),
+    runtimes=(
+        ObservedRuntime(
+            "runc",
+            RuntimeFacts("runc", "/usr/bin/runc", "runc version 1.1.12"),
+            flags=frozenset({"root", "log", "debug"}),
+        ),
+    ),
 )
 
 
@@ -116,17 +124,17 @@ def test_healthy_host_verdicts_are_exact():
         Check("landlock", Status.OK, "hardening.landlock auto and required both apply it (ABI 7)"),
         Check("cgroups", Status.OK, "memory, pids and cpu limits on cgroup v1"),
         Check(
-            "container backend",
-            Status.WARN,
-            "not implemented in contain yet; OCI runtimes usable here: runc",
-        ),
-        Check(
             "microvm backend",
             Status.WARN,
             "not implemented in contain yet; QEMU: qemu-system-x86_64 is not installed; "
             "accelerator: KVM; kernel: no guest kernel in /boot",
             "qemu: apt-get install qemu-system-x86; kernel-image: apt-get install "
             "linux-image-amd64 (or point the microvm backend at a vmlinux)",
+        ),
+        Check(
+            "container:runc",
+            Status.OK,
+            "works: runc version 1.1.12 at /usr/bin/runc; default sandbox: seccomp, cgroup limits, Landlock",
         ),
     )
 
@@ -149,7 +157,6 @@ def test_the_process_backend_needs_exactly_these_checks():
         "process backend",
         "landlock",
         "cgroups",
-        "container backend",
         "microvm backend",
     ]
 
@@ -380,13 +387,6 @@ def test_crun_on_a_hybrid_host_is_a_warning_naming_the_refusal():
     check = _by_name(build_report(FACTS, obs).checks)["crun"]
     assert check.status is Status.WARN
     assert "crun refuses hybrid cgroup layouts" in check.detail
-    container = _by_name(build_report(FACTS, obs).verdicts)["container backend"]
-    assert container == Check(
-        "container backend",
-        Status.WARN,
-        "not implemented in contain yet; no usable OCI runtime",
-        "apt-get install runc",
-    )
 
 
 SMALL = Report(
@@ -432,6 +432,7 @@ def test_render_json_is_one_object_with_checks_verdicts_and_exit_code():
                 "fix": "supervisor: build it",
             }
         ],
+        "runtimes": [],
         "process_backend": "fail",
         "exit_code": 1,
     }

@@ -988,6 +988,8 @@ static int drop_all_capabilities(void) {
         return -1;
     for (int cap = 0; cap < 64; cap++) {
         int has = prctl(PR_CAPBSET_READ, cap, 0, 0, 0);
+        if (has < 0 && cap == 0 && !g_securebits_available)
+            return -1; /* the bounding set cannot even be read: the replacement check cannot hold */
         if (has < 0)
             break; /* EINVAL: past the last capability this kernel knows */
         if (has == 1 && prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) < 0 && errno != EPERM)
