@@ -212,9 +212,8 @@ def ensure_initramfs(kernel: GuestKernel, *, agent: Path | None, busybox: str = 
     entries = plan_initramfs(
         busybox=busybox_bytes, modules=modules, network_modules=kernel.network_modules, agent=agent_bytes
     )
-    digest = content_digest(
-        [b"initramfs-v1", b"gzip" if COMPRESS else b"raw"] + [f"{e.path}\0{e.mode:o}\0".encode() + e.data for e in entries]
-    )
+    members = [f"{e.path}\0{e.mode:o}\0".encode() + e.data for e in entries]
+    digest = content_digest([b"initramfs-v1", b"gzip" if COMPRESS else b"raw", *members])
 
     def build(out: Path) -> None:
         archive = render_newc(entries)
