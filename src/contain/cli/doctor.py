@@ -1,8 +1,10 @@
-"""`contain doctor [--json] [--build-supervisor] [--build-guest]`: what this host offers and how to fix each gap.
+"""`contain doctor [--json] [--build-supervisor | --build-guest-agent | --build-guest]`: what this host offers
+and how to fix each gap.
 
 Exit status: 0 when the process backend works on this host, 1 when it does not. With --json,
 stdout is exactly one JSON object. ``--build-supervisor`` only builds (or finds) the sandbox supervisor,
 prints what it did and exits 0 on success, 1 on failure; ``scripts/bootstrap.sh`` uses it.
+``--build-guest-agent`` does the same for the microVM guest agent (contain.runtime.microvm.agent_build).
 ``--build-guest`` does the same for the microVM guest (kernel, initramfs, userland image:
 ``runtime/microvm/guest_build.py``), printing one line per piece (built now, or found cached).
 
@@ -28,6 +30,11 @@ def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
         help="build the in-sandbox supervisor if needed, say what was done, and exit",
     )
     parser.add_argument(
+        "--build-guest-agent",
+        action="store_true",
+        help="build the microVM guest agent if needed, say what was done, and exit",
+    )
+    parser.add_argument(
         "--build-guest",
         action="store_true",
         help="build the microVM guest (kernel, initramfs, userland) if needed, say what was done, and exit",
@@ -41,6 +48,8 @@ def execute(args: argparse.Namespace) -> int:
 
     if args.build_supervisor:
         return _build_supervisor(as_json=args.json)
+    if args.build_guest_agent:
+        return _build_guest_agent(as_json=args.json)
     if args.build_guest:
         return _build_guest()
     facts = detect_host()
@@ -75,6 +84,23 @@ def _build_supervisor(*, as_json: bool) -> int:
     return 0 if supervisor.path is not None else 1
 
 
+def _build_guest_agent(*, as_json: bool) -> int:
+    from contain.errors import ContainError
+    from contain.runtime.microvm.agent_build import ensure_guest_agent_binary
+
+    try:
+        build = ensure_guest_agent_binary()
+    except ContainError as exc:
+        document = {"action": "failed", "path": None, "error": exc.cause, "fix": exc.fix}
+        message = f"guest agent: not built: {for_terminal(exc.cause)}\n  fix: {for_terminal(exc.fix)}"
+        code = 1
+    else:
+        action = "built" if build.built_now else "found"
+        document = {"action": action, "path": str(build.path), "error": None, "fix": None}
+        message = f"guest agent: {action} {for_terminal(str(build.path))}"
+        code = 0
+    sys.stdout.write(json.dumps(document) + "\n" if as_json else message + "\n")
+    return code
 def _build_guest() -> int:
     import time
 

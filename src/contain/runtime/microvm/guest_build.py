@@ -46,7 +46,7 @@ def ensure_guest_agent() -> Path | None:
         module = importlib.import_module("contain.runtime.microvm.agent_build")
     except ModuleNotFoundError:
         return None
-    path: Path = module.ensure_guest_agent_binary()
+    path: Path = module.ensure_guest_agent_binary().path
     return path
 
 
