@@ -318,6 +318,7 @@ def observe_host(facts: HostFacts, *, build_supervisor: bool = False) -> Observa
     trials = try_cgroup_children(facts, pid=os.getpid())
     kvm_present = os.path.exists(KVM_DEVICE)
     qemu = detect_tool(QEMU)
+    kvm_boot, kvm_boot_skipped = _kvm_boot(kvm_present)
     return Observations(
         userns_trial=try_user_namespace(facts),
         bwrap_version=bwrap_version(facts.bwrap_path),
@@ -334,14 +335,15 @@ def observe_host(facts: HostFacts, *, build_supervisor: bool = False) -> Observa
         kernel_images=tuple(sorted(p for g in KERNEL_IMAGE_GLOBS for p in glob.glob(g))),
         oci=tuple(detect_tool(name) for name, _ in OCI_RUNTIMES),
         supervisor=observe_supervisor(build=build_supervisor),
-        **_kvm_boot(kvm_present),
+        kvm_boot=kvm_boot,
+        kvm_boot_skipped=kvm_boot_skipped,
     )
 
 
-def _kvm_boot(kvm_present: bool) -> dict[str, KvmBootVerdict | str | None]:
+def _kvm_boot(kvm_present: bool) -> tuple[KvmBootVerdict | None, str]:
     """The real guest boot under KVM (``accel.check_kvm_boot``), building the guest if needed."""
     if not kvm_present:
-        return {"kvm_boot": None, "kvm_boot_skipped": f"no {KVM_DEVICE}"}
+        return None, f"no {KVM_DEVICE}"
     from contain.errors import ContainError
     from contain.runtime.microvm.accel import check_kvm_boot
     from contain.runtime.microvm.guest_build import ensure_guest_image
@@ -350,5 +352,5 @@ def _kvm_boot(kvm_present: bool) -> dict[str, KvmBootVerdict | str | None]:
     try:
         verdict = check_kvm_boot(ensure_guest_image(), detect_vmm_facts())
     except ContainError as exc:
-        return {"kvm_boot": None, "kvm_boot_skipped": f"the microVM guest could not be built: {exc.cause}"}
-    return {"kvm_boot": verdict, "kvm_boot_skipped": ""}
+        return None, f"the microVM guest could not be built: {exc.cause}"
+    return verdict, ""

@@ -94,10 +94,17 @@ def _container_backend(spec: BackendSpec, boundary: PlainBoundary) -> SandboxBac
     return ContainerBackend(runtime=spec.variant, image=boundary.runtime.container.image)
 
 
+def _microvm_backend(spec: BackendSpec, boundary: PlainBoundary) -> SandboxBackend:
+    from contain.runtime.microvm.backend import MicroVMBackend  # only microVMs pay for the import
+
+    return MicroVMBackend(accel=boundary.runtime.microvm.accel)
+
+
 # backend kind (backend_names.BACKEND_KINDS) -> the backend that starts sandboxes of that kind
 _BACKEND_FACTORIES: dict[str, Callable[[BackendSpec, PlainBoundary], SandboxBackend]] = {
     "process": _process_backend,
     "container": _container_backend,
+    "microvm": _microvm_backend,
 }
 # every spec string Sandbox(backend=...) and --backend accept in this version
 BACKENDS = tuple(
@@ -287,6 +294,9 @@ class Sandbox:
             )
             self._started = True
             self._handle = self._backend.start(plan)
+            started = getattr(self._backend, "layer_report", None)  # lines known only once started (microvm)
+            if isinstance(started, dict) and started:
+                self._layers = layers = replace(layers, report={**layers.report, **started})
             if egress is not None:
                 self._egress = egress.start_egress(self.boundary, netns_path=self._handle.netns_path)
         except BaseException as exc:

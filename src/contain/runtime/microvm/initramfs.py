@@ -22,8 +22,9 @@ What ``/init`` (``INIT_SCRIPT``, run by the kernel as pid 1) does, in order:
    zero, full, random, urandom and tty, then remounted read-only;
 7. with ``contain.net=1`` brings up ``eth0`` at 10.0.2.15 (QEMU user networking's guest address),
    routes through 10.0.2.2 and names 10.0.2.3 as the resolver; always brings up ``lo``;
-8. remounts ``/newroot`` read-only (scratch, /tmp and /dev/shm stay writable: they are mounts of
-   their own), prints ``READY_MARKER``, and execs the agent as pid 1 with ``--chroot /newroot``
+8. binds ``/run/machine-id`` (initramfs, written by the agent's IDENTITY) read-only onto the
+   workload's ``/etc/machine-id``; remounts ``/newroot`` read-only (scratch, /tmp and /dev/shm
+   stay writable: they are mounts of their own), prints ``READY_MARKER``, and execs the agent as pid 1 with ``--chroot /newroot``
    (the agent keeps the initramfs as its root; only the workload is chrooted, and runs as uid
    1000 without capabilities: docs/guest-agent-protocol.md).
    ``contain.mode=shell`` instead runs ``/bin/sh`` in ``/newroot`` as root on the serial console,
@@ -144,6 +145,9 @@ else
   echo "nameserver 127.0.0.1" > /newroot/etc/resolv.conf
 fi
 echo contain > /newroot/etc/hostname
+: > /run/machine-id && : > /newroot/etc/machine-id || fail "create machine-id"
+$B mount --bind /run/machine-id /newroot/etc/machine-id && $B mount -o remount,ro,bind /newroot/etc/machine-id \
+  || fail "bind machine-id"
 $B mount -o remount,ro /newroot || fail "remount the root read-only"
 echo "contain-guest: init done"
 if [ "$MODE" = shell ]; then exec $B chroot /newroot /bin/sh; fi
@@ -153,7 +157,8 @@ for p in /sys/class/virtio-ports/*; do
 done
 [ -n "$PORT" ] || fail "no virtio-serial port named contain"
 [ -x /contain-guest-agent ] || fail "this initramfs has no guest agent"
-exec /contain-guest-agent --port $PORT --chroot /newroot --cgroup-root /sys/fs/cgroup --uid $UIDW --gid $UIDW
+exec /contain-guest-agent --port $PORT --chroot /newroot --cgroup-root /sys/fs/cgroup --uid $UIDW --gid $UIDW \
+  --machine-id-path /run/machine-id
 """
 
 

@@ -31,11 +31,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from contain.errors import SandboxStartError
+from contain.runtime.cgroups import SandboxCgroup
 from contain.runtime.microvm.vmm_plan import VmPlan, plan_qemu_argv
 
 __all__ = ["SERIAL_TAIL_BYTES", "SerialLog", "VmProcess", "VmmFacts", "detect_vmm_facts", "plan_vmm_launch"]
 
 SERIAL_TAIL_BYTES = 64 * 1024
+CLOSE_GRACE_S = 1.0  # a guest that was asked to power off does so in ~0.1 s under TCG
 UNSHARE = "/usr/bin/unshare"
 _JOIN_AND_EXEC = 'n=$1; shift; while [ "$n" -gt 0 ]; do echo $$ > "$1" || exit 125; shift; n=$((n-1)); done; exec "$@"'
 
@@ -130,10 +132,11 @@ class SerialLog:
 class VmProcess:
     """One QEMU process for one ``VmPlan``; see the module docstring."""
 
-    def __init__(self, plan: VmPlan, *, cgroup_procs: Sequence[str] = (), guest_fd: int | None = None) -> None:
+    def __init__(self, plan: VmPlan, *, cgroup: SandboxCgroup | None = None, guest_fd: int | None = None) -> None:
         self.plan = plan
         self.serial = SerialLog()
-        self._cgroup_procs = tuple(cgroup_procs)
+        self.cgroup = cgroup
+        self._cgroup_procs = tuple(f"{path}/cgroup.procs" for path in cgroup.paths) if cgroup is not None else ()
         self._guest_fd = guest_fd
         self._proc: subprocess.Popen[bytes] | None = None
         self._reader: threading.Thread | None = None
@@ -203,8 +206,12 @@ class VmProcess:
                 os.kill(self._proc.pid, signal.SIGKILL)
         self._proc.wait()
 
-    def close(self) -> None:
-        """Kill QEMU, reap it and close the serial pipe; idempotent."""
+    def close(self, *, grace_s: float = CLOSE_GRACE_S) -> None:
+        """Give QEMU ``grace_s`` to end by itself (the guest powering off), then kill it; reap it
+        and close the serial pipe. Idempotent."""
+        if self._proc is not None and self._proc.poll() is None and grace_s > 0:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self._proc.wait(timeout=grace_s)
         self.kill()
         if self._reader is not None:
             self._reader.join(timeout=5.0)

@@ -5,8 +5,8 @@
 ``network`` is given). What the guest gets, one row of ``plan_qemu_argv`` each:
 
 - the accelerator the host's boot check chose (``accel.decide_accelerator``): ``kvm`` with
-  ``-cpu host`` or ``tcg`` with ``-cpu max`` (TCG's ``max`` CPU reports its TSC frequency; the
-  default ``qemu64`` makes the Debian kernel hang calibrating its clock, measured);
+  ``-cpu host``, or ``tcg`` (translation cache ``TCG_TB_MIB``) with ``-cpu max`` (RDRAND for the
+  guest's RNG; the clock needs ``plan_clock_words`` as well);
 - memory (MiB) from the boundary's memory budget and vCPUs from its CPU budget (``plan_vm_size``);
 - the serial console on QEMU's stdout (the host reads it into a bounded ring: ``vmm.SerialLog``);
   QEMU's stdin is /dev/null, so nothing can be typed into the guest's console;
@@ -51,6 +51,9 @@ COMMAND_LINE_MAX = 2048  # arch/x86/include/asm/setup.h COMMAND_LINE_SIZE
 GUEST_KERNEL_OVERHEAD_MIB = 96  # the kernel, initramfs and page cache before the workload runs
 MIN_GUEST_MIB = 128
 MAX_VCPUS = 16
+# TCG's translation cache, in MiB: QEMU 7.2 defaults to 1 GiB (allocated as it fills); 64 MiB
+# keeps the VMM's own memory bounded, at the price of retranslating a little more.
+TCG_TB_MIB = 64
 _SAFE_PATH = re.compile(r"/[A-Za-z0-9._/+@-]*")
 # quiet: under TCG every console byte costs a trap; warnings and errors still reach the log.
 # panic=-1 + -no-reboot: a guest that panics ends at once. random.trust_cpu=on: seed the RNG from
@@ -180,7 +183,7 @@ def plan_qemu_argv(plan: VmPlan) -> list[str]:
     argv = [
         plan.qemu,
         "-M", "microvm,x-option-roms=off,isa-serial=on",
-        "-accel", plan.accel.value,
+        "-accel", "kvm" if plan.accel is Accel.KVM else f"tcg,tb-size={TCG_TB_MIB}",
         "-cpu", "host" if plan.accel is Accel.KVM else "max",
         "-m", str(plan.memory_mib),
         "-smp", str(plan.vcpus),
