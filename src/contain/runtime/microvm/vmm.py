@@ -132,8 +132,18 @@ class SerialLog:
 class VmProcess:
     """One QEMU process for one ``VmPlan``; see the module docstring."""
 
-    def __init__(self, plan: VmPlan, *, cgroup: SandboxCgroup | None = None, guest_fd: int | None = None) -> None:
+    def __init__(
+        self,
+        plan: VmPlan,
+        *,
+        cgroup: SandboxCgroup | None = None,
+        guest_fd: int | None = None,
+        console_input: bool = False,
+    ) -> None:
+        """``console_input``: keep a pipe to the guest console (``type_on_console``), for the
+        shell mode only (initramfs.py); every other VM gets /dev/null."""
         self.plan = plan
+        self._console_input = console_input
         self.serial = SerialLog()
         self.cgroup = cgroup
         self._cgroup_procs = tuple(f"{path}/cgroup.procs" for path in cgroup.paths) if cgroup is not None else ()
@@ -160,7 +170,7 @@ class VmProcess:
         try:
             self._proc = subprocess.Popen(
                 argv,
-                stdin=subprocess.DEVNULL,
+                stdin=subprocess.PIPE if self._console_input else subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
                 pass_fds=(self._guest_fd,) if self._guest_fd is not None else (),
@@ -183,6 +193,13 @@ class VmProcess:
         while chunk := os.read(stream.fileno(), 65536):
             self.serial.feed(chunk)
         self.serial.close()
+
+    def type_on_console(self, data: bytes) -> None:
+        """Write ``data`` to the guest console (a VM started with ``console_input`` only)."""
+        if self._proc is None or self._proc.stdin is None:
+            raise ValueError("this VM's console takes no input")
+        self._proc.stdin.write(data)
+        self._proc.stdin.flush()
 
     def exit_code(self) -> int | None:
         """QEMU's exit status once it ended (negative: the signal), else None."""
@@ -216,5 +233,8 @@ class VmProcess:
         if self._reader is not None:
             self._reader.join(timeout=5.0)
             self._reader = None
-        if self._proc is not None and self._proc.stdout is not None:
-            self._proc.stdout.close()
+        if self._proc is not None:
+            for stream in (self._proc.stdout, self._proc.stdin):
+                if stream is not None:
+                    with contextlib.suppress(OSError):
+                        stream.close()

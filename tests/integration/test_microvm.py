@@ -1,0 +1,212 @@
+"""The microvm backend with real QEMU (TCG here: KVM does not boot this host's guests).
+
+Each boot costs seconds on two shared cores, so one VM serves every test that leaves it usable
+(``vm``, module scope); the host-image test boots its own guest in shell mode (root on the
+console, to write /dev/vd*), and the stop/leftover test boots one it may break. Judging is from
+the host: sha256 of image files, the VMM's pid, its cgroup directory, this process's descriptors
+and the cache and temp directories.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import signal
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from contain.boundary import Boundary
+from contain.errors import ContainError, SandboxLost, UnsupportedHost
+from contain.runtime import Sandbox
+from contain.runtime.microvm.guest_build import GuestImage, ensure_guest_image
+from contain.runtime.microvm.images import ensure_read_image
+from contain.runtime.microvm.initramfs import READY_MARKER
+from contain.runtime.microvm.vmm import VmProcess, detect_vmm_facts
+from contain.runtime.microvm.vmm_plan import (
+    Accel,
+    GuestMode,
+    VmPlan,
+    plan_clock_words,
+    plan_kernel_cmdline,
+)
+
+pytestmark = [pytest.mark.needs_root]
+
+
+@pytest.fixture(scope="module")
+def image() -> GuestImage:
+    if detect_vmm_facts().qemu is None:
+        pytest.skip("qemu-system-x86_64 is not installed")
+    try:
+        return ensure_guest_image()
+    except UnsupportedHost as exc:
+        pytest.skip(f"the microVM guest cannot be built here: {exc.cause}")
+
+
+@pytest.fixture(scope="module")
+def data_dir() -> Iterator[Path]:
+    path = Path(tempfile.mkdtemp(prefix="contain-microvm-data-"))
+    (path / "input.txt").write_text("from the host\n")
+    yield path
+    for child in path.iterdir():
+        child.unlink()
+    path.rmdir()
+
+
+@pytest.fixture(scope="module")
+def vm(image: GuestImage, data_dir: Path) -> Iterator[Sandbox]:
+    boundary = Boundary.model_validate(
+        {"files": [{"path": "/data", "host": str(data_dir), "access": "read"}], "runtime": {"backend": "microvm"}}
+    )
+    with Sandbox(boundary) as sandbox:
+        yield sandbox
+
+
+def test_python_runs_in_the_guest_as_the_workload_user(vm: Sandbox) -> None:
+    result = vm.run(["python3", "-c", "import os; print(1, os.getuid(), os.getgid())"])
+    assert (result.exit_code, result.stdout.data, result.backend) == (0, b"1 1000 1000\n", "microvm")
+    assert result.layers["accelerator"].startswith(("tcg", "kvm"))
+    assert result.layers["network"] == "none (no network device in the guest)"
+
+
+def test_the_read_bind_is_an_image_the_guest_cannot_change_and_has_no_block_devices(vm: Sandbox) -> None:
+    script = (
+        "import os, sys\n"
+        "print(open('/data/input.txt').read(), end='')\n"
+        "for path in ('/data/new', '/data/input.txt', '/usr/bin/x', '/etc/passwd'):\n"
+        "    try:\n"
+        "        open(path, 'a').write('x')\n"
+        "        print('WROTE', path)\n"
+        "    except OSError as exc:\n"
+        "        print(path, exc.errno)\n"
+        "print(sorted(os.listdir('/dev')))\n"
+        "print(os.path.exists('/sys/block'))\n"
+    )
+    result = vm.run(["python3", "-c", script])
+    assert result.exit_code == 0, result.stderr.data
+    lines = result.stdout.data.decode().splitlines()
+    assert lines[0] == "from the host"
+    assert [line.split()[1] for line in lines[1:5]] == ["30", "30", "30", "30"]  # EROFS everywhere
+    assert lines[5] == "['fd', 'full', 'null', 'random', 'shm', 'tty', 'urandom', 'zero']"
+    assert lines[6] == "False"
+
+
+def test_a_command_past_its_deadline_is_killed_and_the_vm_serves_the_next(vm: Sandbox) -> None:
+    began = time.monotonic()
+    result = vm.run(["sleep", "60"], timeout=2)
+    assert result.timed_out and time.monotonic() - began < 15
+    assert vm.run(["/bin/true"]).exit_code == 0
+
+
+def _sha256(path: str) -> str:
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+def test_host_image_files_stay_byte_identical_when_guest_root_writes_every_disk(
+    image: GuestImage, data_dir: Path
+) -> None:
+    read_image = str(ensure_read_image(str(data_dir)))
+    before = {p: _sha256(p) for p in (str(image.userland.path), read_image)}
+    facts = detect_vmm_facts()
+    cmdline = plan_kernel_cmdline(
+        clock=plan_clock_words(accel=Accel.TCG, tsc_khz=facts.tsc_khz),
+        mode=GuestMode.SHELL,
+        disk_bytes=64 << 20,
+        inodes=4096,
+        scratch_paths=("/work",),
+        read_paths=("/data",),
+        network=False,
+    )
+    assert facts.qemu is not None
+    plan = VmPlan(
+        accel=Accel.TCG,
+        kernel=str(image.kernel.vmlinuz),
+        initramfs=str(image.initramfs.path),
+        memory_mib=256,
+        vcpus=1,
+        cmdline=cmdline,
+        userland_image=str(image.userland.path),
+        read_images=(read_image,),
+        agent_fd=None,
+        qemu=facts.qemu,
+    )
+    # As root in the guest: a fresh devtmpfs (not nodev) shows every virtio disk; write all of them.
+    attack = (
+        "import ctypes, glob, os\n"
+        "os.makedirs('/tmp/d', exist_ok=True)\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        "print('mount', libc.mount(b'none', b'/tmp/d', b'devtmpfs', 0, None))\n"
+        "for disk in sorted(glob.glob('/tmp/d/vd*')):\n"
+        "    try:\n"
+        "        fd = os.open(disk, os.O_WRONLY)\n"
+        "        os.write(fd, b'X' * 65536); os.fsync(fd); os.close(fd)\n"
+        "        print('wrote', disk)\n"
+        "    except OSError as exc:\n"
+        "        print('refused', disk, exc.errno)\n"
+    )
+    vm = VmProcess(plan, console_input=True)
+    vm.start()
+    try:
+        assert vm.serial.wait_for(READY_MARKER, timeout_s=90), vm.serial.tail_lines()
+        vm.type_on_console(f"python3 -c {_shell_quote(attack)}; echo ATTACK-DONE; exit\n".encode())
+        assert vm.wait(90) is not None, vm.serial.tail_lines()
+    finally:
+        vm.close(grace_s=0)
+    log = vm.serial.text()
+    assert "ATTACK-DONE" in log and "mount 0" in log, log[-2000:]
+    assert "vda" in log and "vdb" in log  # both disks were found and tried
+    assert {p: _sha256(p) for p in before} == before
+
+
+def _shell_quote(text: str) -> str:
+    return "'" + text.replace("'", "'\"'\"'") + "'"
+
+
+def _open_fds() -> set[str]:
+    targets = set()
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(FileNotFoundError):  # the descriptor listdir itself used
+            targets.add(os.readlink(f"/proc/self/fd/{fd}"))
+    return targets
+
+
+def _tmp_names() -> set[str]:
+    return {name for name in os.listdir(tempfile.gettempdir()) if name.startswith("contain")}
+
+
+def test_a_guest_that_stops_answering_ends_at_the_deadline_and_nothing_is_left(image: GuestImage) -> None:
+    fds_before, tmp_before = _open_fds(), _tmp_names()
+    cache = image.userland.path.parent
+    cache_before = set(os.listdir(cache))
+    sandbox = Sandbox(Boundary.model_validate({"runtime": {"backend": "microvm"}}))
+    sandbox.start()
+    pid = sandbox.supervisor_pid
+    assert pid is not None
+    cgroup_dirs = sandbox._cgroup.paths if sandbox._cgroup is not None else ()
+    assert cgroup_dirs and all(str(pid) in Path(d, "cgroup.procs").read_text().split() for d in cgroup_dirs)
+    assert os.readlink(f"/proc/{pid}/ns/net") != os.readlink("/proc/self/ns/net")  # QEMU's own netns
+    try:
+        process = sandbox.spawn(["sh", "-c", "echo started; exec sleep 60"], timeout=4)
+        assert process.stdout.read(8) == b"started\n"  # the command runs; now freeze the whole guest
+        began = time.monotonic()
+        os.kill(pid, signal.SIGSTOP)
+        assert process.wait(60) == -9
+        assert process.timed_out
+        assert time.monotonic() - began < 4 + 5 + 3  # the deadline, the kill grace, slack
+        process.close()
+        with pytest.raises(SandboxLost):
+            sandbox.run(["/bin/true"])
+    finally:
+        with contextlib.suppress(ContainError):
+            sandbox.close()
+    assert not os.path.exists(f"/proc/{pid}")
+    assert not any(os.path.exists(d) for d in cgroup_dirs)
+    assert _open_fds() <= fds_before
+    assert _tmp_names() <= tmp_before
+    assert set(os.listdir(cache)) == cache_before
