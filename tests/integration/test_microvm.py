@@ -11,12 +11,16 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import http.server
 import os
 import signal
+import socketserver
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 
@@ -210,3 +214,95 @@ def test_a_guest_that_stops_answering_ends_at_the_deadline_and_nothing_is_left(i
     assert _open_fds() <= fds_before
     assert _tmp_names() <= tmp_before
     assert set(os.listdir(cache)) == cache_before
+
+
+class _Hello(http.server.BaseHTTPRequestHandler):
+    seen: ClassVar[list[str]] = []
+
+    def do_GET(self) -> None:
+        type(self).seen.append(self.path)
+        self.send_response(200)
+        self.end_headers()
+        self.wfile.write(b"hello from host\n")
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def host_server() -> Iterator[tuple[int, list[str]]]:
+    _Hello.seen = []
+    server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), _Hello)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server.server_address[1], _Hello.seen
+    server.shutdown()
+    server.server_close()
+
+
+def test_egress_reaches_allowed_names_through_the_proxy_and_the_user_network_reaches_nothing_else(
+    image: GuestImage, host_server: tuple[int, list[str]]
+) -> None:
+    port, seen = host_server
+    boundary = Boundary.model_validate(
+        {
+            "network": {"allow": [{"host": "api.test", "ports": [port]}], "hosts": {"api.test": "127.0.0.1"}},
+            "runtime": {"backend": "microvm"},
+        }
+    )
+    probe = (
+        "import socket, urllib.request\n"
+        f"print(urllib.request.urlopen('http://api.test:{port}/via-proxy', timeout=10).read().decode().strip())\n"
+        "try:\n"
+        "    urllib.request.urlopen('http://denied.test/', timeout=10)\n"
+        "    print('denied.test REACHED')\n"
+        "except Exception as exc:\n"
+        "    print('denied.test refused', getattr(exc, 'code', type(exc).__name__))\n"
+        "print('dns allowed', socket.gethostbyname('api.test'))\n"
+        "try:\n"
+        "    print('dns denied', socket.gethostbyname('denied.test'))\n"
+        "except OSError as exc:\n"
+        "    print('dns denied refused')\n"
+        # Every other address and port of QEMU's user network: the gateway (the host's loopback as
+        # QEMU sees it, where the proxy and DNS stub listen), the DNS forwarder, the forward address on
+        # another port, an outside address.
+        f"for host, p in (('10.0.2.2', 3128), ('10.0.2.2', 53), ('10.0.2.2', {port}), ('10.0.2.3', 53),"
+        f" ('10.0.2.100', {port}), ('10.0.2.100', 22), ('1.1.1.1', 443)):\n"
+        "    try:\n"
+        "        socket.create_connection((host, p), timeout=3).close()\n"
+        "        print('tcp', host, p, 'OPEN')\n"
+        "    except OSError as exc:\n"
+        "        print('tcp', host, p, 'closed')\n"
+        "udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+        "udp.settimeout(3)\n"
+        "query = bytes.fromhex('123401000001000000000000') + b'\\x07example\\x03com\\x00' + bytes.fromhex('00010001')\n"
+        "for server in ('10.0.2.3', '10.0.2.2'):\n"
+        "    udp.sendto(query, (server, 53))\n"
+        "    try:\n"
+        "        udp.recvfrom(512)\n"
+        "        print('udp', server, 'ANSWERED')\n"
+        "    except OSError:\n"
+        "        print('udp', server, 'silent')\n"
+    )
+    with Sandbox(boundary) as sandbox:
+        result = sandbox.run(["python3", "-c", probe], timeout=120)
+    lines = result.stdout.data.decode().splitlines()
+    assert lines == [
+        "hello from host",
+        "denied.test refused 403",
+        "dns allowed 127.77.0.1",  # the stub's placeholder: answered, but only the proxy carries traffic
+        "dns denied refused",
+        "tcp 10.0.2.2 3128 closed",
+        "tcp 10.0.2.2 53 closed",
+        f"tcp 10.0.2.2 {port} closed",
+        "tcp 10.0.2.3 53 closed",
+        f"tcp 10.0.2.100 {port} closed",
+        "tcp 10.0.2.100 22 closed",
+        "tcp 1.1.1.1 443 closed",
+        "udp 10.0.2.3 silent",
+        "udp 10.0.2.2 silent",
+    ], result.stderr.data
+    assert seen == ["/via-proxy"]
+    assert result.layers["network"] == "egress proxy only (QEMU user network, restrict=on, one forward)"
+    assert ("api.test", "allow") in [(e["host"], e["verdict"]) for e in result.egress]
+    assert any(v.kind == "egress" and "denied.test" in v.message for v in result.violations)

@@ -21,7 +21,8 @@ What ``/init`` (``INIT_SCRIPT``, run by the kernel as pid 1) does, in order:
    fresh procfs (``hidepid=2``: it cannot look into pid 1) and a ``/dev`` tmpfs holding only null,
    zero, full, random, urandom and tty, then remounted read-only;
 7. with ``contain.net=1`` brings up ``eth0`` at 10.0.2.15 (QEMU user networking's guest address),
-   routes through 10.0.2.2 and names 10.0.2.3 as the resolver; always brings up ``lo``;
+   routes through 10.0.2.2 and names 10.0.2.100 as the resolver over TCP (``use-vc``: QEMU's
+   forwards carry TCP only; that address reaches contain's DNS stub); always brings up ``lo``;
 8. binds ``/run/machine-id`` (initramfs, written by the agent's IDENTITY) read-only onto the
    workload's ``/etc/machine-id``; remounts ``/newroot`` read-only (scratch, /tmp and /dev/shm
    stay writable: they are mounts of their own), prints ``READY_MARKER``, and execs the agent as
@@ -140,7 +141,7 @@ $B ip link set lo up || fail "lo up"
 if [ "$NET" = 1 ]; then
   $B ip link set eth0 up && $B ip addr add 10.0.2.15/24 dev eth0 && $B ip route add default via 10.0.2.2 \
     || fail "configure eth0"
-  echo "nameserver 10.0.2.3" > /newroot/etc/resolv.conf
+  printf 'nameserver 10.0.2.100\noptions use-vc timeout:2 attempts:2\n' > /newroot/etc/resolv.conf
 else
   echo "nameserver 127.0.0.1" > /newroot/etc/resolv.conf
 fi

@@ -3,8 +3,9 @@
 ``VmProcess.start`` is a checklist:
 
 1. ``plan_vmm_launch`` (pure) wraps the planned QEMU argv so that QEMU starts in a network
-   namespace of its own (``unshare --net``: its only interface is a down ``lo``, so the VMM
-   process itself can reach nothing, and egress listeners are what ``netns_path`` names) and in
+   namespace of its own (``unshare --net``: its only interface is ``lo``, brought up so that
+   contain's egress listeners can bind there; the VMM process itself reaches nothing else, and
+   ``netns_path`` names this namespace) and in
    the sandbox's host cgroup from its first instruction (a shell writes its own pid into each
    ``cgroup.procs`` and then execs QEMU, so the VMM's memory, pids and CPU are counted and
    limited before the guest has a page);
@@ -39,7 +40,10 @@ __all__ = ["SERIAL_TAIL_BYTES", "SerialLog", "VmProcess", "VmmFacts", "detect_vm
 SERIAL_TAIL_BYTES = 64 * 1024
 CLOSE_GRACE_S = 1.0  # a guest that was asked to power off does so in ~0.1 s under TCG
 UNSHARE = "/usr/bin/unshare"
-_JOIN_AND_EXEC = 'n=$1; shift; while [ "$n" -gt 0 ]; do echo $$ > "$1" || exit 125; shift; n=$((n-1)); done; exec "$@"'
+_JOIN_AND_EXEC = (
+    'n=$1; shift; while [ "$n" -gt 0 ]; do echo $$ > "$1" || exit 125; shift; n=$((n-1)); done; '
+    'ip link set lo up || exit 125; exec "$@"'
+)
 
 
 @dataclass(frozen=True)
