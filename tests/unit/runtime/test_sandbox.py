@@ -166,3 +166,13 @@ def test_an_unknown_backend_name_is_refused_naming_the_ones_that_exist():
         Sandbox(BOUNDARY, backend="container")
     assert caught.value.cause == "backend 'container' is not available in this version"
     assert caught.value.fix == "use one of: process"
+
+
+def test_an_oom_kill_and_a_pids_limit_counted_inside_the_sandbox_are_reported(wakeup):
+    """A microVM guest's cgroup is not the host's: its exit report's counts must reach the result."""
+    counted = Exited(status=signal.SIGKILL, utime_us=0, stime_us=0, maxrss_kb=0, oom_kills=1, pids_limit_hits=2)
+    backend = RecordingBackend(wakeup_fd=wakeup, replies=[counted])
+    with Sandbox(BOUNDARY, backend=backend, facts=FACTS) as sb:
+        result = sb.run(["/bin/true"])
+    assert result.oom_killed
+    assert [v.kind for v in result.violations] == ["memory", "pids"]
