@@ -27,9 +27,11 @@ if TYPE_CHECKING:
 __all__ = [
     "NOT_MIRRORED",
     "PlainBoundary",
+    "PlainContainerRuntime",
     "PlainCredential",
     "PlainFileRule",
     "PlainHardening",
+    "PlainMicrovmRuntime",
     "PlainNetwork",
     "PlainNetworkRule",
     "PlainRecordRule",
@@ -92,8 +94,21 @@ class PlainHardening:
 
 
 @dataclass(frozen=True)
+class PlainContainerRuntime:
+    runtime: str
+    image: str | None
+
+
+@dataclass(frozen=True)
+class PlainMicrovmRuntime:
+    accel: str
+
+
+@dataclass(frozen=True)
 class PlainRuntime:
     backend: Backend
+    container: PlainContainerRuntime
+    microvm: PlainMicrovmRuntime
 
 
 @dataclass(frozen=True)
@@ -160,7 +175,16 @@ def plain_from_json(data: Mapping[str, Any]) -> PlainBoundary:
             lambda v: _build(PlainRecordRule, v, "records", name=_str, via=_str, actions=_tuple_of(_str))
         ),
         hardening=lambda v: _build(PlainHardening, v, "hardening", landlock=LayerRequirement, cgroups=LayerRequirement),
-        runtime=lambda v: _build(PlainRuntime, v, "runtime", backend=Backend),
+        runtime=lambda v: _build(
+            PlainRuntime,
+            v,
+            "runtime",
+            backend=Backend,
+            container=lambda c: _build(
+                PlainContainerRuntime, c, "runtime.container", runtime=_str, image=_optional(_str)
+            ),
+            microvm=lambda m: _build(PlainMicrovmRuntime, m, "runtime.microvm", accel=_str),
+        ),
     )
 
 

@@ -7,8 +7,10 @@ one syscall. Doctor goes further, and this module is where it touches the host:
   root, 5 s timeout);
 - it creates and removes a ``contain-doctor-<pid>`` cgroup in each hierarchy, in the directory the
   runtime's own plan puts its ``contain`` parent (``runtime/cgroup_plan.plan_base_dir``);
-- it runs the KVM test guests (``host/kvm.py``, 3 s hard timeout) and asks QEMU and the OCI
-  runtimes for their versions (3 s timeout each);
+- it runs the KVM test guests (``host/kvm.py``, 3 s hard timeout), builds (or finds, cached) the
+  microVM guest and boots its real kernel under KVM with a watchdog
+  (``runtime/microvm/accel.check_kvm_boot``, cached per kernel, initramfs, QEMU version and host
+  kernel), and asks QEMU and the OCI runtimes for their versions (3 s timeout each);
 - it looks for the sandbox's supervisor binary (with ``build``, compiles it into its cache).
 
 Everything it learns is returned as one frozen ``Observations`` value; judging it is pure and
@@ -30,6 +32,7 @@ from dataclasses import dataclass
 from contain.host.facts import CgroupMount, HostFacts, bwrap_version, read_host_file
 from contain.host.kvm import KVM_DEVICE, KvmGuestResult
 from contain.runtime.cgroup_plan import CONTROLLER_ROWS, plan_base_dir
+from contain.runtime.microvm.accel import KvmBootVerdict
 from contain.runtime.plan import NOBODY_UID
 
 __all__ = [
@@ -123,6 +126,10 @@ class Observations:
     kernel_images: tuple[str, ...]
     oci: tuple[DetectedTool, ...]
     supervisor: DetectedSupervisor
+    # The real guest kernel booted under KVM (runtime/microvm/accel.py); None: not tried, and
+    # kvm_boot_skipped says why. Only this decides whether microvm sandboxes use KVM.
+    kvm_boot: KvmBootVerdict | None = None
+    kvm_boot_skipped: str = ""
 
 
 def _errno_text(exc: OSError) -> str:
@@ -311,6 +318,7 @@ def observe_host(facts: HostFacts, *, build_supervisor: bool = False) -> Observa
     trials = try_cgroup_children(facts, pid=os.getpid())
     kvm_present = os.path.exists(KVM_DEVICE)
     qemu = detect_tool(QEMU)
+    kvm_boot, kvm_boot_skipped = _kvm_boot(kvm_present)
     return Observations(
         userns_trial=try_user_namespace(facts),
         bwrap_version=bwrap_version(facts.bwrap_path),
@@ -327,4 +335,22 @@ def observe_host(facts: HostFacts, *, build_supervisor: bool = False) -> Observa
         kernel_images=tuple(sorted(p for g in KERNEL_IMAGE_GLOBS for p in glob.glob(g))),
         oci=tuple(detect_tool(name) for name, _ in OCI_RUNTIMES),
         supervisor=observe_supervisor(build=build_supervisor),
+        kvm_boot=kvm_boot,
+        kvm_boot_skipped=kvm_boot_skipped,
     )
+
+
+def _kvm_boot(kvm_present: bool) -> tuple[KvmBootVerdict | None, str]:
+    """The real guest boot under KVM (``accel.check_kvm_boot``), building the guest if needed."""
+    if not kvm_present:
+        return None, f"no {KVM_DEVICE}"
+    from contain.errors import ContainError
+    from contain.runtime.microvm.accel import check_kvm_boot
+    from contain.runtime.microvm.guest_build import ensure_guest_image
+    from contain.runtime.microvm.vmm import detect_vmm_facts
+
+    try:
+        verdict = check_kvm_boot(ensure_guest_image(), detect_vmm_facts())
+    except ContainError as exc:
+        return None, f"the microVM guest could not be built: {exc.cause}"
+    return verdict, ""

@@ -16,7 +16,7 @@ from types import SimpleNamespace
 import pytest
 
 from contain.boundary import Boundary
-from contain.errors import SandboxLost, SandboxStartError, UnsupportedHost
+from contain.errors import SandboxLost, SandboxStartError, UnknownBackend
 from contain.host.facts import HostFacts
 from contain.runtime import sandbox as sandbox_module
 from contain.runtime.backend import CommandRequest, RecordingBackend
@@ -41,12 +41,23 @@ def test_the_hidden_sockets_line_names_eight_and_counts_the_rest():
 
 
 FACTS = HostFacts(
-    arch="x86_64", is_root=False, uid=1000, gid=1000, bwrap_path="/usr/bin/bwrap",
-    user_namespaces=True, seccomp=True, landlock_abi=0,
+    arch="x86_64",
+    is_root=False,
+    uid=1000,
+    gid=1000,
+    bwrap_path="/usr/bin/bwrap",
+    user_namespaces=True,
+    seccomp=True,
+    landlock_abi=0,
     libseccomp_path="/usr/lib/x86_64-linux-gnu/libseccomp.so.2",
 )
 EXITED = Exited(status=3 << 8, utime_us=250_000, stime_us=250_000, maxrss_kb=100)
-BOUNDARY = Boundary.model_validate({"hardening": {"cgroups": "off"}, "resources": {"wall_s": 7, "cpu_s": 3, "memory_bytes": 64 * 2**20, "output_bytes": 4096}})
+BOUNDARY = Boundary.model_validate(
+    {
+        "hardening": {"cgroups": "off"},
+        "resources": {"wall_s": 7, "cpu_s": 3, "memory_bytes": 64 * 2**20, "output_bytes": 4096},
+    }
+)
 
 
 @pytest.fixture
@@ -143,8 +154,14 @@ def test_orchestration_never_touches_proc_or_starts_a_process(wakeup, monkeypatc
         monkeypatch.setattr(*name, wrapper)
 
     for target in (
-        (os, "open"), (os, "stat"), (os, "lstat"), (os, "readlink"), (os, "listdir"), (os, "scandir"),
-        (builtins, "open"), (io, "open"),
+        (os, "open"),
+        (os, "stat"),
+        (os, "lstat"),
+        (os, "readlink"),
+        (os, "listdir"),
+        (os, "scandir"),
+        (builtins, "open"),
+        (io, "open"),
     ):
         watch(target, getattr(*target))
 
@@ -161,11 +178,29 @@ def test_orchestration_never_touches_proc_or_starts_a_process(wakeup, monkeypatc
     assert [p for p in touched if p.startswith("/proc/")] == []
 
 
-def test_an_unknown_backend_name_is_refused_naming_the_ones_that_exist():
-    with pytest.raises(UnsupportedHost) as caught:
-        Sandbox(BOUNDARY, backend="container")
-    assert caught.value.cause == "backend 'container' is not available in this version"
-    assert caught.value.fix == "use one of: process"
+@pytest.mark.parametrize(
+    ("spec", "cause"),
+    [
+        ("nosuch", "backend 'nosuch' is unknown"),
+        ("container:crun", "container runtime 'crun' is unknown (in 'container:crun')"),
+        ("process:runc", "backend 'process' takes no variant (got 'process:runc')"),
+    ],
+)
+def test_an_unknown_backend_spec_is_refused_with_unknown_backend_before_anything_starts(spec, cause):
+    with pytest.raises(UnknownBackend) as caught:
+        Sandbox(BOUNDARY, backend=spec)
+    assert caught.value.cause == cause
+    assert caught.value.exit_code == 125
+
+
+def test_layer_lines_a_backend_learns_only_at_start_reach_the_result(wakeup):
+    # The microvm backend decides its accelerator by booting; the line must reach RunResult.layers.
+    backend = RecordingBackend(wakeup_fd=wakeup, replies=[EXITED])
+    backend.layer_report = {"accelerator": "tcg (software emulation: KVM does not boot the guest here)"}  # type: ignore[attr-defined]
+    with Sandbox(BOUNDARY, backend=backend, facts=FACTS) as sb:
+        result = sb.run(["/bin/true"])
+    assert result.layers["accelerator"] == "tcg (software emulation: KVM does not boot the guest here)"
+    assert result.layers["seccomp"] == "applied"  # the planned lines stay
 
 
 def test_an_oom_kill_and_a_pids_limit_counted_inside_the_sandbox_are_reported(wakeup):
