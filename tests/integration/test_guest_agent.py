@@ -109,7 +109,7 @@ class Guest:
 
 
 def start_agent(
-    agent: Path, tmp_path: Path, *, limits: GuestLimits = NO_LIMITS, port: str = "socket"
+    agent: Path, tmp_path: Path, *, limits: GuestLimits = NO_LIMITS, port: str = "socket", chroot: bool = False
 ) -> tuple[Guest, socket.socket | int]:
     """Start the agent; returns the guest and the host end of the port (socket or pty master)."""
     cgroup_root = CGROUP2 / f"contain-agent-test-{uuid.uuid4().hex[:12]}"
@@ -136,6 +136,7 @@ def start_agent(
         "unshare", "--pid", "--uts", "--mount-proc", "--fork", "--kill-child", "--",
         str(agent), *port_args,
         "--cgroup-root", str(cgroup_root), "--machine-id-path", str(machine_id),
+        *(["--chroot", str(top)] if chroot else []),
     ]  # fmt: skip
     proc = subprocess.Popen(argv, pass_fds=pass_fds, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE)
     if port == "socket":
@@ -509,3 +510,24 @@ def test_reseed_and_identity_take_effect_in_the_guest(guest: Guest) -> None:
     assert run(guest, "hostname").stdout == b"vm-0f3a\n"
     assert guest.machine_id.read_text() == "0123456789abcdef0123456789abcdef\n"
     assert os.uname().nodename != "vm-0f3a"  # the host's own hostname did not change
+
+
+def test_with_a_chroot_file_requests_name_paths_as_the_workload_sees_them(agent_binary: Path, tmp_path: Path) -> None:
+    """In the guest the workload is chrooted to /newroot while the agent is not: /work must mean
+    /newroot/work for put, get and export, never the initramfs's /work."""
+    made, keep = start_agent(agent_binary, tmp_path, chroot=True)
+    try:
+        made.sandbox.put_file("/scratch", "in.txt", b"inside", mode=0o644, label="in.txt")
+        assert (made.scratch / "in.txt").read_bytes() == b"inside"
+        assert made.sandbox.get_file("/scratch", "in.txt", max_bytes=100, label="in.txt") == b"inside"
+        anchor = anchor_export_destination(str(tmp_path / "out"))
+        try:
+            report = made.sandbox.export("/scratch", anchor, max_bytes=100)
+        finally:
+            anchor.close()
+        assert (report.files, (tmp_path / "out/in.txt").read_bytes()) == (1, b"inside")
+    finally:
+        made.sandbox.close()
+        if isinstance(keep, socket.socket):
+            keep.close()
+        remove_guest_dirs(made)

@@ -1034,9 +1034,25 @@ static int open_dir_chain(int dirfd, const char *path, int create) {
     return fd;
 }
 
+/* Open a scratch root named as the workload sees it: with --chroot, below the chroot directory
+ * (the agent's own, made by /init before any workload existed), else below /. Every component of
+ * the root is opened O_NOFOLLOW. */
+static int open_root(const char *root) {
+    if (g_cfg.chroot_dir == NULL)
+        return open_dir_chain(-1, root, 0);
+    int base = open(g_cfg.chroot_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (base < 0)
+        return -1;
+    int fd = open_dir_chain(base, root + 1, 0); /* root is absolute: its components, relative */
+    int e = errno;
+    close(base);
+    errno = e;
+    return fd;
+}
+
 /* Splits rel into its parent directory (opened under root, created when asked) and last name. */
 static int open_parent(const char *root, const char *rel, int create, const char **name) {
-    int rootfd = open_dir_chain(-1, root, 0); /* as root: the scratch root's ancestors are not the workload's */
+    int rootfd = open_root(root); /* as root: the scratch root's ancestors are not the workload's */
     if (rootfd < 0)
         return -1;
     as_workload_fs(1);
@@ -1272,7 +1288,7 @@ static void handle_export(char **items, long n) {
         parse_u64(mb, UINT64_MAX - 1, &g_tx.max_bytes) < 0 || parse_u64(me, UINT64_MAX - 1, &g_tx.max_entries) < 0 ||
         parse_u64(md, MAX_EXPORT_DEPTH, &depth) < 0 || depth == 0)
         protocol_error("EXPORT needs root=ABS max_bytes=N max_entries=N max_depth=1..%d", MAX_EXPORT_DEPTH);
-    int fd = open_dir_chain(-1, root, 0);
+    int fd = open_root(root); /* as put/get do; everything below is read as the workload (export_step) */
     DIR *dir = fd >= 0 ? fdopendir(fd) : NULL;
     if (dir == NULL) {
         int e = errno;
