@@ -349,10 +349,14 @@ def test_the_output_cap_closes_the_stream_in_the_guest(guest: Guest) -> None:
 def test_the_output_max_is_enforced_inside_the_guest(agent_binary: Path, tmp_path: Path) -> None:
     made, keep = start_agent(agent_binary, tmp_path, limits=GuestLimits(output_max_bytes=1000))
     try:
-        result = run(made, "sh", "-c", "head -c 100000 /dev/zero; echo done-$? >&2")
-        assert len(result.stdout) == 1000
+        # the host's own cap is the same 1000 bytes (as Sandbox sets both from output_bytes): it
+        # must still see that the command wrote past it, or the result would not say "truncated"
+        result = run(made, "sh", "-c", "head -c 100000 /dev/zero; echo done-$? >&2", output_cap=1000)
+        assert (len(result.stdout), result.truncated) == (1000, True)
         assert result.exited is not None and result.exited.exit_code == 0
         assert result.stderr == b"done-141\n"  # SIGPIPE once the agent closed its end of the pipe
+        exact = run(made, "sh", "-c", "head -c 1000 /dev/zero", output_cap=1000)
+        assert (len(exact.stdout), exact.truncated) == (1000, False)  # exactly the cap is not a truncation
     finally:
         made.sandbox.close()
         if isinstance(keep, socket.socket):

@@ -106,7 +106,7 @@ class GuestLimits(NamedTuple):
 
     memory_max_bytes: int | None = None
     pids_max: int | None = None
-    output_max_bytes: int | None = None
+    output_max_bytes: int | None = None  # the boundary's output cap; the agent stops one byte past it
 
 
 _NO_LIMITS = GuestLimits()
@@ -227,7 +227,8 @@ class GuestSandbox:
             request.rlimits,
             memory_max_bytes=self._limits.memory_max_bytes,
             pids_max=self._limits.pids_max,
-            output_max_bytes=self._limits.output_max_bytes,
+            # one byte past the host's own cap, so the host's reader still sees the cap passed
+            output_max_bytes=None if self._limits.output_max_bytes is None else self._limits.output_max_bytes + 1,
         )
         with self._request_lock:
             self._finish_previous_run()
