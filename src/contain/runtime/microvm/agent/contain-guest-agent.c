@@ -844,6 +844,15 @@ static void __attribute__((noreturn)) child_exec(struct spawn_request *rq, const
     }
     if (g_cfg.chroot_dir != NULL && (chroot(g_cfg.chroot_dir) < 0 || chdir("/") < 0))
         child_fail(errfd, ST_IDS, errno);
+    /* Empty the bounding set while CAP_SETPCAP is still held: with no_new_privs no exec could
+     * raise a capability anyway; this leaves nothing to raise even without it. */
+    for (int cap = 0; cap < 64; cap++) {
+        int has = prctl(PR_CAPBSET_READ, cap, 0, 0, 0);
+        if (has < 0)
+            break; /* EINVAL: past the last capability this kernel knows */
+        if (has == 1 && prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) < 0)
+            child_fail(errfd, ST_IDS, errno);
+    }
     if (setgroups(0, NULL) < 0 || setresgid(g_cfg.gid, g_cfg.gid, g_cfg.gid) < 0 ||
         setresuid(g_cfg.uid, g_cfg.uid, g_cfg.uid) < 0)
         child_fail(errfd, ST_IDS, errno);
