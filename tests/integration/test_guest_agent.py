@@ -134,6 +134,9 @@ def start_agent(
         port_args, pass_fds = ["--port", port_path], ()
     argv = [
         "unshare", "--pid", "--uts", "--mount-proc", "--fork", "--kill-child", "--",
+        # root's group as a supplementary group, as an /init might leave it: file requests must
+        # not read through it
+        "setpriv", "--groups", "0", "--",
         str(agent), *port_args,
         "--cgroup-root", str(cgroup_root), "--machine-id-path", str(machine_id),
         *(["--chroot", str(top)] if chroot else []),
@@ -535,3 +538,47 @@ def test_with_a_chroot_file_requests_name_paths_as_the_workload_sees_them(agent_
         if isinstance(keep, socket.socket):
             keep.close()
         remove_guest_dirs(made)
+
+
+def test_a_file_transfer_while_a_command_streams_output_keeps_the_channel(guest: Guest) -> None:
+    """The pump's CREDIT and stdin frames may fall between a PUT_FILE's data frames; the agent
+    must take them as flow control, not as a request in the middle of the transfer."""
+    out_r, out_w = os.pipe2(os.O_CLOEXEC)
+    err_r, err_w = os.pipe2(os.O_CLOEXEC)
+    devnull = os.open("/dev/null", os.O_RDONLY | os.O_CLOEXEC)
+    reply = guest.sandbox.spawn(
+        CommandRequest(("sh", "-c", "head -c 200000000 /dev/zero"), ENV, "/", ()), (devnull, out_w, err_w)
+    )
+    assert isinstance(reply, Started)
+    for fd in (devnull, out_w, err_w):
+        os.close(fd)
+    drained = {"bytes": 0}
+
+    def drain() -> None:
+        while chunk := os.read(out_r, 1 << 16):
+            drained["bytes"] += len(chunk)
+
+    reader = threading.Thread(target=drain)
+    reader.start()
+    data = os.urandom(8 << 20)
+    for index in range(4):
+        guest.sandbox.put_file(str(guest.scratch), f"during-{index}.bin", data, mode=0o644, label="during")
+    exited = guest.sandbox.wait_exited(60)
+    reader.join(timeout=60)
+    os.close(out_r)
+    os.close(err_r)
+    assert exited is not None and exited.exit_code == 0
+    assert drained["bytes"] == 200_000_000
+    assert (guest.scratch / "during-3.bin").read_bytes() == data
+
+
+def test_get_reads_only_what_the_workload_could_read(guest: Guest) -> None:
+    """File requests act as the workload: a root-owned 0640 file (group root) in scratch stays
+    unreadable even though the agent itself is root (and began with root's groups)."""
+    secret = guest.scratch / "root-only"
+    secret.write_text("root only")
+    os.chown(secret, 0, 0)
+    secret.chmod(0o640)
+    with pytest.raises(FileTransferError, match="Permission denied"):
+        guest.sandbox.get_file(str(guest.scratch), "root-only", max_bytes=100, label="root-only")
+    assert run(guest, "cat", str(secret)).exited.exit_code != 0  # type: ignore[union-attr]  # same verdict

@@ -1497,7 +1497,10 @@ static void dispatch(int type, int stream, unsigned char *body, size_t len) {
             protocol_error("DATA on stream %d from the host", stream);
         return;
     }
-    if (g_put.active)
+    /* Flow control (CREDIT, CLOSE_OUTPUT, stdin DATA) and KILL come from the host's pump and run
+     * loop at any time, also between a PUT_FILE's data frames; a request there is out of step. */
+    int is_flow = type == T_CREDIT || type == T_CLOSE_OUTPUT || type == T_KILL;
+    if (g_put.active && !is_flow)
         protocol_error("frame type %d in the middle of a PUT_FILE", type);
     char **items = NULL;
     long n = 0;
@@ -1684,6 +1687,12 @@ int main(int argc, char **argv) {
         return EXIT_REFUSED;
     if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) < 0 || write_text("/proc/self/oom_score_adj", "-1000") < 0)
         logmsg("cannot harden the agent (dumpable/oom_score_adj): %s", strerror(errno));
+    /* File requests act with the workload's fsuid/fsgid; supplementary groups still count in
+     * permission checks, so the agent keeps none (root needs none). */
+    if (setgroups(0, NULL) < 0) {
+        logmsg("cannot drop supplementary groups: %s", strerror(errno));
+        return EXIT_REFUSED;
+    }
     g_port = open_port();
     g_inbuf = malloc(HEADER_BYTES + MAX_BODY_BYTES + 1);
     g_run.stdin_buf = malloc(WINDOW_BYTES);
