@@ -121,8 +121,13 @@ class ExportWalk:
             for chunk in data:  # consumed whole even when not written: it is on the wire
                 copied += len(chunk)
                 view = memoryview(chunk)
-                while fd >= 0 and view:
-                    view = view[os.write(fd, view) :]
+                try:
+                    while fd >= 0 and view:
+                        view = view[os.write(fd, view) :]
+                except OSError as exc:  # ENOSPC, EDQUOT...: the rest of the stream must still be read
+                    os.close(fd)
+                    fd = -1
+                    self.report.skip(f"{path} (could not be written: {exc.strerror})")
         finally:
             if fd >= 0:
                 os.close(fd)

@@ -69,3 +69,25 @@ def test_bytes_announced_for_a_file_the_host_refused_still_count_against_the_bud
     walk.close()
     assert not (tmp_path / "victim").exists()
     assert walk.report.skipped == ["f (destination is not a plain file)"]
+
+
+def test_a_write_error_on_the_host_skips_the_file_and_still_consumes_its_data(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    walk = walk_into(tmp_path / "d")
+    consumed: list[bytes] = []
+
+    def chunks_of(size: int) -> Iterator[bytes]:
+        for chunk in (b"ab", b"cd"):
+            consumed.append(chunk)
+            yield chunk
+
+    def full(fd: int, data: object) -> int:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "write", full)
+    walk.entry(encode_items(["kind=file", "path=f", "size=4"]), chunks_of)
+    monkeypatch.undo()
+    walk.close()
+    assert consumed == [b"ab", b"cd"]  # the channel stays in step: every frame of the file was read
+    assert walk.finish().skipped == ["f (could not be written: No space left on device)"]
