@@ -180,12 +180,15 @@ def _open_fds() -> set[str]:
     return targets
 
 
-def _tmp_names() -> set[str]:
-    return {name for name in os.listdir(tempfile.gettempdir()) if name.startswith("contain")}
-
-
-def test_a_guest_that_stops_answering_ends_at_the_deadline_and_nothing_is_left(image: GuestImage) -> None:
-    fds_before, tmp_before = _open_fds(), _tmp_names()
+def test_a_guest_that_stops_answering_ends_at_the_deadline_and_nothing_is_left(
+    image: GuestImage, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A private temp directory: /tmp is shared with other test runs, this one is ours alone.
+    private_tmp = tmp_path / "tmp"
+    private_tmp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(private_tmp))
+    monkeypatch.setattr(tempfile, "tempdir", str(private_tmp))
+    fds_before = _open_fds()
     cache = image.userland.path.parent
     cache_before = set(os.listdir(cache))
     sandbox = Sandbox(Boundary.model_validate({"runtime": {"backend": "microvm"}}))
@@ -212,7 +215,7 @@ def test_a_guest_that_stops_answering_ends_at_the_deadline_and_nothing_is_left(i
     assert not os.path.exists(f"/proc/{pid}")
     assert not any(os.path.exists(d) for d in cgroup_dirs)
     assert _open_fds() <= fds_before
-    assert _tmp_names() <= tmp_before
+    assert os.listdir(private_tmp) == []
     assert set(os.listdir(cache)) == cache_before
 
 
