@@ -213,6 +213,10 @@ def test_a_guest_that_stops_answering_ends_at_the_deadline_and_nothing_is_left(
     cgroup_dirs = sandbox._cgroup.paths if sandbox._cgroup is not None else ()
     assert cgroup_dirs and all(str(pid) in Path(d, "cgroup.procs").read_text().split() for d in cgroup_dirs)
     assert os.readlink(f"/proc/{pid}/ns/net") != os.readlink("/proc/self/ns/net")  # QEMU's own netns
+    status = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines())
+    assert status["Uid"].split()[0] != "0" and status["Gid"].split()[0] != "0"  # never host root
+    assert (status["CapEff"].strip(), status["CapBnd"].strip()) == ("0000000000000000", "0000000000000000")
+    assert (status["NoNewPrivs"].strip(), status["Seccomp"].strip()) == ("1", "2")  # QEMU's -sandbox
     try:
         process = sandbox.spawn(["sh", "-c", "echo started; exec sleep 60"], timeout=4)
         assert process.stdout.read(8) == b"started\n"  # the command runs; now freeze the whole guest

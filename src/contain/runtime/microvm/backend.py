@@ -17,8 +17,9 @@ with the boundary's limits, and checked scratch paths):
    ``network.allow``, one virtio NIC on QEMU's user network with ``restrict=on`` whose only
    reachable addresses are ``GUEST_FORWARDS`` (contain's proxy and DNS stub, which ``Sandbox``
    starts in QEMU's network namespace right after this returns); no NIC otherwise;
-5. start QEMU in the sandbox's cgroup and an empty network namespace (``vmm.VmProcess``), with
-   the agent's port on one end of a socket pair;
+5. start QEMU in the sandbox's cgroup and an empty network namespace, as the sandbox's leased
+   host uid without capabilities, under QEMU's own seccomp filter (``vmm.VmProcess``), with the
+   agent's port on one end of a socket pair;
 6. connect ``GuestSandbox`` (the agent's handle, guest_handle.py) over the other end and wait for
    READY within ``BOOT_TIMEOUT_S``; on failure the VMM is killed and the error quotes the end of
    the serial console (``SandboxStartError``);
@@ -254,7 +255,7 @@ class MicroVMBackend:
             os.close(guest_fd)
             host_end.close()
             raise
-        vm = VmProcess(vm_plan, cgroup=plan.cgroup, guest_fd=guest_fd)
+        vm = VmProcess(vm_plan, cgroup=plan.cgroup, guest_fd=guest_fd, run_as=plan.host_ids)
         began = time.monotonic()
         try:
             vm.start()
