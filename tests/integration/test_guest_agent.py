@@ -70,6 +70,7 @@ class UnshareVmm:
 
     def __init__(self, proc: subprocess.Popen[bytes]) -> None:
         self.proc = proc
+        self.killed = False
 
     @property
     def pid(self) -> int:
@@ -84,13 +85,14 @@ class UnshareVmm:
         return None
 
     def kill(self) -> None:
+        self.killed = True
         self.proc.kill()  # --kill-child: the agent, pid 1 of the namespace, dies with it
 
     def close(self) -> None:
         try:
             self.proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
-            self.proc.kill()
+            self.kill()
             self.proc.wait(timeout=5)
 
 
@@ -582,3 +584,10 @@ def test_get_reads_only_what_the_workload_could_read(guest: Guest) -> None:
     with pytest.raises(FileTransferError, match="Permission denied"):
         guest.sandbox.get_file(str(guest.scratch), "root-only", max_bytes=100, label="root-only")
     assert run(guest, "cat", str(secret)).exited.exit_code != 0  # type: ignore[union-attr]  # same verdict
+
+
+def test_close_shuts_the_guest_down_without_a_kill_and_leaves_no_process(guest: Guest) -> None:
+    run(guest, "sh", "-c", "setsid sleep 60 &")
+    guest.sandbox.close()
+    assert guest.vmm.proc.returncode is not None and not guest.vmm.killed
+    assert (guest.cgroup_root / "contain-run" / "cgroup.procs").read_text() == ""  # the setsid'd sleep too
