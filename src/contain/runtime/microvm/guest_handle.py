@@ -451,7 +451,11 @@ class GuestSandbox:
     def _send(self, frame: bytes) -> None:
         if self._lost is not None:
             raise SandboxLost(self._lost, "the VM is gone; start a new sandbox")
-        self._channel.send(frame)
+        try:
+            self._channel.send(frame)
+        except SandboxLost as exc:
+            self._fail(exc.cause)  # waits end now, not at their own timeouts
+            raise
 
     def _call(self, frame: bytes, *, timeout_s: float = _REPLY_TIMEOUT_S) -> Frame:
         """Send a request and return the first reply frame (the caller clears ``_awaiting``)."""

@@ -30,6 +30,7 @@ from contain.runtime.microvm.guest_channel import (
     decode_items,
     encode_frame,
     encode_items,
+    encode_request,
 )
 from contain.runtime.microvm.guest_handle import GuestSandbox
 from contain.runtime.supervisor_channel import Started
@@ -317,3 +318,29 @@ def test_an_export_never_writes_through_a_symlink_in_the_destination(
     )
     assert (tmp_path / "victim").read_text() == "keep"
     assert (tmp_path / "dest" / "ok").read_text() == "ok"
+
+
+def test_a_guest_that_stops_reading_its_port_loses_the_channel_instead_of_blocking_the_host() -> None:
+    """A hung guest kernel stops draining the port; QEMU then stops reading the socket. A send
+    (the run loop's KILL at the deadline) must give up after its timeout, not block forever."""
+    host, guest = socket.socketpair()
+    host.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    channel = GuestChannel(host.detach(), send_timeout_s=0.5)
+    done: list[BaseException | None] = []
+
+    def flood() -> None:
+        try:
+            while True:
+                channel.send(encode_frame(MsgType.DATA, b"x" * 65536, stream=Stream.STDIN))
+        except SandboxLost as exc:
+            done.append(exc)
+
+    sender = threading.Thread(target=flood, daemon=True)
+    sender.start()
+    sender.join(timeout=10)
+    assert not sender.is_alive() and isinstance(done[0], SandboxLost)
+    assert "has not read its control port" in done[0].cause
+    with pytest.raises(SandboxLost):  # later senders do not wait on the stuck one either
+        channel.send(encode_request(MsgType.KILL))
+    channel.close()
+    guest.close()
