@@ -591,3 +591,25 @@ def test_close_shuts_the_guest_down_without_a_kill_and_leaves_no_process(guest: 
     guest.sandbox.close()
     assert guest.vmm.proc.returncode is not None and not guest.vmm.killed
     assert (guest.cgroup_root / "contain-run" / "cgroup.procs").read_text() == ""  # the setsid'd sleep too
+
+
+@pytest.mark.skipif(
+    shutil.which("strace") is None, reason="strace is not installed: the agent's ioctls cannot be watched"
+)
+def test_reseed_forces_a_crng_reseed_after_adding_the_entropy(guest: Guest, tmp_path: Path) -> None:
+    """Added entropy alone reaches an initialised CRNG's keys only at its next timed reseed (60 s):
+    restored VMs would share getrandom() output until then. Watched from outside with strace."""
+    agent_pid = int(Path(f"/proc/{guest.vmm.pid}/task/{guest.vmm.pid}/children").read_text().split()[0])
+    log = tmp_path / "strace.log"
+    tracer = subprocess.Popen(["strace", "-qq", "-e", "trace=ioctl", "-o", str(log), "-p", str(agent_pid)])
+    try:
+        deadline = time.monotonic() + 10
+        while "TracerPid:\t0\n" in Path(f"/proc/{agent_pid}/status").read_text():  # until strace is attached
+            assert time.monotonic() < deadline, "strace did not attach"
+        guest.sandbox.reseed(os.urandom(64))
+    finally:
+        tracer.terminate()
+        tracer.wait(timeout=10)
+    calls = [line for line in log.read_text().splitlines() if "ioctl(" in line]
+    assert [("RNDADDENTROPY" in c, "RNDRESEEDCRNG" in c) for c in calls] == [(True, False), (False, True)], calls
+    assert all(c.rstrip().endswith("= 0") for c in calls), calls

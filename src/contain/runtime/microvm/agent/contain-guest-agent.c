@@ -1420,14 +1420,23 @@ static void handle_reseed(const unsigned char *body, size_t len) {
     req.info.entropy_count = (int)(len * 8);
     req.info.buf_size = (int)len;
     memcpy(req.buf, body, len);
+    /* Adding entropy alone does not re-key an already initialised CRNG (Linux >= 5.18 reseeds it
+     * on a timer, every 60 s, drivers/char/random.c crng_reseed_interval): two VMs restored from
+     * one snapshot would draw the same getrandom() bytes until then. RNDRESEEDCRNG forces the
+     * reseed now, so the host's bytes are in every key from the next read on. */
     int fd = open("/dev/urandom", O_WRONLY | O_CLOEXEC);
     int rc = fd < 0 ? -1 : ioctl(fd, RNDADDENTROPY, &req.info);
+    const char *step = "RNDADDENTROPY";
+    if (rc == 0) {
+        rc = ioctl(fd, RNDRESEEDCRNG);
+        step = "RNDRESEEDCRNG";
+    }
     int e = errno;
     if (fd >= 0)
         close(fd);
     explicit_bzero(&req, sizeof req);
     if (rc < 0)
-        reply_error(e, "RNDADDENTROPY failed: %s", strerror(e));
+        reply_error(e, "%s failed: %s", step, strerror(e));
     else
         reply_ok();
 }
