@@ -110,6 +110,9 @@ class GuestLimits(NamedTuple):
 
 
 _NO_LIMITS = GuestLimits()
+# What to do about a refused GET_FILE, by the agent's errno.
+_GET_FIXES = {errno.EFBIG: "pass a larger max_bytes", errno.ELOOP: "use a plain path with no symlinks"}
+_GET_FIX = "get only regular files under a scratch path"
 
 
 class GuestSandbox:
@@ -333,7 +336,9 @@ class GuestSandbox:
                 reply = self._call(encode_request(MsgType.GET_FILE, items))
                 if reply.type is MsgType.ERROR:
                     message, err = parse_error(reply.body)
-                    raise FileTransferError(f"cannot read {label} in the guest: {message[:200]}", _get_fix(err))
+                    raise FileTransferError(
+                        f"cannot read {label} in the guest: {message[:200]}", _GET_FIXES.get(err, _GET_FIX)
+                    )
                 if reply.type is not MsgType.FILE:
                     raise self._lose(f"the guest agent answered GET_FILE with {reply.type.name}")
                 size = number("FILE", "size", parse_fields(MsgType.FILE, reply.body, frozenset({"size"}))["size"])
@@ -408,7 +413,8 @@ class GuestSandbox:
             if len(frame.body) > left:
                 raise self._lose("the guest sent more file data than it announced")
             left -= len(frame.body)
-            self._tx_unacked -= len(frame.body)
+            with self._lock:  # the reader thread adds to it
+                self._tx_unacked -= len(frame.body)
             self._send(encode_request(MsgType.CREDIT, [f"bytes={len(frame.body)}"], stream=Stream.TRANSFER))
             yield frame.body
         if frame.type is not MsgType.DATA:
@@ -536,8 +542,10 @@ class GuestSandbox:
             if not self._awaiting:
                 raise self._lose(f"the guest sent {frame.type.name} {frame.stream.name} while no request waited")
             if frame.type is MsgType.DATA:  # the transfer stream
-                self._tx_unacked += len(frame.body)
-                if self._tx_unacked > WINDOW_BYTES:
+                with self._lock:  # the requester's thread takes from it
+                    self._tx_unacked += len(frame.body)
+                    over = self._tx_unacked > WINDOW_BYTES
+                if over:
                     raise self._lose("the guest sent file data beyond its credit")
             while True:  # blocks when full: bounded, and the consumer does not depend on this thread
                 try:
@@ -582,14 +590,6 @@ class GuestSandbox:
     def _wake_pump(self) -> None:
         with contextlib.suppress(OSError):
             os.write(self._pump_wake_w, b"x")
-
-
-def _get_fix(err: int) -> str:
-    if err == errno.EFBIG:
-        return "pass a larger max_bytes"
-    if err in (errno.ELOOP, errno.ENOTDIR):
-        return "use a plain path with no symlinks"
-    return "get only regular files under a scratch path"
 
 
 if TYPE_CHECKING:
