@@ -10,16 +10,18 @@ Two threads per sandbox, so that neither side of the byte stream ever waits on t
 - the **reader** only reads and decodes frames. It never writes to a pipe or to the channel, so
   the agent's blocking writes always complete. Output data goes to per-stream buffers, replies to
   a small bounded queue, EXITED to its slot;
-- the **pump** (one per command) writes buffered output to the command's host pipes, returning
-  credit for what the pipe took, and reads the host's stdin within the agent's credit.
+- the **pump** (one per command, ``guest_stdio.CommandStdio``) writes buffered output to the
+  command's host pipes, returning credit for what the pipe took, and reads the host's stdin
+  within the agent's credit. Sends have a deadline (``guest_channel.SEND_TIMEOUT_S``): a guest
+  that stops reading loses the channel instead of blocking a sender.
 
 What this module enforces, against a guest that is hostile (its kernel may be the workload's):
 output held on the host is at most one ``WINDOW_BYTES`` window per stream (data beyond the
 credit loses the channel); nothing the workload prints is parsed (it travels inside DATA bodies);
 replies arrive only when a request waits for them; file transfers are checked again on the host
 (sizes as announced and within the caller's bound, export paths normalised and in walk order,
-entry, byte and depth limits), and the host writes exports through ``O_NOFOLLOW`` descriptors
-under the anchored destination, as ``files.export_tree`` does.
+entry, byte and depth limits: ``guest_export.ExportWalk``), and the host writes exports through
+``O_NOFOLLOW`` descriptors under the anchored destination, as ``files.export_tree`` does.
 
 What it does not do: boot, stop or limit the VM (the ``Vmm``); decide scratch paths (``Sandbox``
 checked them with ``files.scratch_relative``); cap output (the caller's ``CappedReader``; the
@@ -75,30 +77,26 @@ _REPLY_QUEUE_FRAMES = 64  # replies wait here for the requester: at most 64 fram
 
 
 class Vmm(Protocol):
-    """What the VMM side gives the handle: the VM's host process and what outside judges need."""
+    """What the VMM side gives the handle: the VM's host process and what outside judges need.
+
+    ``pid``: the VMM's host pid; ``netns_path``: the network namespace egress attaches to (the
+    VMM's); ``cgroup``: the host cgroup the VMM runs in; ``kill``: SIGKILL the VMM now (the guest
+    and every process in it end); ``close``: wait for the VMM to end (killing it after a short
+    grace) and remove what it left.
+    """
 
     @property
-    def pid(self) -> int:
-        """The VMM's host pid."""
-        ...
+    def pid(self) -> int: ...
 
     @property
-    def netns_path(self) -> str:
-        """The network namespace egress attaches to (the VMM's)."""
-        ...
+    def netns_path(self) -> str: ...
 
     @property
-    def cgroup(self) -> SandboxCgroup | None:
-        """The host cgroup the VMM runs in."""
-        ...
+    def cgroup(self) -> SandboxCgroup | None: ...
 
-    def kill(self) -> None:
-        """SIGKILL the VMM now (the guest and every process in it end)."""
-        ...
+    def kill(self) -> None: ...
 
-    def close(self) -> None:
-        """Wait for the VMM to end (killing it after a short grace) and remove what it left."""
-        ...
+    def close(self) -> None: ...
 
 
 class GuestLimits(NamedTuple):
