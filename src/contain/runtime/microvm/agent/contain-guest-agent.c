@@ -1379,7 +1379,7 @@ static void export_step(void) {
     }
     struct stat fst;
     int fd = open_regular(top->fd, d->d_name, &fst);
-    if (fd < 0 || fst.st_ino != st.st_ino) {
+    if (fd < 0 || fst.st_ino != st.st_ino || fst.st_dev != st.st_dev) { /* swapped since the stat */
         if (fd >= 0)
             close(fd);
         export_entry("skip", 0, "open");
