@@ -344,3 +344,47 @@ def test_a_guest_that_stops_reading_its_port_loses_the_channel_instead_of_blocki
         channel.send(encode_request(MsgType.KILL))
     channel.close()
     guest.close()
+
+
+def test_output_after_the_end_of_its_stream_loses_the_channel(pair: tuple[GuestSandbox, FakeAgent, FakeVmm]) -> None:
+    sandbox, agent, _ = pair
+
+    def after_end() -> None:
+        agent.send(MsgType.DATA, b"", stream=Stream.STDOUT)
+        agent.send(MsgType.DATA, b"late", stream=Stream.STDOUT)
+
+    out_r, _, _ = spawn(sandbox, agent, after_end)
+    with pytest.raises(SandboxLost, match="after its end"):
+        sandbox.wait_exited(10)
+    os.close(out_r)
+
+
+def test_stdin_credit_beyond_what_the_host_sent_loses_the_channel(
+    pair: tuple[GuestSandbox, FakeAgent, FakeVmm],
+) -> None:
+    sandbox, agent, _ = pair
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    in_r, in_w = os.pipe()  # the host never writes stdin: the guest has nothing to credit back
+
+    def script() -> None:
+        agent.expect(MsgType.SPAWN)
+        agent.send(MsgType.STARTED, ["pid=2"])
+        agent.send(MsgType.CREDIT, ["bytes=1"])
+
+    in_guest(script)
+    assert isinstance(sandbox.spawn(CommandRequest(("cat",), {}, "/", ()), (in_r, out_w, err_w)), Started)
+    with pytest.raises(SandboxLost, match="credited more stdin"):
+        sandbox.wait_exited(10)
+    for fd in (out_r, out_w, err_r, err_w, in_r, in_w):
+        os.close(fd)
+
+
+def test_a_guest_that_does_not_answer_loses_the_channel_at_the_reply_timeout(
+    pair: tuple[GuestSandbox, FakeAgent, FakeVmm],
+) -> None:
+    sandbox, _, _ = pair
+    with pytest.raises(SandboxLost, match=r"did not answer within 0\.2s"):
+        sandbox.hello(timeout_s=0.2)
+    with pytest.raises(SandboxLost):  # and stays lost: nothing more is sent on a stream out of step
+        sandbox.kill()
