@@ -613,3 +613,13 @@ def test_reseed_forces_a_crng_reseed_after_adding_the_entropy(guest: Guest, tmp_
     calls = [line for line in log.read_text().splitlines() if "ioctl(" in line]
     assert [("RNDADDENTROPY" in c, "RNDRESEEDCRNG" in c) for c in calls] == [(True, False), (False, True)], calls
     assert all(c.rstrip().endswith("= 0") for c in calls), calls
+
+
+def test_the_run_after_a_capped_run_gets_its_own_output(guest: Guest) -> None:
+    """When the host's cap closes a stream, the end of that stream still comes from the guest later
+    (after CLOSE_OUTPUT); the next command must not take it for the end of its own output."""
+    for round_number in range(24):  # a race: the stale end must arrive after the pump ended
+        capped = run(guest, "head", "-c", "300000", "/dev/zero", output_cap=10_000)
+        assert capped.truncated
+        second = run(guest, "echo", f"second-{round_number}")
+        assert second.stdout == f"second-{round_number}\n".encode(), round_number
