@@ -623,3 +623,13 @@ def test_the_run_after_a_capped_run_gets_its_own_output(guest: Guest) -> None:
         assert capped.truncated
         second = run(guest, "echo", f"second-{round_number}")
         assert second.stdout == f"second-{round_number}\n".encode(), round_number
+
+
+def test_stdin_still_in_flight_when_a_command_exits_is_not_credited_to_the_next(guest: Guest) -> None:
+    """A command that exits without reading its stdin leaves host DATA in flight; credit the agent
+    returned for it would land on the next command's window and overflow it."""
+    for round_number in range(24):
+        early = run(guest, "head", "-c", "1", stdin=b"x" * (1 << 20))
+        assert early.stdout == b"x", round_number
+        echoed = run(guest, "cat", stdin=b"next")
+        assert echoed.stdout == b"next", round_number

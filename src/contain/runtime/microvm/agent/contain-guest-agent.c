@@ -525,8 +525,12 @@ static void on_stdin_data(const unsigned char *body, size_t len) {
         pump_stdin();
         return;
     }
-    if (g_run.stdin_fd < 0 || g_run.stdin_eof) { /* the command is gone or closed stdin: drop */
-        if (g_run.stdin_buf != NULL && !g_run.stdin_eof)
+    /* The command is over: drop it without credit. Credit sent now would reach the host after
+     * EXITED, where the next command's window would take it (the next SPAWN resets the window). */
+    if (!g_run.active)
+        return;
+    if (g_run.stdin_fd < 0 || g_run.stdin_eof) { /* it closed its stdin: drop, give the credit back */
+        if (!g_run.stdin_eof)
             return_stdin_credit(len);
         return;
     }
