@@ -251,3 +251,23 @@ def test_a_container_backend_without_runtime_facts_is_refused_before_it_starts(w
     with pytest.raises(UnsupportedHost, match="no facts about the runc binary"):
         Sandbox(BOUNDARY, backend=backend, facts=root).start()
     assert backend.plans == []
+
+
+def test_layer_lines_a_backend_learns_only_at_start_reach_the_result(wakeup):
+    # The microvm backend decides its accelerator by booting; the line must reach RunResult.layers.
+    backend = RecordingBackend(wakeup_fd=wakeup, replies=[EXITED])
+    backend.layer_report = {"accelerator": "tcg (software emulation: KVM does not boot the guest here)"}  # type: ignore[attr-defined]
+    with Sandbox(BOUNDARY, backend=backend, facts=FACTS) as sb:
+        result = sb.run(["/bin/true"])
+    assert result.layers["accelerator"] == "tcg (software emulation: KVM does not boot the guest here)"
+    assert result.layers["seccomp"] == "applied"  # the planned lines stay
+
+
+def test_an_oom_kill_and_a_pids_limit_counted_inside_the_sandbox_are_reported(wakeup):
+    """A microVM guest's cgroup is not the host's: its exit report's counts must reach the result."""
+    counted = Exited(status=signal.SIGKILL, utime_us=0, stime_us=0, maxrss_kb=0, oom_kills=1, pids_limit_hits=2)
+    backend = RecordingBackend(wakeup_fd=wakeup, replies=[counted])
+    with Sandbox(BOUNDARY, backend=backend, facts=FACTS) as sb:
+        result = sb.run(["/bin/true"])
+    assert result.oom_killed
+    assert [v.kind for v in result.violations] == ["memory", "pids"]
