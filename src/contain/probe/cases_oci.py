@@ -512,26 +512,20 @@ def oc_05(ctx: ProbeContext) -> CaseResult:
     images, cache = work / "in", work / "cache"
     images.mkdir()
     arch = {"x86_64": "amd64", "aarch64": "arm64"}.get(platform.machine(), platform.machine())
-    attempts: list[tuple[str, Path, str | None, str]] = []  # label, image, expected offender, rule
+    attempts: list[tuple[str, Path, tuple[str, ...], str]] = []  # label, image, offenders to name, must
     for row in HOSTILE_MEMBERS:
         slug = row.name.replace(" ", "-").replace("/", "").replace(".", "")
-        attempts.append(
-            (
-                row.name,
-                rootfs_tar(images / f"{slug}.tar", row.members(witness.path)),
-                row.offender(witness.path),
-                "refuse",
-            )
-        )
+        image = rootfs_tar(images / f"{slug}.tar", row.members(witness.path))
+        attempts.append((row.name, image, (row.offender(witness.path),), "refuse"))
     every = [m for row in HOSTILE_MEMBERS for m in row.members(witness.path)]
-    attempts.append(
-        ("every member in one OCI layout", oci_layout(images / "oci-all", [every], arch=arch), None, "refuse")
-    )
+    every_offender = tuple(row.offender(witness.path) for row in HOSTILE_MEMBERS)
+    layout = oci_layout(images / "oci-all", [every], arch=arch)
+    attempts.append(("every member in one OCI layout", layout, every_offender, "refuse"))
     setid = rootfs_tar(images / "setid.tar", SETID_MEMBER.members(witness.path))
-    attempts.append((SETID_MEMBER.name, setid, SETID_MEMBER.offender(witness.path), "confine"))
+    attempts.append((SETID_MEMBER.name, setid, (SETID_MEMBER.offender(witness.path),), "confine"))
     breaches: list[str] = []
     refused: dict[str, list[str]] = {}
-    for label, image, offender, must in attempts:
+    for label, image, offenders, must in attempts:
         outcome, value = _unpack(image, cache)
         if outcome == "refused":
             report = value.report
@@ -539,13 +533,14 @@ def oc_05(ctx: ProbeContext) -> CaseResult:
             refused[label] = listed or [value.cause]
             if must == "confine":
                 breaches.append(f"{label}: refused, but it should be unpacked with its set-id bits removed")
-            elif offender is not None and not any(line.startswith(offender + " [") for line in listed):
-                breaches.append(f"{label}: refused without naming the offending member {offender!r}")
+            unnamed = [o for o in offenders if not any(line.startswith(o + " [") for line in listed)]
+            if must == "refuse" and unnamed:
+                breaches.append(f"{label}: refused without naming the offending members {unnamed}")
         elif must == "refuse":
             breaches.append(f"{label}: the image was accepted ({value.rootfs})")
         else:
             breaches += [f"{label}: {finding}" for finding in _tree_findings(value.rootfs)]
-            stripped = [e for e in value.report.entries if e.member == offender]
+            stripped = [e for e in value.report.entries if e.member in offenders]
             if not stripped:
                 breaches.append(f"{label}: the report does not list the set-id bits it removed")
     entries = sorted(os.listdir(cache)) if cache.exists() else []
