@@ -1,6 +1,6 @@
 """The recommended runsc arrangement end to end, then a check that nothing is left behind.
 
-One container: contain's supervisor (the GVISOR_PATCHES copy) as pid 1 with the control
+One container: contain's supervisor (with GVISOR_ARGS) as pid 1 with the control
 socketpair as stdin and `--control-fd 0`; contain's rendered linux.seccomp with `--oci-seccomp`;
 `--network=host` with linux.namespaces naming a netns this script creates, where the host has
 bound (by setns, as contain.egress does) a TCP "proxy" on 127.0.0.1:P and a "capture" listener
@@ -24,7 +24,7 @@ import threading
 import _bundle as b
 from egress_netns import serve_tcp, setns
 from lifecycle import procs_naming
-from supervisor_in_runsc import one_run, patched_supervisor
+from supervisor_in_runsc import GVISOR_ARGS, one_run, patched_supervisor
 
 from contain.runtime.container.oci_seccomp import render_oci_seccomp
 from contain.runtime.supervisor_channel import SupervisorChannel
@@ -81,7 +81,7 @@ def main() -> int:
             threading.Thread(target=serve_tcp, args=(s, reply, stop), daemon=True).start()
         sup = patched_supervisor(build)
         bundle = b.make_bundle(
-            [f"/.contain/{sup.name}", "--control-fd", "0"],
+            [f"/.contain/{sup.name}", "--control-fd", "0", *GVISOR_ARGS],
             extra_mounts=[{"destination": "/.contain", "type": "bind", "source": build, "options": ["rbind", "ro"]}],
             netns_path=ns_path,
             seccomp=render_oci_seccomp(arch="x86_64"),

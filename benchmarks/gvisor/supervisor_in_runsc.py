@@ -5,7 +5,7 @@ The control socket is donated as the container's stdin (fd 0) and named with
 process backend does. Shows READY (and the Landlock state gVisor gives), two runs in one
 container, stdio through the passed pipes, KILL of a running workload, and EXIT.
 Run as root: python3 benchmarks/gvisor/supervisor_in_runsc.py [--patched] [runsc flags, e.g. --oci-seccomp]
---patched: a temp copy with GVISOR_PATCHES applied (see patched_supervisor);
+--patched: pass GVISOR_ARGS (without them the supervisor refuses to start under gVisor);
 --oci-seccomp: also put contain's rendered linux.seccomp in the bundle.
 """
 
@@ -25,11 +25,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import _bundle as b
 
 from contain.runtime.container.oci_seccomp import render_oci_seccomp
-from contain.runtime.supervisor_build import (
-    SUPERVISOR_CFLAGS,
-    ensure_supervisor_binary,
-    supervisor_source,
-)
+from contain.runtime.kernel_differences import supervisor_difference_args
+from contain.runtime.supervisor_build import ensure_supervisor_binary
 from contain.runtime.supervisor_channel import SupervisorChannel
 
 PY = "/usr/bin/python3"
@@ -53,40 +50,18 @@ def one_run(chan: SupervisorChannel, code: str, stdin_data: bytes) -> tuple[obje
     return started, exited, out, err
 
 
-# (stock text, replacement, why): the gVisor 20221219 incompatibilities measured with
-# `runsc --strace --debug --debug-log=DIR` (look for errno=22 in the boot log).
-GVISOR_PATCHES: tuple[tuple[str, str, str], ...] = (
-    (
-        "syscall(SYS_close_range, (unsigned)errfd + 1, ~0U, 0U)",
-        "syscall(SYS_close_range, (unsigned)errfd + 1, 0x7fffffffU, 0U)",
-        "close_range(first, ~0U, 0) -> EINVAL in gVisor; a last bound of INT_MAX is accepted",
-    ),
-    (
-        "prctl(PR_SET_SECUREBITS, CL_SECBITS_LOCKED_NOROOT, 0, 0, 0) < 0 && errno != EPERM",
-        "prctl(PR_SET_SECUREBITS, CL_SECBITS_LOCKED_NOROOT, 0, 0, 0) < 0 && errno != EPERM && errno != EINVAL",
-        "prctl(PR_SET_SECUREBITS, 0xef) -> EINVAL in gVisor (securebits not implemented)",
-    ),
-)
+# The two gVisor 20221219 incompatibilities this script found (close_range(first, ~0U) and
+# PR_SET_SECUREBITS, both EINVAL; seen with `runsc --strace --debug --debug-log=DIR`) are fixed in
+# the supervisor itself: it asks close_range for INT_MAX, and takes "no securebits" only when the
+# host accepts that difference (contain.runtime.kernel_differences). --patched is kept as a name
+# for the stock binary with those arguments.
+GVISOR_ARGS: tuple[str, ...] = supervisor_difference_args(kernel="gvisor")
 
 
 def patched_supervisor(out_dir: str) -> Path:
-    """A temp copy of the supervisor with GVISOR_PATCHES applied, built with contain's flags.
-
-    The stock binary fails every RUN inside runsc at stage "setup" (close_range) and then, with
-    that fixed, at stage "caps" (securebits). This copy exists only to show that these are the
-    only incompatibilities on the path the protocol exercises; contain's source is not changed.
-    """
-    src = supervisor_source().decode()
-    for old, new, why in GVISOR_PATCHES:
-        assert src.count(old) == 1, f"supervisor source changed; update this proof ({why})"
-        src = src.replace(old, new)
-        print(f"patch: {why}")
-    c_path = os.path.join(out_dir, "contain-supervisor-gvisor.c")
-    with open(c_path, "w", encoding="utf-8") as f:
-        f.write(src)
-    binary = os.path.join(out_dir, "contain-supervisor-gvisor")
-    subprocess.run(["cc", *SUPERVISOR_CFLAGS, "-o", binary, c_path], check=True, timeout=120)
-    return Path(binary)
+    """contain's own supervisor binary; it needs no patch since the supervisor-gvisor fix."""
+    del out_dir
+    return ensure_supervisor_binary()
 
 
 def main() -> int:
@@ -95,7 +70,7 @@ def main() -> int:
     seccomp = render_oci_seccomp(arch="x86_64") if "--oci-seccomp" in sys.argv[1:] else None
     tmp_build = tempfile.mkdtemp(prefix="gvisor-sup-")
     sup = patched_supervisor(tmp_build) if patched else ensure_supervisor_binary()
-    print(f"supervisor binary: {sup} ({'patched: GVISOR_PATCHES' if patched else 'stock, as contain builds it'})")
+    print(f"supervisor binary: {sup} ({'with ' + ' '.join(GVISOR_ARGS) if patched else 'no accepted difference'})")
     platform = [a for a in sys.argv[1:] if a.startswith("--") and a != "--patched"]  # extra runsc flags
     host, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     root = tempfile.mkdtemp(prefix="gvisor-root-")
@@ -110,6 +85,7 @@ def main() -> int:
             "--landlock-auto",
             "--landlock-read",
             "/usr",
+            *(GVISOR_ARGS if patched else ()),
         ],
         extra_mounts=[
             {"destination": "/.contain", "type": "bind", "source": str(sup.parent), "options": ["rbind", "ro"]}

@@ -5,6 +5,7 @@ The tree::
     ContainError                  cause + fix + optional rule_id; exit code 125 unless noted
     ├── BoundaryInvalid           a manifest failed to parse or validate (names file, key, line)
     ├── UnsupportedHost           this host lacks a layer the boundary needs (fail closed)
+    ├── UnknownBackend            a backend spec or OCI runtime name is not one contain knows
     ├── SandboxStartError         a sandbox could not be set up or started
     ├── SandboxLost               a running sandbox died or stopped answering
     ├── FileTransferError         put_file / get_file / export refused or failed
@@ -31,6 +32,7 @@ __all__ = [
     "LedgerInUse",
     "SandboxLost",
     "SandboxStartError",
+    "UnknownBackend",
     "UnsupportedHost",
 ]
 
@@ -67,6 +69,11 @@ class BoundaryInvalid(ContainError):
 
 class UnsupportedHost(ContainError):
     """Raised when the host cannot enforce a layer the boundary requires (fail closed)."""
+
+
+class UnknownBackend(ContainError):
+    """Raised when a backend spec (``--backend``, ``Sandbox(backend=...)``, ``runtime.backend``) names
+    a kind or an OCI runtime that ``runtime.backend_names.BACKEND_KINDS`` does not list."""
 
 
 class SandboxStartError(ContainError):

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from contain.errors import SandboxLost
 from contain.runtime.supervisor_channel import (
     LANDLOCK_STATES,
+    SECUREBITS_STATES,
     SPAWN_STAGES,
     Exited,
     Ready,
@@ -45,6 +46,7 @@ keys = st.sampled_from(
         "pid",
         "landlock",
         "landlock_skipped",
+        "securebits",
         "stage",
         "errno",
         "status",
@@ -57,7 +59,9 @@ keys = st.sampled_from(
     ]
 )
 values = st.one_of(
-    numbers, st.sampled_from([*LANDLOCK_STATES, "applied:3", "applied:", *SPAWN_STAGES]), st.text(max_size=10)
+    numbers,
+    st.sampled_from([*LANDLOCK_STATES, "applied:3", "applied:", *SPAWN_STAGES, *SECUREBITS_STATES]),
+    st.text(max_size=10),
 )
 items = st.lists(st.one_of(st.tuples(keys, values).map(lambda kv: f"{kv[0]}={kv[1]}"), st.text(max_size=8)), max_size=6)
 kinds = st.sampled_from(["READY", "STARTED", "SPAWN_FAILED", "EXITED", "ERROR", "", "HELLO"])
@@ -108,6 +112,7 @@ def render(reply: SupervisorReply) -> list[str]:
             "READY",
             f"pid={reply.pid}",
             f"landlock={landlock}",
+            f"securebits={reply.securebits}",
             *(f"landlock_skipped={p}" for p in reply.landlock_skipped),
         ]
     if isinstance(reply, Started):
@@ -138,7 +143,13 @@ replies = st.one_of(
             st.text(st.characters(codec="utf-8", exclude_characters="\x00"), max_size=8), max_size=2
         ).map(tuple),
     ),
-    st.builds(Ready, pid=pids, landlock=st.sampled_from(["off", "unavailable"]), landlock_abi=st.just(0)),
+    st.builds(
+        Ready,
+        pid=pids,
+        landlock=st.sampled_from(["off", "unavailable"]),
+        landlock_abi=st.just(0),
+        securebits=st.sampled_from(SECUREBITS_STATES),
+    ),
     st.builds(Started, pid=pids),
     st.builds(SpawnFailed, stage=st.sampled_from(SPAWN_STAGES), errno=st.integers(0, 4095)),
     st.builds(Exited, status=st.integers(0, 0xFFFF), utime_us=u64, stime_us=u64, maxrss_kb=u64),

@@ -26,8 +26,11 @@ import pytest
 
 from contain.boundary import LayerRequirement
 from contain.errors import SandboxLost, SandboxStartError, UnsupportedHost
-from contain.host.facts import detect_landlock_abi
+from contain.host.facts import detect_host, detect_landlock_abi
+from contain.runtime.kernel_differences import supervisor_difference_args
 from contain.runtime.landlock import plan_landlock
+from contain.runtime.seccomp import compile_filter
+from contain.runtime.seccomp_rules import Action, ArgCondition, ArgOp, SyscallRule
 from contain.runtime.supervisor_build import ensure_supervisor_binary, expected_supervisor_path
 from contain.runtime.supervisor_channel import (
     Exited,
@@ -126,6 +129,7 @@ def start_supervisor(
     extra_bwrap: Sequence[str] = (),
     supervisor_args: Sequence[str] = (),
     user: int | None = None,
+    pass_fds: Sequence[int] = (),
 ) -> SupervisorSandbox:
     assert BWRAP is not None
     host_end, supervisor_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -134,7 +138,7 @@ def start_supervisor(
         BWRAP, *BASE_BWRAP, *extra_bwrap, "--ro-bind", str(supervisor), "/.contain/supervisor",
         "--", "/.contain/supervisor", "--control-fd", str(fd), *supervisor_args,
     ]  # fmt: skip
-    proc = subprocess.Popen(argv, pass_fds=[fd], user=user)
+    proc = subprocess.Popen(argv, pass_fds=[fd, *pass_fds], user=user)
     supervisor_end.close()
     channel = SupervisorChannel(host_end)
     return SupervisorSandbox(proc, channel, channel.read_ready(10))
@@ -496,6 +500,130 @@ def test_supervisor_refuses_to_start_when_not_pid_1(supervisor_binary: Path) -> 
         canary.wait()
         host_end.close()
         supervisor_end.close()
+
+
+# ---- kernels that are not Linux (gVisor) -------------------------------------------------------
+# gVisor's sentry (runsc 0.0~20221219.0) answers close_range(first, last > INT_MAX), PR_GET_SECUREBITS,
+# PR_SET_SECUREBITS and PR_CAP_AMBIENT with EINVAL (docs/gvisor-notes.md). These rows make a Linux
+# sandbox answer the same way, so the supervisor's handling is tested here on every run; the real
+# runsc test is tests/integration/test_supervisor_runsc.py.
+
+_PR_GET_SECUREBITS, _PR_SET_SECUREBITS, _PR_CAP_AMBIENT = 27, 28, 47
+_INT_MAX = 2**31 - 1
+
+
+def _kernel_rule(syscall: str, errno_value: int, *when: ArgCondition) -> SyscallRule:
+    return SyscallRule(syscall=syscall, action=Action.ERRNO, errno_value=errno_value, when=when,
+                       why="answer as the test's pretend kernel does", probe="n/a")  # fmt: skip
+
+
+GVISOR_LIKE: tuple[SyscallRule, ...] = (
+    _kernel_rule("close_range", errno.EINVAL, ArgCondition(index=1, op=ArgOp.GT, value=_INT_MAX)),
+    *(
+        _kernel_rule("prctl", errno.EINVAL, ArgCondition(index=0, op=ArgOp.EQ, value=option))
+        for option in (_PR_GET_SECUREBITS, _PR_SET_SECUREBITS, _PR_CAP_AMBIENT)
+    ),
+)
+WITHOUT_CLOSE_RANGE = (_kernel_rule("close_range", errno.ENOSYS),)  # Linux before 5.9
+CLOSE_RANGE_EPERM = (_kernel_rule("close_range", errno.EPERM),)
+ACCEPT_NO_SECUREBITS = supervisor_difference_args(kernel="gvisor")
+LEAKED_FD = 700  # inherited without close-on-exec, as a careless launcher would leave one
+
+
+def _on_kernel(supervisor: Path, rules: Sequence[SyscallRule], *, args: Sequence[str] = (),
+               extra_bwrap: Sequence[str] = ()) -> SupervisorSandbox:  # fmt: skip
+    """The supervisor under ``rules`` (bwrap installs them right before it execs the supervisor),
+    holding an extra inherited fd ``LEAKED_FD``."""
+    bpf = compile_filter(rules, arch=detect_host().arch)
+    read_end, write_end = os.pipe()
+    os.write(write_end, bpf)
+    os.close(write_end)
+    leak = os.open("/", os.O_RDONLY | os.O_DIRECTORY)
+    os.dup2(leak, LEAKED_FD, inheritable=True)
+    os.close(leak)
+    try:
+        return start_supervisor(
+            supervisor, extra_bwrap=["--seccomp", str(read_end), *extra_bwrap], supervisor_args=args,
+            pass_fds=(read_end, LEAKED_FD),
+        )  # fmt: skip
+    finally:
+        os.close(read_end)
+        os.close(LEAKED_FD)
+
+
+def _workload_fds(sb: SupervisorSandbox) -> list[bytes]:
+    out = sb.run(["sh", "-c", "ls /proc/$$/fd"])
+    assert out.exited is not None and out.exited.exit_code == 0, (out.reply, out.stderr)
+    return out.stdout.split()
+
+
+def test_on_a_gvisor_like_kernel_the_supervisor_runs_commands_with_only_stdio_and_no_capabilities(
+    supervisor_binary: Path,
+) -> None:
+    """Regression: close_range(first, ~0U) and PR_SET_SECUREBITS gave SPAWN_FAILED under gVisor."""
+    sb = _on_kernel(supervisor_binary, GVISOR_LIKE, args=ACCEPT_NO_SECUREBITS)
+    try:
+        assert sb.ready == Ready(pid=1, landlock="off", landlock_abi=0, securebits="unsupported")
+        leaked = Path(f"/proc/{sb.supervisor_host_pid}/fd/{LEAKED_FD}")
+        assert leaked.exists()  # positive control: the supervisor does hold the leaked fd
+        assert _workload_fds(sb) == [b"0", b"1", b"2"]
+        out = sb.run(["grep", "^Cap", "/proc/self/status"])
+        caps = dict(line.split(":\t") for line in out.stdout.decode().splitlines())
+        assert caps == {name: "0000000000000000" for name in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb")}
+        assert sb.run(["/bin/echo", "hi"]).stdout == b"hi\n"
+    finally:
+        _stop(sb)
+
+
+def test_a_kernel_without_securebits_is_refused_unless_the_host_accepts_the_difference(
+    supervisor_binary: Path,
+) -> None:
+    with pytest.raises(SandboxStartError) as refused:
+        _on_kernel(supervisor_binary, GVISOR_LIKE)
+    assert "PR_GET_SECUREBITS" in str(refused.value) and "no-securebits" in str(refused.value)
+
+
+def test_accepting_the_difference_on_linux_still_locks_securebits(supervisor_binary: Path) -> None:
+    sb = start_supervisor(supervisor_binary, supervisor_args=ACCEPT_NO_SECUREBITS)
+    try:
+        assert sb.ready.securebits == "available"
+        out = sb.run(["grep", "^CapBnd", "/proc/self/status"])
+        assert out.stdout == b"CapBnd:\t0000000000000000\n"
+    finally:
+        _stop(sb)
+
+
+def test_without_securebits_a_bounding_set_that_cannot_be_emptied_fails_the_run(supervisor_binary: Path) -> None:
+    """The empty bounding set replaces securebits there: best effort on Linux, required without them."""
+    no_setpcap = ("--cap-drop", "CAP_SETPCAP")  # root's bwrap then leaves a bounding set it cannot drop
+    control = start_supervisor(supervisor_binary, extra_bwrap=no_setpcap)
+    try:  # positive control: with securebits the run goes ahead (no_new_privs and capset(0) hold)
+        assert isinstance(control.run(["/bin/true"]).reply, Started)
+    finally:
+        _stop(control)
+    sb = _on_kernel(supervisor_binary, GVISOR_LIKE, args=ACCEPT_NO_SECUREBITS, extra_bwrap=no_setpcap)
+    try:
+        assert sb.run(["/bin/true"]).reply == SpawnFailed(stage="caps", errno=errno.EPERM)
+    finally:
+        _stop(sb)
+
+
+def test_without_close_range_the_workload_still_inherits_only_stdio(supervisor_binary: Path) -> None:
+    sb = _on_kernel(supervisor_binary, WITHOUT_CLOSE_RANGE)
+    try:
+        assert Path(f"/proc/{sb.supervisor_host_pid}/fd/{LEAKED_FD}").exists()  # positive control
+        assert _workload_fds(sb) == [b"0", b"1", b"2"]
+        assert _workload_fds(sb) == [b"0", b"1", b"2"]  # and again: the fallback is per run
+    finally:
+        _stop(sb)
+
+
+def test_close_range_errors_other_than_unsupported_stay_fatal(supervisor_binary: Path) -> None:
+    sb = _on_kernel(supervisor_binary, CLOSE_RANGE_EPERM)
+    try:
+        assert sb.run(["/bin/true"]).reply == SpawnFailed(stage="setup", errno=errno.EPERM)
+    finally:
+        _stop(sb)
 
 
 # ---- measurement -------------------------------------------------------------------------------

@@ -23,6 +23,7 @@ if typing.TYPE_CHECKING:
     from contain.boundary.model import (
         ArgConstraint,
         Boundary,
+        ContainerRuntime,
         Credential,
         FileRule,
         Hardening,
@@ -39,6 +40,7 @@ _KINDS = ("PROTECTED_PATHS", "Backend", "CredentialVia", "FileAccess", "LayerReq
 _MODELS = (
     "ArgConstraint",
     "Boundary",
+    "ContainerRuntime",
     "Credential",
     "FileRule",
     "Hardening",
@@ -63,6 +65,7 @@ __all__ = [
     "ArgConstraint",
     "Backend",
     "Boundary",
+    "ContainerRuntime",
     "Credential",
     "CredentialVia",
     "FileAccess",

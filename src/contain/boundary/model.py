@@ -38,6 +38,7 @@ __all__ = [
     "ArgConstraint",
     "Backend",
     "Boundary",
+    "ContainerRuntime",
     "Credential",
     "CredentialVia",
     "FileAccess",
@@ -255,11 +256,39 @@ def _yaml_off(value: object) -> object:
 Requirement = Annotated[LayerRequirement, BeforeValidator(_yaml_off)]
 
 
+class ContainerRuntime(BaseModel):
+    """How the container backend runs: which OCI runtime, and which root file system."""
+
+    model_config = _STRICT
+    runtime: Literal["runc", "runsc"] = Field(
+        default="runc",
+        description="OCI runtime for runtime.backend: container: runc (host kernel) | runsc (gVisor), e.g. runsc.",
+    )
+    image: str | None = Field(
+        default=None,
+        description=(
+            "A local OCI image layout directory, `docker save` tar or rootfs tar used as the root, e.g. "
+            "./images/python.tar; null: the host's /usr read-only, as the process backend."
+        ),
+    )
+
+    @field_validator("image")
+    @classmethod
+    def _image_not_empty(cls, value: str | None) -> str | None:
+        if value is not None and (not value.strip() or "\0" in value):
+            raise ValueError("image must be a path to an image (or null for the host's /usr)")
+        return value
+
+
 class Runtime(BaseModel):
     """The runtime the boundary is written for."""
 
     model_config = _STRICT
     backend: Backend = Field(default=Backend.PROCESS, description="process | container | microvm | none.")
+    container: ContainerRuntime = Field(
+        default_factory=ContainerRuntime,
+        description="The container backend's OCI runtime and image, e.g. {runtime: runsc, image: null}.",
+    )
 
 
 class Hardening(BaseModel):

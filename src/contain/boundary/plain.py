@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 __all__ = [
     "NOT_MIRRORED",
     "PlainBoundary",
+    "PlainContainerRuntime",
     "PlainCredential",
     "PlainFileRule",
     "PlainHardening",
@@ -92,8 +93,15 @@ class PlainHardening:
 
 
 @dataclass(frozen=True)
+class PlainContainerRuntime:
+    runtime: str
+    image: str | None
+
+
+@dataclass(frozen=True)
 class PlainRuntime:
     backend: Backend
+    container: PlainContainerRuntime
 
 
 @dataclass(frozen=True)
@@ -160,7 +168,15 @@ def plain_from_json(data: Mapping[str, Any]) -> PlainBoundary:
             lambda v: _build(PlainRecordRule, v, "records", name=_str, via=_str, actions=_tuple_of(_str))
         ),
         hardening=lambda v: _build(PlainHardening, v, "hardening", landlock=LayerRequirement, cgroups=LayerRequirement),
-        runtime=lambda v: _build(PlainRuntime, v, "runtime", backend=Backend),
+        runtime=lambda v: _build(
+            PlainRuntime,
+            v,
+            "runtime",
+            backend=Backend,
+            container=lambda c: _build(
+                PlainContainerRuntime, c, "runtime.container", runtime=_str, image=_optional(_str)
+            ),
+        ),
     )
 
 

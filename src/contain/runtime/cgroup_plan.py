@@ -142,7 +142,7 @@ def _cfs_bandwidth(cores: float) -> tuple[int, int]:
     )
 
 
-def plan_cgroup_hierarchies(facts: HostFacts) -> tuple[CgroupHierarchy, ...]:
+def plan_cgroup_hierarchies(facts: HostFacts, *, parent_name: str = PARENT_NAME) -> tuple[CgroupHierarchy, ...]:
     """Decide which hierarchies a sandbox cgroup spans and where its shared parent goes.
 
     This is the runtime's one cgroup decision: ``plan_layers`` and ``contain doctor`` both call it.
@@ -150,6 +150,8 @@ def plan_cgroup_hierarchies(facts: HostFacts) -> tuple[CgroupHierarchy, ...]:
     Args:
         facts: the detected host: ``cgroups``, ``is_root`` and ``cgroup_root`` (a delegated cgroup
             path such as ``/user.slice/x``, from ``CONTAIN_CGROUP_ROOT``; None when not set).
+        parent_name: the shared parent's name: ``contain`` for the process backend, each other
+            backend kind its own (``backend_names.BACKEND_KINDS``: ``contain-container``).
 
     Returns:
         One entry per directory to create: v1 one per distinct mount (``cpu,cpuacct`` co-mounted
@@ -169,7 +171,7 @@ def plan_cgroup_hierarchies(facts: HostFacts) -> tuple[CgroupHierarchy, ...]:
         if (mount := facts.cgroup_for(row.controller)) is not None and mount.version == 1
     }
     if all(controller in v1 for controller in core):
-        return _check_owner(facts, _plan_v1(facts, v1))
+        return _check_owner(facts, _plan_v1(facts, v1, parent_name))
     unified = next((m for m in facts.cgroups if m.version == 2), None)
     if unified is None or any(c not in unified.controllers for c in core):
         raise UnsupportedHost(
@@ -183,7 +185,7 @@ def plan_cgroup_hierarchies(facts: HostFacts) -> tuple[CgroupHierarchy, ...]:
         version=2,
         mountpoint=unified.mountpoint,
         base=base,
-        parent=posixpath.join(base, PARENT_NAME),
+        parent=posixpath.join(base, parent_name),
         controllers=tuple(core),
     )
     return _check_owner(facts, (hierarchy,))
@@ -199,7 +201,7 @@ def _check_owner(facts: HostFacts, plan: tuple[CgroupHierarchy, ...]) -> tuple[C
     return plan
 
 
-def _plan_v1(facts: HostFacts, v1: dict[str, CgroupMount]) -> tuple[CgroupHierarchy, ...]:
+def _plan_v1(facts: HostFacts, v1: dict[str, CgroupMount], parent_name: str) -> tuple[CgroupHierarchy, ...]:
     missing = [row for row in CONTROLLER_ROWS if 1 in row.versions and row.controller not in v1]
     if missing:
         raise UnsupportedHost(
@@ -218,7 +220,7 @@ def _plan_v1(facts: HostFacts, v1: dict[str, CgroupMount]) -> tuple[CgroupHierar
                 version=1,
                 mountpoint=mountpoint,
                 base=base,
-                parent=posixpath.join(base, PARENT_NAME),
+                parent=posixpath.join(base, parent_name),
                 controllers=tuple(controllers),
             )
         )

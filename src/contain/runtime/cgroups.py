@@ -63,6 +63,7 @@ from contain.host.facts import CGROUP_ROOT_ENV, HostFacts, errno_name
 from contain.runtime.cgroup_plan import (
     CONTROLLER_ROWS,
     LEAF_PREFIX,
+    PARENT_NAME,
     CgroupHierarchy,
     plan_cgroup_hierarchies,
     plan_cgroup_limits,
@@ -190,6 +191,7 @@ class SandboxCgroup:
         ops: CgroupOps = CgroupOps(),
         swap_bytes: int | None = None,
         launcher_joins: bool = False,
+        parent_name: str = PARENT_NAME,
     ) -> SandboxCgroup:
         """Create the sandbox cgroup and write every limit; nothing runs in it yet.
 
@@ -202,6 +204,7 @@ class SandboxCgroup:
             launcher_joins: the caller starts bwrap through the root launcher, which can join
                 a v1 cgroup itself before exec (``join_files``); bwrap's monitor process then
                 lives in the cgroup too and pids.max makes room for it.
+            parent_name: the shared parent the leaf goes in (``cgroup_plan.plan_cgroup_hierarchies``).
 
         Returns:
             A cgroup with every requested limit in place (never fewer).
@@ -212,7 +215,7 @@ class SandboxCgroup:
         """
         if not _NAME_RE.match(name):
             raise SandboxStartError(f"cgroup name {name!r} is not [a-z0-9][a-z0-9_.-]{{0,31}}", "pass a short label")
-        hierarchies = plan_cgroup_hierarchies(facts)
+        hierarchies = plan_cgroup_hierarchies(facts, parent_name=parent_name)
         leaf = f"{LEAF_PREFIX}{os.getpid()}-{name}-{os.urandom(4).hex()}"
         version = hierarchies[0].version
         joined = launcher_joins and version == 1

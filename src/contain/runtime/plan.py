@@ -1,4 +1,4 @@
-"""Pure decisions for a sandbox (today: the process backend): which layers run, as whom, with which limits and env.
+"""Pure decisions for a sandbox (process and container backends): which layers run, as whom, with which limits and env.
 
 Every function here is a pure function of the boundary and ``HostFacts``; tests drive them with
 constructed facts. Fail closed: a layer the boundary needs that the host cannot provide raises
@@ -16,6 +16,7 @@ from contain.boundary.kinds import CredentialVia, FileAccess, LayerRequirement
 from contain.boundary.plain import PlainBoundary, PlainResources
 from contain.errors import UnsupportedHost
 from contain.host.facts import HostFacts
+from contain.runtime.backend_names import RuntimeFacts, plan_runsc_platform
 from contain.runtime.bwrap import default_scratch_paths
 from contain.runtime.cgroup_plan import plan_cgroup_hierarchies
 from contain.runtime.landlock import LandlockPlan, plan_landlock
@@ -93,33 +94,23 @@ def _decide_cgroups(requirement: LayerRequirement, facts: HostFacts) -> tuple[bo
     return True, f"memory, pids, cpu (cgroup v{versions[0]})"
 
 
-# The backends plan_layers can decide for, each with what it builds on. A name missing here is
-# refused: its layers were never planned, so running it would be a sandbox nobody reviewed.
+# The backends plan_layers can decide for (full spec strings, backend_names.py), each with what it
+# builds on. A name missing here is refused: its layers were never planned, so running it would be
+# a sandbox nobody reviewed.
 PLANNED_BACKENDS: dict[str, str] = {
     "process": "bubblewrap namespaces, seccomp, Landlock, cgroups (process_backend.py)",
+    "container:runc": (
+        "runc: OCI bundle from the same plan (namespaces incl. user, seccomp rendered from the same table, "
+        "Landlock by the supervisor, cgroups under contain-container; container/backend.py)"
+    ),
+    "container:runsc": (
+        "runsc (gVisor): the same bundle under a user-space kernel, seccomp with --oci-seccomp, egress through "
+        "--network=host in our own netns; no Landlock (gVisor has none; container/backend.py)"
+    ),
 }
 
 
-def plan_layers(
-    boundary: PlainBoundary, facts: HostFacts, *, egress_available: bool, backend: str = "process"
-) -> LayerPlan:
-    """Decide the layers ``backend`` applies, refusing when a needed one is missing.
-
-    Args:
-        boundary: the validated boundary.
-        facts: the host facts.
-        egress_available: the egress package is importable.
-        backend: which backend the layers are for; only the names of ``PLANNED_BACKENDS``.
-
-    Raises:
-        UnsupportedHost: an unknown backend, or bwrap, user namespaces, seccomp, a required Landlock
-            ABI, required cgroup controllers or egress are missing.
-    """
-    if backend not in PLANNED_BACKENDS:
-        raise UnsupportedHost(
-            f"no layer plan exists for backend {backend!r} in this version",
-            f"use one of: {', '.join(PLANNED_BACKENDS)}",
-        )
+def _check_process_host(facts: HostFacts) -> None:
     if facts.bwrap_path is None:
         raise UnsupportedHost(
             "bubblewrap (bwrap) is not installed", "apt-get install bubblewrap (or run `make setup` as root)"
@@ -129,25 +120,101 @@ def plan_layers(
             "unprivileged user namespaces are disabled on this host",
             "sysctl -w user.max_user_namespaces=15000; on Ubuntu also kernel.apparmor_restrict_unprivileged_userns=0",
         )
+
+
+def _check_container_host(facts: HostFacts, backend: str, runtime: RuntimeFacts | None) -> dict[str, str]:
+    """The container backend's own prerequisites; returns its report lines (runtime, platform)."""
+    if not facts.is_root:
+        raise UnsupportedHost(
+            f"the {backend} backend drives the OCI runtime as root (a user namespace with two leased host ids "
+            "and cgroups under contain-container); contain is not running as root",
+            "run contain as root, or use --backend process",
+        )
+    if not facts.user_namespaces:
+        raise UnsupportedHost(
+            "user namespaces are disabled on this host (the container's root must not be host root)",
+            "sysctl -w user.max_user_namespaces=15000",
+        )
+    variant = backend.partition(":")[2]
+    if runtime is None or runtime.runtime != variant:
+        raise UnsupportedHost(
+            f"no facts about the {variant} binary were gathered for backend {backend}",
+            "construct the backend through Sandbox(backend=...) so the runtime binary is probed",
+        )
+    if variant == "runsc":
+        platform = plan_runsc_platform(runtime.platforms)
+        return {
+            "runtime": f"runsc ({runtime.version}): gVisor user-space kernel",
+            "platform": f"{platform.name} ({platform.why})",
+        }
+    return {"runtime": f"runc ({runtime.version}): host kernel", "platform": "native (host kernel)"}
+
+
+def _decide_landlock(boundary: PlainBoundary, facts: HostFacts, backend: str) -> tuple[LandlockPlan | None, str]:
+    requirement = boundary.hardening.landlock
+    if backend == "container:runsc":
+        # gVisor's sentry implements no Landlock (docs/gvisor-notes.md): the supervisor would find
+        # ABI 0 inside. A required rule is refused, never dropped; auto says why it is off.
+        if requirement is LayerRequirement.REQUIRED:
+            raise UnsupportedHost(
+                "hardening.landlock is required but gVisor (runsc) implements no Landlock",
+                "set hardening.landlock: auto (the read-only mounts and gVisor's own kernel still bound writes), "
+                "or use --backend process or container:runc",
+            )
+        if requirement is LayerRequirement.OFF:
+            return None, "off by manifest"
+        return None, "unavailable under gVisor (runsc implements no Landlock) (auto)"
+    landlock = plan_landlock(abi=facts.landlock_abi, write_paths=writable_paths(boundary), requirement=requirement)
+    if landlock is None:
+        return None, (
+            "off by manifest" if requirement is LayerRequirement.OFF else "unavailable on this kernel (auto)"
+        )
+    return landlock, f"applied (ABI {landlock.abi})"
+
+
+def plan_layers(
+    boundary: PlainBoundary,
+    facts: HostFacts,
+    *,
+    egress_available: bool,
+    backend: str = "process",
+    runtime: RuntimeFacts | None = None,
+) -> LayerPlan:
+    """Decide the layers ``backend`` applies, refusing when a needed one is missing.
+
+    Args:
+        boundary: the validated boundary.
+        facts: the host facts.
+        egress_available: the egress package is importable.
+        backend: the full backend spec (``process``, ``container:runc``, ``container:runsc``);
+            only the names of ``PLANNED_BACKENDS``.
+        runtime: the OCI runtime binary's facts, for ``container:*`` (required there).
+
+    Raises:
+        UnsupportedHost: an unknown backend, or bwrap (process), root or the runtime's facts
+            (container), user namespaces, seccomp, a required Landlock ABI (or any required
+            Landlock under runsc), required cgroup controllers or egress are missing.
+    """
+    if backend not in PLANNED_BACKENDS:
+        raise UnsupportedHost(
+            f"no layer plan exists for backend {backend!r} in this version",
+            f"use one of: {', '.join(PLANNED_BACKENDS)}",
+        )
+    report: dict[str, str] = {}
+    if backend == "process":
+        _check_process_host(facts)
+    else:
+        report.update(_check_container_host(facts, backend, runtime))
     if not facts.seccomp:
         raise UnsupportedHost(
             "the kernel has no seccomp filter support", "use a kernel built with CONFIG_SECCOMP_FILTER"
         )
     if facts.libseccomp_path is None:
         raise UnsupportedHost("libseccomp is not installed", "apt-get install libseccomp2")
-    report = {"namespaces": "user, mount, pid, ipc, uts, net, cgroup", "seccomp": "applied"}
+    report["namespaces"] = "user, mount, pid, ipc, uts, net, cgroup"
+    report["seccomp"] = "applied" if backend != "container:runsc" else "applied by the sentry (--oci-seccomp)"
 
-    landlock = plan_landlock(
-        abi=facts.landlock_abi, write_paths=writable_paths(boundary), requirement=boundary.hardening.landlock
-    )
-    if landlock is None:
-        report["landlock"] = (
-            "off by manifest"
-            if boundary.hardening.landlock is LayerRequirement.OFF
-            else "unavailable on this kernel (auto)"
-        )
-    else:
-        report["landlock"] = f"applied (ABI {landlock.abi})"
+    landlock, report["landlock"] = _decide_landlock(boundary, facts, backend)
 
     cgroups, report["cgroups"] = _decide_cgroups(boundary.hardening.cgroups, facts)
 

@@ -50,6 +50,7 @@ from contain.host.facts import HostFacts, detect_host
 from contain.runtime import files as sandbox_files
 from contain.runtime.attachments import Attachment
 from contain.runtime.backend import BackendPlan, CommandRequest, RunningSandbox, SandboxBackend
+from contain.runtime.backend_names import BACKEND_KINDS, BackendSpec, RuntimeFacts, parse_backend_spec
 from contain.runtime.cgroups import CgroupUsage, SandboxCgroup
 from contain.runtime.disk_budget import default_scratch_paths
 from contain.runtime.host_ids import HostIdLease, lease_host_ids
@@ -80,9 +81,31 @@ __all__ = ["BACKENDS", "Attachment", "Sandbox"]
 
 log = LazyLogger(__name__)
 
-# name -> the backend that starts sandboxes of that kind (backend.py's Protocol)
-_BACKEND_FACTORIES: dict[str, Callable[[], SandboxBackend]] = {"process": ProcessBackend}
-BACKENDS = tuple(_BACKEND_FACTORIES)
+
+
+def _process_backend(spec: BackendSpec, boundary: PlainBoundary) -> SandboxBackend:
+    return ProcessBackend()
+
+
+def _container_backend(spec: BackendSpec, boundary: PlainBoundary) -> SandboxBackend:
+    from contain.runtime.container.backend import ContainerBackend  # only containers pay for the import
+
+    assert spec.variant is not None  # parse_backend_spec sets it for every container spec
+    return ContainerBackend(runtime=spec.variant, image=boundary.runtime.container.image)
+
+
+# backend kind (backend_names.BACKEND_KINDS) -> the backend that starts sandboxes of that kind
+_BACKEND_FACTORIES: dict[str, Callable[[BackendSpec, PlainBoundary], SandboxBackend]] = {
+    "process": _process_backend,
+    "container": _container_backend,
+}
+# every spec string Sandbox(backend=...) and --backend accept in this version
+BACKENDS = tuple(
+    name
+    for kind in BACKEND_KINDS
+    if kind.kind in _BACKEND_FACTORIES
+    for name in (kind.kind, *(f"{kind.kind}:{v}" for v in kind.variants))
+)
 # Without egress nothing listens on 127.0.0.1:53, so lookups fail at once instead of timing out.
 _DEFAULT_RESOLV_CONF = "nameserver 127.0.0.1\noptions timeout:1 attempts:1\n"
 
@@ -117,8 +140,12 @@ class Sandbox:
         boundary: what the sandbox may touch, validated: a ``Boundary`` or its ``PlainBoundary``
             (what ``contain run`` passes, to skip pydantic); none is ``Boundary()``, scratch only
             with no network.
-        backend: a name of ``BACKENDS`` (only ``"process"`` today; others raise ``UnsupportedHost``),
-            or a ``SandboxBackend`` object (tests pass ``RecordingBackend``); default: the boundary's.
+        backend: a spec of ``BACKENDS`` (``process``, ``container``, ``container:runc``,
+            ``container:runsc``; backend_names.py), or a ``SandboxBackend`` object (tests pass
+            ``RecordingBackend``); default: the boundary's ``runtime.backend`` (a bare
+            ``container`` takes ``runtime.container.runtime``). ``RunResult.backend`` reports the
+            full spec. Unknown names raise ``UnknownBackend``; a missing runtime binary
+            ``UnsupportedHost``.
         facts: host facts (detected when omitted); tests pass constructed ones.
         host_environ: where ``via: env`` credentials are read from (default ``os.environ``).
     """
@@ -141,15 +168,20 @@ class Sandbox:
                     "the boundary declares runtime.backend: none (its code runs without a contain runtime)",
                     "set runtime.backend: process to run it in a sandbox",
                 )
-            if name not in BACKENDS:
+            spec = parse_backend_spec(name, default_container_runtime=self.boundary.runtime.container.runtime)
+            if spec.kind not in _BACKEND_FACTORIES:
                 raise UnsupportedHost(
-                    f"backend {name!r} is not available in this version",
+                    f"backend {spec} is not available in this version",
                     f"use one of: {', '.join(BACKENDS)}",
                 )
-            self._backend: SandboxBackend = _BACKEND_FACTORIES[name]()
+            self._backend: SandboxBackend = _BACKEND_FACTORIES[spec.kind](spec, self.boundary)
         else:
             self._backend = backend
         self.backend = self._backend.name
+        # each backend kind keeps its cgroups under a parent of its own (backend_names.BACKEND_KINDS)
+        self._cgroup_parent = parse_backend_spec(self.backend).row.cgroup_parent
+        facts_of_runtime = getattr(self._backend, "runtime_facts", None)  # container backends probe their binary
+        self._runtime_facts = facts_of_runtime if isinstance(facts_of_runtime, RuntimeFacts) else None
         self._attachments = tuple(attachments)
         self._extra_env = dict(extra_env or {})
         for attachment in self._attachments:
@@ -211,7 +243,13 @@ class Sandbox:
         began = time.perf_counter()
         facts = self._facts or detect_host()
         egress = _egress_module() if self.boundary.allows_network else None
-        layers = plan_layers(self.boundary, facts, egress_available=egress is not None, backend=self._backend.name)
+        layers = plan_layers(
+            self.boundary,
+            facts,
+            egress_available=egress is not None,
+            backend=self._backend.name,
+            runtime=self._runtime_facts,
+        )
         try:
             uid, gid = self._choose_host_ids(facts)
             self._layers = layers = replace(layers, report={**layers.report, "host uid": self._ids_report})
@@ -234,6 +272,7 @@ class Sandbox:
                     self.boundary.resources,
                     facts,
                     launcher_joins=self._backend.cgroup_joined_at_exec(facts),
+                    parent_name=self._cgroup_parent,
                 )
             plan = BackendPlan(
                 boundary=self.boundary,

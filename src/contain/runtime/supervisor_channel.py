@@ -36,6 +36,7 @@ __all__ = [
     "LANDLOCK_STATES",
     "MAX_FRAME_BYTES",
     "RLIMIT_NAMES",
+    "SECUREBITS_STATES",
     "SPAWN_STAGES",
     "Exited",
     "Ready",
@@ -78,6 +79,11 @@ SPAWN_STAGES: tuple[str, ...] = ("fork", "setup", "landlock", "rlimit", "caps", 
 
 LANDLOCK_STATES: tuple[str, ...] = ("applied", "off", "unavailable")
 
+# READY's securebits=: "available" (the kernel has them; each workload gets NOROOT and friends
+# locked where the supervisor holds CAP_SETPCAP), "unsupported" (gVisor: only ever reported when
+# the host accepted the no-securebits difference, contain.runtime.kernel_differences).
+SECUREBITS_STATES: tuple[str, ...] = ("available", "unsupported")
+
 
 @dataclass(frozen=True)
 class Rlimit:
@@ -113,6 +119,7 @@ class Ready:
     landlock: str  # one of LANDLOCK_STATES
     landlock_abi: int  # the ABI the ruleset uses; 0 unless landlock == "applied"
     landlock_skipped: tuple[str, ...] = ()  # auto mode only: paths that could not be granted
+    securebits: str = "available"  # one of SECUREBITS_STATES
 
 
 @dataclass(frozen=True)
@@ -219,7 +226,7 @@ _BUG_FIX = "this is a bug in contain-supervisor or the host; report it with CONT
 
 # For each reply type: the keys it must carry exactly once. READY may repeat landlock_skipped.
 _REPLY_KEYS: dict[str, frozenset[str]] = {
-    "READY": frozenset({"pid", "landlock"}),
+    "READY": frozenset({"pid", "landlock", "securebits"}),
     "STARTED": frozenset({"pid"}),
     "SPAWN_FAILED": frozenset({"stage", "errno"}),
     "EXITED": frozenset({"status", "utime_us", "stime_us", "maxrss_kb"}),
@@ -285,8 +292,12 @@ def _build_reply(kind: str, fields: dict[str, str], skipped: tuple[str, ...]) ->
         if state not in LANDLOCK_STATES or (state == "applied") != bool(abi_text):
             raise _lost(f"supervisor READY has landlock={fields['landlock'][:40]!r}")
         abi = _int(kind, "landlock", abi_text, low=1, high=1000) if abi_text else 0
+        if fields["securebits"] not in SECUREBITS_STATES:
+            raise _lost(f"supervisor READY has securebits={fields['securebits'][:40]!r}")
         pid = _int(kind, "pid", fields["pid"], low=1, high=2**31 - 1)
-        return Ready(pid=pid, landlock=state, landlock_abi=abi, landlock_skipped=skipped)
+        return Ready(
+            pid=pid, landlock=state, landlock_abi=abi, landlock_skipped=skipped, securebits=fields["securebits"]
+        )
     if kind == "STARTED":
         return Started(pid=_int(kind, "pid", fields["pid"], low=1, high=2**31 - 1))
     if kind == "SPAWN_FAILED":

@@ -5,6 +5,7 @@ import pytest
 from contain.boundary import Boundary
 from contain.errors import UnsupportedHost
 from contain.host.facts import CgroupMount, HostFacts
+from contain.runtime.backend_names import RuntimeFacts
 from contain.runtime.plan import plan_base_env, plan_layers, plan_rlimits, sandbox_host_ids
 from contain.runtime.supervisor_channel import Rlimit
 
@@ -120,10 +121,74 @@ def test_the_environment_is_built_from_nothing():
         plan_base_env(b, host_environ={}, egress_env={})
 
 
-@pytest.mark.parametrize("backend", ["container", "microvm", "none", ""])
+@pytest.mark.parametrize("backend", ["container", "container:crun", "microvm", "none", ""])
 def test_layers_are_planned_only_for_a_backend_that_has_a_layer_plan(backend):
     with pytest.raises(UnsupportedHost) as caught:
         plan_layers(Boundary(), facts(), egress_available=False, backend=backend)
     assert caught.value.cause == f"no layer plan exists for backend {backend!r} in this version"
-    assert caught.value.fix == "use one of: process"
+    assert caught.value.fix == "use one of: process, container:runc, container:runsc"
     assert plan_layers(Boundary(), facts(), egress_available=False, backend="process").seccomp
+
+
+# -- container backends ------------------------------------------------------------------------------
+
+RUNC = RuntimeFacts("runc", "/usr/sbin/runc", "runc version 1.1.5+ds1")
+RUNSC_PTRACE = RuntimeFacts("runsc", "/usr/bin/runsc", "runsc version 0.0~20221219.0", ("kvm", "ptrace"))
+RUNSC_SYSTRAP = RuntimeFacts("runsc", "/usr/bin/runsc", "runsc version 20240101", ("kvm", "ptrace", "systrap"))
+
+
+def test_runc_plans_every_layer_and_reports_its_runtime_without_needing_bwrap():
+    plan = plan_layers(Boundary(), facts(bwrap_path=None), egress_available=False, backend="container:runc", runtime=RUNC)
+    assert plan.seccomp and plan.cgroups and plan.landlock is not None
+    assert plan.report == {
+        "runtime": "runc (runc version 1.1.5+ds1): host kernel",
+        "platform": "native (host kernel)",
+        "namespaces": "user, mount, pid, ipc, uts, net, cgroup",
+        "seccomp": "applied",
+        "landlock": "applied (ABI 7)",
+        "cgroups": "memory, pids, cpu (cgroup v1)",
+        "network": "none (loopback only)",
+    }
+
+
+@pytest.mark.parametrize(("runtime", "platform"), [(RUNSC_PTRACE, "ptrace"), (RUNSC_SYSTRAP, "systrap")])
+def test_runsc_reports_the_platform_chosen_from_the_binary_and_landlock_off_with_the_reason(runtime, platform):
+    plan = plan_layers(Boundary(), facts(), egress_available=False, backend="container:runsc", runtime=runtime)
+    assert plan.landlock is None and plan.seccomp and plan.cgroups
+    assert plan.report["platform"].startswith(f"{platform} (")
+    assert plan.report["runtime"] == f"runsc ({runtime.version}): gVisor user-space kernel"
+    assert plan.report["landlock"] == "unavailable under gVisor (runsc implements no Landlock) (auto)"
+    assert plan.report["seccomp"] == "applied by the sentry (--oci-seccomp)"
+
+
+def test_runsc_refuses_a_plan_that_requires_landlock_and_runc_keeps_it():
+    manifest = boundary(hardening={"landlock": "required"})
+    with pytest.raises(UnsupportedHost) as caught:
+        plan_layers(manifest, facts(), egress_available=False, backend="container:runsc", runtime=RUNSC_PTRACE)
+    assert "gVisor (runsc) implements no Landlock" in caught.value.cause
+    assert "hardening.landlock: auto" in caught.value.fix
+    # positive control: the same manifest on runc (and the same host) gets Landlock
+    assert plan_layers(manifest, facts(), egress_available=False, backend="container:runc", runtime=RUNC).landlock
+
+
+def test_runsc_with_landlock_off_by_manifest_says_so():
+    plan = plan_layers(
+        boundary(hardening={"landlock": "off"}), facts(), egress_available=False, backend="container:runsc",
+        runtime=RUNSC_PTRACE,
+    )  # fmt: skip
+    assert plan.report["landlock"] == "off by manifest"
+
+
+@pytest.mark.parametrize(
+    ("host", "runtime", "backend", "cause"),
+    [
+        (dict(is_root=False, uid=1000, gid=1000), RUNC, "container:runc", "contain is not running as root"),
+        (dict(user_namespaces=False), RUNC, "container:runc", "user namespaces are disabled"),
+        ({}, None, "container:runc", "no facts about the runc binary"),
+        ({}, RUNC, "container:runsc", "no facts about the runsc binary"),
+        ({}, RuntimeFacts("runsc", "/x", "v", ("kvm",)), "container:runsc", "none of which contain uses"),
+    ],
+)
+def test_a_container_backend_refuses_hosts_and_runtimes_it_cannot_run_on(host, runtime, backend, cause):
+    with pytest.raises(UnsupportedHost, match=cause):
+        plan_layers(Boundary(), facts(**host), egress_available=False, backend=backend, runtime=runtime)

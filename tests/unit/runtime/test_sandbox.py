@@ -16,7 +16,7 @@ from types import SimpleNamespace
 import pytest
 
 from contain.boundary import Boundary
-from contain.errors import SandboxLost, SandboxStartError, UnsupportedHost
+from contain.errors import SandboxLost, SandboxStartError, UnknownBackend
 from contain.host.facts import HostFacts
 from contain.runtime import sandbox as sandbox_module
 from contain.runtime.backend import CommandRequest, RecordingBackend
@@ -161,8 +161,16 @@ def test_orchestration_never_touches_proc_or_starts_a_process(wakeup, monkeypatc
     assert [p for p in touched if p.startswith("/proc/")] == []
 
 
-def test_an_unknown_backend_name_is_refused_naming_the_ones_that_exist():
-    with pytest.raises(UnsupportedHost) as caught:
-        Sandbox(BOUNDARY, backend="container")
-    assert caught.value.cause == "backend 'container' is not available in this version"
-    assert caught.value.fix == "use one of: process"
+@pytest.mark.parametrize(
+    ("spec", "cause"),
+    [
+        ("nosuch", "backend 'nosuch' is unknown"),
+        ("container:crun", "container runtime 'crun' is unknown (in 'container:crun')"),
+        ("process:runc", "backend 'process' takes no variant (got 'process:runc')"),
+    ],
+)
+def test_an_unknown_backend_spec_is_refused_with_unknown_backend_before_anything_starts(spec, cause):
+    with pytest.raises(UnknownBackend) as caught:
+        Sandbox(BOUNDARY, backend=spec)
+    assert caught.value.cause == cause
+    assert caught.value.exit_code == 125

@@ -139,14 +139,14 @@ def test_spawn_stages_are_exactly_the_supervisors_stage_names() -> None:
 @pytest.mark.parametrize(
     ("items", "expected"),
     [
-        (["READY", "pid=1", "landlock=off"], Ready(pid=1, landlock="off", landlock_abi=0)),
+        (["READY", "pid=1", "landlock=off", "securebits=available"], Ready(pid=1, landlock="off", landlock_abi=0)),
         (
-            ["READY", "pid=1", "landlock=applied:6", "landlock_skipped=/a", "landlock_skipped=/b"],
+            ["READY", "pid=1", "landlock=applied:6", "securebits=available"] + ["landlock_skipped=/a", "landlock_skipped=/b"],
             Ready(pid=1, landlock="applied", landlock_abi=6, landlock_skipped=("/a", "/b")),
         ),
         (
-            ["READY", "landlock=unavailable", "pid=1"],
-            Ready(pid=1, landlock="unavailable", landlock_abi=0),
+            ["READY", "landlock=unavailable", "securebits=unsupported", "pid=1"],
+            Ready(pid=1, landlock="unavailable", landlock_abi=0, securebits="unsupported"),
         ),
         (["STARTED", "pid=42"], Started(pid=42)),
         (["SPAWN_FAILED", "stage=exec", "errno=2"], SpawnFailed(stage="exec", errno=2)),
@@ -184,9 +184,12 @@ def test_parse_reply_builds_each_reply_type(items: list[str], expected: object) 
         ["STARTED", "pid=+7"],
         ["STARTED", "pid="],
         ["EXITED", "status=0", "utime_us=" + "9" * 21, "stime_us=0", "maxrss_kb=0"],
-        ["READY", "pid=1", "landlock=applied"],
-        ["READY", "pid=1", "landlock=off:3"],
-        ["READY", "pid=1", "landlock=maybe"],
+        ["READY", "pid=1", "landlock=applied", "securebits=available"],
+        ["READY", "pid=1", "landlock=off:3", "securebits=available"],
+        ["READY", "pid=1", "landlock=maybe", "securebits=available"],
+        ["READY", "pid=1", "landlock=off"],  # securebits= is not optional: silence is not "available"
+        ["READY", "pid=1", "landlock=off", "securebits=locked"],
+        ["READY", "pid=1", "landlock=off", "securebits=available", "securebits=unsupported"],
         ["SPAWN_FAILED", "stage=teleport", "errno=2"],
         ["SPAWN_FAILED", "stage=exec", "errno=99999"],
         ["EXITED", "status=65536", "utime_us=0", "stime_us=0", "maxrss_kb=0"],

@@ -145,6 +145,7 @@ class BundleInputs:
     disk_root: str  # host directory where the backend mounted the disk budget (disk_budget.py)
     root_host_ids: tuple[int, int]  # host uid, gid that container root maps to (see the docstring)
     host_hard_limits: Mapping[str, int]  # rlimit name ("NOFILE") -> the host's hard limit (-1: none)
+    netns_path: str = ""  # the network namespace the backend made (egress listens there); "": a new one
 
 
 @dataclass(frozen=True)
@@ -310,6 +311,14 @@ def _id_mappings(plan: BackendPlan, inputs: BundleInputs) -> tuple[list[dict[str
     return uids, gids
 
 
+def _namespace(kind: str, inputs: BundleInputs) -> dict[str, str]:
+    # The network namespace is the backend's own (made before the start, so egress can bind in it
+    # before any workload exists); every other namespace is new.
+    if kind == "network" and inputs.netns_path:
+        return {"type": kind, "path": inputs.netns_path}
+    return {"type": kind}
+
+
 def plan_oci_bundle(plan: BackendPlan, inputs: BundleInputs) -> BundlePlan:
     """Plan the whole OCI bundle for one container sandbox.
 
@@ -339,7 +348,7 @@ def plan_oci_bundle(plan: BackendPlan, inputs: BundleInputs) -> BundlePlan:
     uids, gids = _id_mappings(plan, inputs)
     empty: list[str] = []
     linux: dict[str, Any] = {
-        "namespaces": [{"type": t} for t in ("pid", "ipc", "uts", "mount", "user", "network", "cgroup")],
+        "namespaces": [_namespace(t, inputs) for t in ("pid", "ipc", "uts", "mount", "user", "network", "cgroup")],
         "uidMappings": uids,
         "gidMappings": gids,
         "cgroupsPath": _plan_cgroups_path(plan, inputs.name),

@@ -2,7 +2,8 @@
  * contain-supervisor: pid 1 of a contain sandbox.
  *
  * One bubblewrap instance per sandbox runs this program as pid 1 of the sandbox's pid namespace
- * (`bwrap --as-pid-1 ... -- /.contain/supervisor --control-fd N ...`). The host talks to it over a
+ * (`bwrap --as-pid-1 ... -- /.contain/supervisor --control-fd N ...`); the container backend runs
+ * it as the container's process under runc or runsc. The host talks to it over a
  * Unix SOCK_STREAM socket (fd N, inherited through bwrap); docs/supervisor-protocol.md is the
  * protocol. For each RUN the supervisor forks and execs one workload with the three stdio fds the
  * host sent (SCM_RIGHTS). When the workload's main process exits, the supervisor sends SIGKILL to
@@ -18,7 +19,9 @@
  *     (even when bwrap, run by root, left the supervisor all of them), the Landlock
  *     ruleset built once at start (plus Landlock signal / abstract-socket scoping on ABI >= 6,
  *     so a workload cannot signal the supervisor), no fd but 0/1/2 survives exec;
- *   - teardown: SIGKILL to the whole namespace after every run, on KILL, on EXIT and on EOF.
+ *   - teardown: SIGKILL to the whole namespace after every run, on KILL, on EXIT and on EOF;
+ *   - on a kernel that is not Linux (gVisor's sentry under runsc) a missing call is fatal unless
+ *     the host accepted that row of KERNEL_DIFFERENCES; READY reports what was missing.
  *
  * What it does not enforce: namespaces, mounts and the seccomp filter are bubblewrap's job
  * (set up before this program runs); memory / pid budgets across processes are cgroups' job.
@@ -119,6 +122,36 @@ struct cl_path_beneath_attr {
      SECBIT_NO_SETUID_FIXUP_LOCKED | SECBIT_KEEP_CAPS_LOCKED | SECBIT_NO_CAP_AMBIENT_RAISE | \
      SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED)
 
+/* ---- kernel differences ----------------------------------------------------------------
+ * A call that a non-Linux kernel (gVisor's sentry) does not implement is fatal unless the host
+ * names its row with --accept-difference NAME (contain.runtime.kernel_differences decides per
+ * backend; the container backend does so for runsc only). Each row says what the missing call
+ * protected and what still guarantees it; an accepted difference is checked at start-up and
+ * reported in READY, never assumed. Measured under runsc 0.0~20221219.0 (docs/gvisor-notes.md).
+ *
+ * | name          | missing call                      | errno  | what still holds                    |
+ * |---------------|-----------------------------------|--------|-------------------------------------|
+ * | no-securebits | prctl(PR_GET/PR_SET_SECUREBITS)   | EINVAL | see the row's why below             |
+ *
+ * Not a row, because no guarantee is given up: close_range() past INT_MAX (EINVAL in gVisor) or
+ * missing (ENOSYS before Linux 5.9) falls back to closing what /proc/self/fd lists
+ * (close_other_fds below); any other error stays fatal. */
+struct kernel_difference {
+    const char *name;
+    const char *why;
+};
+
+enum { DIFF_NO_SECUREBITS, N_DIFFERENCES };
+
+static const struct kernel_difference KERNEL_DIFFERENCES[N_DIFFERENCES] = {
+    [DIFF_NO_SECUREBITS] = {
+        "no-securebits",
+        "securebits only keep uid 0 from regaining capabilities at exec; without them the workload "
+        "still ends with capset(0) verified by capget, a bounding set verified empty (required, not "
+        "best-effort, when this row is taken) and no_new_privs, which keeps exec from adding any",
+    },
+};
+
 /* ---- state ------------------------------------------------------------------------------ */
 
 enum landlock_mode { LANDLOCK_OFF, LANDLOCK_AUTO, LANDLOCK_REQUIRED };
@@ -131,7 +164,11 @@ struct config {
     size_t n_read;
     const char **write_paths;
     size_t n_write;
+    int accepted[N_DIFFERENCES]; /* --accept-difference NAME, by row */
 };
+
+/* Decided once at start-up (probe_securebits): 1 when the kernel has securebits. */
+static int g_securebits_available = 1;
 
 struct run_state {
     int active;
@@ -361,6 +398,17 @@ static int parse_args(int argc, char **argv, struct config *cfg) {
             }
             saw_mode = 1;
             cfg->landlock_mode = a[11] == 'r' ? LANDLOCK_REQUIRED : LANDLOCK_AUTO;
+        } else if (strcmp(a, "--accept-difference") == 0) {
+            int row = -1;
+            for (int k = 0; k < N_DIFFERENCES && next != NULL; k++)
+                if (strcmp(next, KERNEL_DIFFERENCES[k].name) == 0)
+                    row = k;
+            if (row < 0) {
+                logmsg("--accept-difference needs a known difference name, got %.200s", next ? next : "nothing");
+                return -1;
+            }
+            cfg->accepted[row] = 1;
+            i++;
         } else if (strcmp(a, "--landlock-read") == 0 || strcmp(a, "--landlock-write") == 0) {
             if (next == NULL || next[0] != '/') {
                 logmsg("%s needs an absolute path", a);
@@ -511,6 +559,25 @@ static int setup_landlock(const struct config *cfg, struct landlock_result *res,
     res->abi = abi;
     res->state = "applied";
     return 0;
+}
+
+/* Decide g_securebits_available once, before READY. PR_GET_SECUREBITS changes nothing; EINVAL
+ * from it means the kernel has no securebits (gVisor), which is refused unless the host accepted
+ * the no-securebits row. Returns 0, or -1 with err set. */
+static int probe_securebits(const struct config *cfg, char *err, size_t errlen) {
+    if (prctl(PR_GET_SECUREBITS, 0, 0, 0, 0) >= 0)
+        return 0;
+    if (errno == EINVAL && cfg->accepted[DIFF_NO_SECUREBITS]) {
+        g_securebits_available = 0;
+        logmsg("no securebits on this kernel; accepted by the host: %s",
+               KERNEL_DIFFERENCES[DIFF_NO_SECUREBITS].why);
+        return 0;
+    }
+    snprintf(err, errlen,
+             "prctl(PR_GET_SECUREBITS) failed: %s; this kernel cannot lock securebits for the workload "
+             "(only a host that accepts the %s difference may run here)",
+             strerror(errno), KERNEL_DIFFERENCES[DIFF_NO_SECUREBITS].name);
+    return -1;
 }
 
 /* ---- incoming frames -------------------------------------------------------------------- */
@@ -830,6 +897,83 @@ static void __attribute__((noreturn)) exec_search(struct run_request *rq, int er
     child_fail(errfd, ST_EXEC, saw_eacces ? EACCES : (last == ENAMETOOLONG ? ENOENT : last));
 }
 
+struct cl_dirent64 {
+    uint64_t d_ino;
+    int64_t d_off;
+    unsigned short d_reclen;
+    unsigned char d_type;
+    char d_name[];
+};
+
+#define MAX_FD_LIST_PASSES 64
+
+/* The fallback of close_other_fds: close every fd >= 3 but `keep` that /proc/self/fd lists.
+ * Closing while reading the directory can make getdents skip entries, so it rereads from the
+ * start until a whole pass finds nothing to close: the last pass is the proof. Bounded: nothing
+ * else runs in this (single-threaded, forked) process, so every pass but the last closes at least
+ * one fd of a finite set. No /proc means failure (fail closed), never a guess: closing up to
+ * RLIMIT_NOFILE was rejected because an fd opened before the limit was lowered lies above it. */
+static int close_listed_fds(int keep) {
+    int dir = open("/proc/self/fd", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dir < 0)
+        return -1;
+    for (int pass = 0; pass < MAX_FD_LIST_PASSES; pass++) {
+        int closed = 0;
+        if (lseek(dir, 0, SEEK_SET) < 0)
+            goto fail;
+        for (;;) {
+            union {
+                char bytes[4096];
+                struct cl_dirent64 align;
+            } buf;
+            long n = syscall(SYS_getdents64, dir, buf.bytes, sizeof buf.bytes);
+            if (n < 0)
+                goto fail;
+            if (n == 0)
+                break;
+            for (long off = 0; off < n;) {
+                const struct cl_dirent64 *d = (const struct cl_dirent64 *)(buf.bytes + off);
+                off += d->d_reclen;
+                long fd;
+                if (parse_int(d->d_name, 0, INT_MAX, &fd) < 0)
+                    continue; /* "." and ".." */
+                if (fd < 3 || fd == keep || fd == dir)
+                    continue;
+                if (close((int)fd) < 0 && errno != EBADF)
+                    goto fail;
+                closed = 1;
+            }
+        }
+        if (!closed) {
+            close(dir);
+            return 0;
+        }
+    }
+    errno = EMFILE; /* the set of fds did not shrink to nothing: refuse */
+fail:;
+    int saved = errno;
+    close(dir);
+    errno = saved;
+    return -1;
+}
+
+/* Close every fd >= 3 except `keep` (> 2). fd numbers are ints, so a last bound of INT_MAX covers
+ * every fd that can exist; gVisor (runsc 20221219) refuses a bound above INT_MAX such as ~0U with
+ * EINVAL, Linux accepts either. EINVAL (another kernel's limit) or ENOSYS (Linux before 5.9)
+ * fall back to the /proc/self/fd listing; any other error is fatal. */
+static int close_other_fds(int keep) {
+    long rc = 0;
+    if (keep > 3)
+        rc = syscall(SYS_close_range, 3U, (unsigned)keep - 1, 0U);
+    if (rc == 0)
+        rc = syscall(SYS_close_range, (unsigned)keep + 1, (unsigned)INT_MAX, 0U);
+    if (rc == 0)
+        return 0;
+    if (errno != EINVAL && errno != ENOSYS)
+        return -1;
+    return close_listed_fds(keep);
+}
+
 /* Leave the workload with no capability at all, whatever bwrap left the supervisor (bwrap run by
  * root keeps every capability inside the sandbox's user namespace unless told --cap-drop ALL).
  * With no_new_privs set, exec can never give back what is dropped here: the kernel intersects
@@ -837,7 +981,10 @@ static void __attribute__((noreturn)) exec_search(struct run_request *rq, int er
  * also covers uid 0's implicit file capabilities. The securebits and bounding-set steps need
  * CAP_SETPCAP and are best-effort on top of that; the capset and the final check are not. */
 static int drop_all_capabilities(void) {
-    if (prctl(PR_SET_SECUREBITS, CL_SECBITS_LOCKED_NOROOT, 0, 0, 0) < 0 && errno != EPERM)
+    /* g_securebits_available is 0 only when the host accepted the no-securebits row and the
+     * start-up probe found none (a kernel that has them still gets them set here). */
+    if (g_securebits_available && prctl(PR_SET_SECUREBITS, CL_SECBITS_LOCKED_NOROOT, 0, 0, 0) < 0 &&
+        errno != EPERM)
         return -1;
     for (int cap = 0; cap < 64; cap++) {
         int has = prctl(PR_CAPBSET_READ, cap, 0, 0, 0);
@@ -845,6 +992,11 @@ static int drop_all_capabilities(void) {
             break; /* EINVAL: past the last capability this kernel knows */
         if (has == 1 && prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) < 0 && errno != EPERM)
             return -1;
+        /* Without securebits the empty bounding set is part of the guarantee: required. */
+        if (has == 1 && !g_securebits_available && prctl(PR_CAPBSET_READ, cap, 0, 0, 0) != 0) {
+            errno = EPERM;
+            return -1;
+        }
     }
     if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) < 0 && errno != EINVAL)
         return -1;
@@ -905,10 +1057,8 @@ static void __attribute__((noreturn)) child_exec(struct run_request *rq, const i
             child_fail(errfd, ST_SETUP, errno);
     }
     /* Only 0, 1, 2 and errfd (CLOEXEC) survive: the control socket, the ruleset, other
-     * requests' fds must not reach the workload. */
-    if (errfd > 3 && syscall(SYS_close_range, 3U, (unsigned)errfd - 1, 0U) < 0)
-        child_fail(errfd, ST_SETUP, errno);
-    if (syscall(SYS_close_range, (unsigned)errfd + 1, ~0U, 0U) < 0)
+     * requests' fds and anything the launcher leaked must not reach the workload. */
+    if (close_other_fds(errfd) < 0)
         child_fail(errfd, ST_SETUP, errno);
     for (size_t i = 0; i < rq->n_rlimits; i++) {
         if (setrlimit(rq->rlimits[i].resource, &rq->rlimits[i].value) < 0)
@@ -1291,6 +1441,11 @@ int main(int argc, char **argv) {
         reply_error("%s", err);
         return EXIT_REFUSED;
     }
+    if (probe_securebits(&cfg, err, sizeof err) < 0) {
+        logmsg("%s", err);
+        reply_error("%s", err);
+        return EXIT_REFUSED;
+    }
     struct outframe f;
     out_begin(&f, "READY");
     out_add(&f, "pid=%d", (int)getpid());
@@ -1298,6 +1453,7 @@ int main(int argc, char **argv) {
         out_add(&f, "landlock=applied:%d", ll.abi);
     else
         out_add(&f, "landlock=%s", ll.state);
+    out_add(&f, "securebits=%s", g_securebits_available ? "available" : "unsupported");
     for (size_t i = 0; i < ll.n_skipped; i++)
         out_add(&f, "landlock_skipped=%.1024s", ll.skipped[i]);
     if (out_send(&f) < 0)

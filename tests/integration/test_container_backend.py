@@ -1,0 +1,225 @@
+"""The container backend under real runc and runsc: the same manifest gives the same RunResult
+fields and exit codes as the process backend, and nothing is left after close or cancel.
+
+No mock stands in for a runtime. Each behaviour runs on ``process`` too (the reference) and the
+test compares. runsc cases are skipped only when runsc is not installed (``RUNSC_MISSING``);
+runc cases only when runc is not installed. Judging is from outside: processes, mounts, cgroup
+directories and the backend's directories are listed on the host after close.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import http.server
+import os
+import shutil
+import signal
+import socketserver
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import ClassVar
+
+import pytest
+
+from contain.boundary import Boundary
+from contain.runtime import Sandbox
+from contain.runtime.container.backend import CONTAINER_ROOT
+
+pytestmark = [pytest.mark.needs_bwrap, pytest.mark.needs_root]
+
+RUNC_MISSING = shutil.which("runc") is None and not os.path.exists("/usr/sbin/runc")
+RUNSC_MISSING = shutil.which("runsc") is None
+CONTAINERS = [
+    pytest.param("container:runc", marks=pytest.mark.skipif(RUNC_MISSING, reason="runc is not installed")),
+    pytest.param("container:runsc", marks=pytest.mark.skipif(RUNSC_MISSING, reason="runsc is not installed")),
+]
+PY = "/usr/bin/python3"
+
+
+def boundary(**sections: object) -> Boundary:
+    return Boundary.model_validate(sections)
+
+
+def run_on(backend: str, manifest: Boundary, argv: list[str], **kwargs: object):
+    with Sandbox(manifest, backend=backend) as sb:
+        return sb.run(argv, **kwargs)  # type: ignore[arg-type]
+
+
+def shape(result) -> tuple[object, ...]:
+    """The RunResult fields that must not depend on the backend."""
+    return (
+        result.exit_code,
+        result.signal,
+        result.status,
+        result.timed_out,
+        result.oom_killed,
+        result.stdout.data,
+        result.stdout.truncated,
+        result.stderr.truncated,
+        sorted(v.kind for v in result.violations),
+        result.usage.source,
+    )
+
+
+# -- what is left ----------------------------------------------------------------------------------
+
+
+def leaf_of(pid: int) -> str:
+    """The sandbox's cgroup leaf (also its container id and directory name), read from the host."""
+    for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        if "memory" in controllers.split(","):
+            return path.rstrip("/").rsplit("/", 1)[-1]
+    raise AssertionError(f"pid {pid} has no memory cgroup")
+
+
+def leftovers(name: str) -> list[str]:
+    """Everything of sandbox ``name`` still on the host: processes, mounts, cgroups, directories."""
+    found = []
+    for proc in glob.glob("/proc/[0-9]*/cmdline"):
+        with contextlib.suppress(OSError):
+            if name.encode() in Path(proc).read_bytes():
+                found.append(f"process {proc}")
+    found += [f"mount {line}" for line in Path("/proc/self/mountinfo").read_text().splitlines() if name in line]
+    found += [f"cgroup {path}" for path in glob.glob(f"/sys/fs/cgroup/**/{name}", recursive=True)]
+    if (CONTAINER_ROOT / name).exists():
+        found.append(f"directory {CONTAINER_ROOT / name}")
+    for parent in own_container_parents():
+        if os.path.isdir(parent) and not any(os.path.isdir(os.path.join(parent, c)) for c in os.listdir(parent)):
+            found.append(f"empty cgroup parent {parent}")  # runc leaves these; close must remove them
+    return found
+
+
+def own_container_parents() -> list[str]:
+    """``contain-container`` in this process's own cgroup of every v1 hierarchy (where runc puts it)."""
+    parents = []
+    for line in Path("/proc/self/cgroup").read_text().splitlines():
+        _, controllers, own = line.split(":", 2)
+        if controllers:
+            mount = "/sys/fs/cgroup/" + controllers.replace("name=", "")
+            parents.append(os.path.join(mount + own.rstrip("/"), "contain-container"))
+    return parents
+
+
+@pytest.mark.parametrize("backend", CONTAINERS)
+def test_echo_has_the_process_backends_result_shape_and_close_leaves_nothing(backend: str) -> None:
+    manifest = boundary()
+    reference = run_on("process", manifest, ["/bin/echo", "hi"])
+    with Sandbox(manifest, backend=backend) as sb:
+        result = sb.run(["/bin/echo", "hi"])
+        assert sb.supervisor_pid is not None
+        name = leaf_of(sb.supervisor_pid)
+        assert (CONTAINER_ROOT / name).is_dir()  # positive control: the listing sees a live sandbox
+        assert leftovers(name), "the leftovers listing must see the running sandbox"
+    assert shape(result) == shape(reference)
+    assert result.backend == backend and reference.backend == "process"
+    assert set(reference.layers) <= set(result.layers)
+    assert leftovers(name) == []
+
+
+@pytest.mark.parametrize("backend", CONTAINERS)
+def test_a_cancelled_run_is_killed_and_close_leaves_nothing(backend: str) -> None:
+    with Sandbox(boundary(), backend=backend) as sb:
+        assert sb.supervisor_pid is not None
+        name = leaf_of(sb.supervisor_pid)
+        proc = sb.spawn([PY, "-c", "import os, time\nos.fork(); os.fork()\ntime.sleep(60)"])
+        proc.kill()
+        proc.wait()
+    assert leftovers(name) == []
+
+
+@pytest.mark.parametrize("backend", CONTAINERS)
+@pytest.mark.parametrize(
+    ("argv", "kwargs", "manifest"),
+    [
+        (["/bin/sh", "-c", "exit 3"], {}, {}),
+        (["/bin/sh", "-c", "kill -9 $$"], {}, {}),
+        (["/bin/sleep", "30"], {"timeout": 1}, {}),
+        ([PY, "-c", "b = bytearray(300 << 20); print(len(b))"], {}, {"resources": {"memory_bytes": "64MiB"}}),
+        ([PY, "-c", "print('x' * 100000)"], {}, {"resources": {"output_bytes": 2048}}),
+    ],
+    ids=["exit-3", "killed-by-signal", "timeout-124", "oom", "output-cap"],
+)
+def test_exit_codes_and_violations_match_the_process_backend(
+    backend: str, argv: list[str], kwargs: dict[str, object], manifest: dict[str, object]
+) -> None:
+    reference = run_on("process", boundary(**manifest), argv, **kwargs)
+    result = run_on(backend, boundary(**manifest), argv, **kwargs)
+    assert shape(result) == shape(reference), (result.stderr.data[-500:], reference.stderr.data[-500:])
+
+
+def test_the_reference_results_are_the_ones_we_expect() -> None:
+    """Positive control for the comparisons above: the process backend really gives 3, 137, 124, OOM."""
+    assert run_on("process", boundary(), ["/bin/sh", "-c", "exit 3"]).status == 3
+    assert run_on("process", boundary(), ["/bin/sh", "-c", "kill -9 $$"]).signal == signal.SIGKILL
+    assert run_on("process", boundary(), ["/bin/sleep", "30"], timeout=1).status == 124
+    oom = run_on("process", boundary(resources={"memory_bytes": "64MiB"}), [PY, "-c", "b = bytearray(300 << 20)"])
+    assert oom.oom_killed
+
+
+@pytest.mark.parametrize("backend", CONTAINERS)
+def test_put_get_export_and_a_session_of_several_runs(backend: str, host_tmp: Path) -> None:
+    out = host_tmp / "out"
+    manifest = boundary(files=[{"path": "/work", "access": "scratch", "export": str(out)}])
+    with Sandbox(manifest, backend=backend) as sb:
+        sb.put_file("/work/in.txt", b"from host\n")
+        first = sb.run(["/bin/sh", "-c", "cat /work/in.txt; echo made > /work/made.txt; echo $$ > /tmp/pid"])
+        second = sb.run(["/bin/cat", "/work/made.txt", "/tmp/pid"])
+        third = sb.run(["/bin/sh", "-c", "exit 5"])
+        assert sb.get_file("/work/made.txt") == b"made\n"
+    assert first.stdout.data == b"from host\n"
+    assert second.stdout.data.startswith(b"made\n") and second.exit_code == 0  # /tmp survived between runs
+    assert third.status == 5
+    assert (out / "made.txt").read_bytes() == b"made\n"
+    assert (out / "in.txt").read_bytes() == b"from host\n"
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    seen: ClassVar[list[str]] = []
+
+    def do_GET(self) -> None:
+        type(self).seen.append(self.path)
+        self.send_response(200)
+        self.end_headers()
+        self.wfile.write(b"hello from host\n")
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def server() -> Iterator[tuple[int, list[str]]]:
+    _Handler.seen = []
+    srv = socketserver.ThreadingTCPServer(("127.0.0.1", 0), _Handler)
+    thread = threading.Thread(target=srv.serve_forever, daemon=True)
+    thread.start()
+    yield srv.server_address[1], _Handler.seen
+    srv.shutdown()
+    srv.server_close()
+
+
+@pytest.mark.parametrize("backend", ["process", *CONTAINERS])
+def test_egress_allows_the_named_host_through_the_proxy_and_denies_another(backend: str, server) -> None:
+    port, seen = server
+    manifest = boundary(
+        network={
+            "allow": [{"host": "api.test", "ports": [port]}],
+            "hosts": {"api.test": "127.0.0.1", "other.test": "127.0.0.1"},
+        }
+    )
+    code = (
+        "import urllib.request, urllib.error\n"
+        f"print(urllib.request.urlopen('http://api.test:{port}/allowed', timeout=5).read().decode().strip())\n"
+        "try:\n"
+        f"    urllib.request.urlopen('http://other.test:{port}/denied', timeout=5)\n"
+        "    print('REACHED')\n"
+        "except urllib.error.HTTPError as e:\n"
+        "    print('denied', e.code)\n"
+    )
+    result = run_on(backend, manifest, [PY, "-c", code])
+    assert result.stdout.data.decode().splitlines() == ["hello from host", "denied 403"], result.stderr.data[-800:]
+    assert seen == ["/allowed"]  # the denied request never reached the server
+    assert [(e["host"], e["verdict"]) for e in result.egress] == [("api.test", "allow"), ("other.test", "deny")]
+    assert [v.kind for v in result.violations] == ["egress"]

@@ -1,0 +1,62 @@
+"""The container backend's apply helpers: the bundle is written exactly as planned, without
+following links; the sandbox root refuses to be anything but our own directory. The backend
+itself runs real runtimes: tests/integration/test_container_backend.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from contain.errors import SandboxStartError
+from contain.runtime.container.backend import _make_private_dir, write_bundle
+from contain.runtime.container.bundle import BundleFile, BundlePlan, RootfsEntry
+
+PLAN = BundlePlan(
+    config={"ociVersion": "1.0.2", "root": {"path": "rootfs", "readonly": True}},
+    rootfs=(
+        RootfsEntry("/lib", "symlink", "usr/lib"),
+        RootfsEntry("/usr", "dir"),
+        RootfsEntry("/.contain", "dir"),
+        RootfsEntry("/.contain/supervisor", "file"),
+    ),
+    files=(BundleFile("data/0", b"t0k\n", 0o444), BundleFile("data/1", b"", 0o000)),
+)
+
+
+def test_the_bundle_is_written_as_planned_with_each_files_mode(tmp_path: Path):
+    write_bundle(PLAN, tmp_path)
+    rootfs = tmp_path / "rootfs"
+    assert os.readlink(rootfs / "lib") == "usr/lib"
+    assert (rootfs / "usr").is_dir() and (rootfs / ".contain" / "supervisor").is_file()
+    assert (tmp_path / "data" / "0").read_bytes() == b"t0k\n"
+    assert stat.S_IMODE((tmp_path / "data" / "0").stat().st_mode) == 0o444
+    assert stat.S_IMODE((tmp_path / "data" / "1").stat().st_mode) == 0o000
+    assert json.loads((tmp_path / "config.json").read_text()) == PLAN.config
+    assert stat.S_IMODE((tmp_path / "config.json").stat().st_mode) == 0o600
+
+
+def test_a_bundle_is_never_written_into_what_already_exists(tmp_path: Path):
+    """Every directory and file is created exclusively: a planted rootfs or link is never reused."""
+    victim = tmp_path / "victim"
+    victim.write_text("keep")
+    (tmp_path / "bundle").mkdir()
+    (tmp_path / "bundle" / "rootfs").symlink_to(tmp_path)
+    with pytest.raises(FileExistsError):
+        write_bundle(PLAN, tmp_path / "bundle")
+    assert victim.read_text() == "keep" and not (tmp_path / "usr").exists()
+
+
+def test_the_sandbox_root_must_be_a_real_directory_of_ours(tmp_path: Path):
+    target = tmp_path / "elsewhere"
+    target.mkdir()
+    link = tmp_path / "root"
+    link.symlink_to(target)
+    with pytest.raises(SandboxStartError, match="is not a directory owned by uid"):
+        _make_private_dir(link, 0o711, os.getuid())
+    fresh = tmp_path / "fresh"
+    _make_private_dir(fresh, 0o711, os.getuid())
+    assert stat.S_IMODE(fresh.stat().st_mode) == 0o711
