@@ -53,7 +53,10 @@ import os
 import platform
 import shutil
 import stat
+import subprocess
 import tarfile
+import threading
+import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -166,15 +169,25 @@ deadline = time.monotonic() + P["watch_s"]
 while time.monotonic() < deadline:  # a process the runtime execs in may appear, then exit
     scan()
     time.sleep(0.01)
-for pid, (fd, name) in sorted(held.items()):
-    if fd is not None:  # the CVE's step: once the binary no longer runs, reopen it for writing
-        rec(f"reopen exe of {pid} ({name}) via O_PATH fd for writing",
-            lambda fd=fd: os.close(os.open(f"/proc/self/fd/{fd}", os.O_WRONLY)))
+# The CVE's step: once the binary no longer runs, ETXTBSY no longer protects it; reopen each
+# held descriptor for writing, retrying until the settle time ends (its process may still run).
+settle = time.monotonic() + P["settle_s"]
+pending = {pid: v for pid, v in held.items() if v[0] is not None}
+while pending:
+    for pid, (fd, name) in sorted(pending.items()):
+        label = f"reopen exe of {pid} ({name}) via O_PATH fd for writing"
+        r = rec(label, lambda fd=fd: os.close(os.open(f"/proc/self/fd/{fd}", os.O_WRONLY)))
+        if r["ok"] or r.get("errno") != "ETXTBSY" or time.monotonic() > settle:
+            del pending[pid]
+    time.sleep(0.02)
 note("visible", {str(k): v[1] for k, v in held.items()})
 done()
 """
 _WATCH_S = 1.5
-_HELPER_S = 0.5  # the control's helper exits well inside the attack's watch window
+_SETTLE_S = 1.5  # how long a reopen is retried while the binary still runs (ETXTBSY)
+# The control's helper: six short runs of a writable binary, so at least one starts inside the
+# attack's watch window however slowly python3 starts, and the last exits inside the settle time.
+_HELPER_RUNS, _HELPER_S = 6, 0.2
 
 
 def _write_opens(report: Mapping[str, Any]) -> list[str]:
@@ -190,15 +203,24 @@ def oc_01(ctx: ProbeContext) -> CaseResult:
         opened[binary] = binary
     watched = {label: _sha256(path) for label, path in opened.items()}
     after: dict[str, str | None] = {}
+    exec_in: dict[str, Any] = {}
 
     def observe(sandbox: Any) -> Callable[[], None]:
         pid = sandbox.supervisor_pid
         for label, path in (_executables_in_pid_namespace(pid) if pid else {}).items():
             opened[label] = path
             watched[label] = _sha256(path)
-        return lambda: after.update({label: _sha256(opened[label]) for label in watched})
+        # Make the runtime exec a process into the container while the attack watches.
+        worker = threading.Thread(target=_runtime_exec, args=(sandbox, exec_in), daemon=True)
+        worker.start()
 
-    code = attack(_EXE_WRITE, watch_s=_WATCH_S)
+        def finish() -> None:
+            worker.join(_EXEC_TIMEOUT_S + 1.0)
+            after.update({label: _sha256(opened[label]) for label in watched})
+
+        return finish
+
+    code = attack(_EXE_WRITE, watch_s=_WATCH_S, settle_s=_SETTLE_S)
     if isinstance(rc.target, ContainTarget):
         run = rc.target.run_observed(["python3", "-c", code], observer=observe)
     else:
@@ -212,7 +234,7 @@ def oc_01(ctx: ProbeContext) -> CaseResult:
     shutil.copy2("/usr/bin/sleep", helper)
     helper.chmod(0o755)
     control = WrapTarget(["unshare", "--pid", "--fork", "--mount-proc"]).run_argv(
-        ["sh", "-c", f'{helper} {_HELPER_S} & exec python3 -c "$0"', code]
+        ["sh", "-c", f'(for i in $(seq {_HELPER_RUNS}); do {helper} {_HELPER_S}; done) & exec python3 -c "$0"', code]
     )
     control_opens = [n for n in _write_opens(attack_report(control) or {}) if str(helper) in n]
     return verdict(
@@ -231,6 +253,7 @@ def oc_01(ctx: ProbeContext) -> CaseResult:
             "attack": report,
             "run": run_evidence(run),
             "hashed": {p: {"before": d, "after": after.get(p)} for p, d in watched.items()},
+            "runtime_exec": exec_in or "not attempted: the target runs no OCI runtime",
             "judged_by": "the kernel's answer to open(O_WRONLY) (nothing is written) and sha256 on the host",
         },
         missing=(
@@ -241,6 +264,35 @@ def oc_01(ctx: ProbeContext) -> CaseResult:
             else f"the runtime binary of {kind} is not installed"
         ),
     )
+
+
+_EXEC_DELAY_S = 0.5  # after the attack started watching (python3 startup included)
+_EXEC_TIMEOUT_S = 5.0
+
+
+def _runtime_exec(sandbox: Any, out: dict[str, Any]) -> None:
+    """``<runtime> exec`` a short command into the container as the sandbox user (the step of
+    CVE-2019-5736 where the runtime's own binary enters the container), when the handle says which
+    runtime and state it runs with; records what happened in ``out``."""
+    from contain.runtime.bwrap import SANDBOX_GID, SANDBOX_UID
+    from contain.runtime.container.oci_runtime import plan_state_argv
+
+    handle = getattr(sandbox, "_handle", None)
+    facts, name = getattr(handle, "_rt", None), getattr(handle, "name", None)
+    state_dir, log_file = getattr(handle, "state_dir", None), getattr(handle, "log_file", None)
+    if facts is None or not (isinstance(name, str) and isinstance(state_dir, str) and isinstance(log_file, str)):
+        return
+    state = plan_state_argv(facts, state_dir=state_dir, log_file=log_file, name=name)
+    if state[-2:] != ["state", name]:  # the prefix is the runtime and its global flags
+        out["error"] = f"unexpected state argv {state}"
+        return
+    argv = [*state[:-2], "exec", "--user", f"{SANDBOX_UID}:{SANDBOX_GID}", name, "/bin/sleep", "0.3"]
+    time.sleep(_EXEC_DELAY_S)
+    try:
+        done = subprocess.run(argv, capture_output=True, timeout=_EXEC_TIMEOUT_S, check=False)
+        out.update(argv=argv, exit_code=done.returncode, stderr=done.stderr[-500:].decode("utf-8", "replace"))
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        out.update(argv=argv, error=f"{type(exc).__name__}: {exc}")
 
 
 # -- OC-02 ----------------------------------------------------------------------------------------
