@@ -46,10 +46,14 @@ def check_nothing_inconclusive_or_an_error(report: Report) -> None:
     assert bad == {}, render_summary(report)
 
 
-def check_nothing_escapes(report: Report) -> None:
+def check_nothing_escapes(report: Report, *, known: dict[str, str] | None = None) -> None:
+    """No case escaped, except exactly the ``known`` findings (case id -> the backend gap)."""
     escaped = {r.case_id: r.summary for r in report.results if r.verdict is Verdict.ESCAPED}
-    assert escaped == {}, render_summary(report)
-    assert report.exit_code == 0
+    assert sorted(escaped) == sorted(known or {}), (
+        render_summary(report) + "\n" + "\n".join(f"{case_id}: {summary}" for case_id, summary in escaped.items())
+    )
+    if not known:
+        assert report.exit_code == 0
 
 
 def not_applicable(report: Report) -> dict[str, str]:

@@ -23,6 +23,18 @@ pytestmark = [pytest.mark.needs_root]
 
 SPEC = "container:runc"
 
+# case id -> the backend gap this battery found and that is not fixed yet (asserted exactly: a new
+# escape fails, and so does a fixed one until its row is removed). Each is in the ocprobes report.
+_USERNS_OWNED_BY_ROOT = (
+    "runc creates the container's user namespace as host root, so the kernel charges every "
+    "container's per-user counts (fs.inotify.max_user_instances, 128 here) to host root in the "
+    "initial namespace: one container exhausts them for every sibling container and for root on "
+    "the host. The process backend's user namespace is owned by the sandbox's leased uid. Fix in "
+    "the container backend: create the user namespace (and then the network namespace) owned by "
+    "the leased uid and let runc join them by path."
+)
+KNOWN_FINDINGS = {"RE-09": _USERNS_OWNED_BY_ROOT, "RE-54": _USERNS_OWNED_BY_ROOT}
+
 
 @pytest.fixture(scope="module")
 def battery():
@@ -43,8 +55,8 @@ def test_no_case_is_inconclusive_or_an_error(battery):
     check_nothing_inconclusive_or_an_error(battery[0])
 
 
-def test_nothing_escapes(battery):
-    check_nothing_escapes(battery[0])
+def test_nothing_escapes_but_the_known_findings(battery):
+    check_nothing_escapes(battery[0], known=KNOWN_FINDINGS)
 
 
 def test_only_the_vm_cases_and_snapshots_are_not_applicable_and_they_say_why(battery):

@@ -23,6 +23,9 @@ pytestmark = [pytest.mark.needs_root]
 
 SPEC = "container:runsc"
 
+# case id -> a backend gap this battery found that is not fixed yet (none known).
+KNOWN_FINDINGS: dict[str, str] = {}
+
 
 @pytest.fixture(scope="module")
 def battery():
@@ -43,8 +46,8 @@ def test_no_case_is_inconclusive_or_an_error(battery):
     check_nothing_inconclusive_or_an_error(battery[0])
 
 
-def test_nothing_escapes(battery):
-    check_nothing_escapes(battery[0])
+def test_nothing_escapes_but_the_known_findings(battery):
+    check_nothing_escapes(battery[0], known=KNOWN_FINDINGS)
 
 
 def test_only_the_vm_cases_and_snapshots_are_not_applicable_and_they_say_why(battery):
