@@ -1,9 +1,11 @@
 """Where attack code runs: contain's own backend, a wrapped third-party sandbox, or the bare host.
 
-- ``ContainTarget`` runs each attack in a fresh ``Sandbox`` whose boundary is the probe's default
-  (scratch only, no network, modest budgets) deep-merged with the case's ``boundary`` mapping.
-  It fills ``AttackRun.run_result`` (contain's RunResult), ``egress_events`` and ``host_pid``
-  (the sandbox's pid 1 as seen from the host).
+- ``ContainTarget(spec)`` runs each attack in a fresh ``Sandbox(boundary, backend=spec)`` (spec:
+  ``process``, ``container:runc``, ``container:runsc``; the spec is also the target's kind) whose
+  boundary is the probe's default (scratch only, no network, modest budgets) deep-merged with the
+  case's ``boundary`` mapping. It fills ``AttackRun.run_result`` (contain's RunResult),
+  ``egress_events`` and ``host_pid`` (the sandbox's pid 1 as seen from the host).
+  ``run_observed`` also lets a judge look at the running sandbox before and after the attack.
 - ``WrapTarget`` runs ``prefix + argv`` as a host subprocess, e.g. ``bwrap --unshare-all ...
   python3 -c CODE``: it has no contain hooks, so the case's ``boundary`` is ignored. The
   subprocess starts in its own session under bounded rlimits (address space, CPU, file size,
