@@ -24,6 +24,7 @@ from typing import ClassVar
 import pytest
 
 from contain.boundary import Boundary
+from contain.errors import SandboxLost, SandboxStartError, UnsupportedHost
 from contain.runtime import Sandbox
 from contain.runtime.container.backend import CONTAINER_ROOT
 
@@ -223,3 +224,198 @@ def test_egress_allows_the_named_host_through_the_proxy_and_denies_another(backe
     assert seen == ["/allowed"]  # the denied request never reached the server
     assert [(e["host"], e["verdict"]) for e in result.egress] == [("api.test", "allow"), ("other.test", "deny")]
     assert [v.kind for v in result.violations] == ["egress"]
+
+
+@pytest.mark.parametrize("backend", CONTAINERS)
+def test_a_read_bind_and_its_block_hold_as_on_the_process_backend(backend: str, host_tmp: Path) -> None:
+    data = host_tmp / "data"
+    data.mkdir()
+    (data / "ok.txt").write_text("visible\n")
+    (data / "secret.txt").write_text("hidden\n")
+    manifest = boundary(
+        files=[
+            {"path": "/inputs", "access": "read", "host": str(data)},
+            {"path": "/inputs/secret.txt", "access": "block"},
+        ]
+    )
+    argv = ["/bin/sh", "-c", "cat /inputs/ok.txt; cat /inputs/secret.txt; echo x > /inputs/new"]
+    reference = run_on("process", manifest, argv)
+    result = run_on(backend, manifest, argv)
+    assert result.stdout.data == reference.stdout.data == b"visible\n"  # positive control: the bind works
+    assert result.status == reference.status != 0
+    assert not (data / "new").exists()
+
+
+@pytest.mark.parametrize("backend", CONTAINERS)
+def test_write_bind_files_belong_to_the_binds_owner_and_protected_names_stay_closed(
+    backend: str, host_tmp: Path
+) -> None:
+    proj = host_tmp / "proj"
+    proj.mkdir()
+    os.chown(proj, 65534, 65534)
+    manifest = boundary(files=[{"path": "/proj", "access": "write", "host": str(proj)}])
+    with Sandbox(manifest, backend=backend) as sb:
+        made = sb.run(["/bin/sh", "-c", "echo made > /proj/out"])
+        protected = sb.run(["/bin/sh", "-c", "echo x > /proj/.envrc"])
+    assert made.status == 0, made.stderr.data
+    assert (proj / "out").read_text() == "made\n"
+    assert (proj / "out").stat().st_uid == 65534
+    assert protected.status != 0 and not (proj / ".envrc").exists()  # the placeholder held and is gone
+
+
+@pytest.mark.parametrize("backend", CONTAINERS)
+def test_a_fork_bomb_is_bounded_by_pids_max_and_reported(backend: str) -> None:
+    code = (
+        "import os, time\nn = 0\ntry:\n    for i in range(400):\n        if os.fork() == 0:\n"
+        "            time.sleep(5); os._exit(0)\n        n += 1\nexcept OSError:\n    pass\nprint(n)"
+    )
+    with Sandbox(boundary(resources={"pids_max": 64}), backend=backend) as sb:
+        result = sb.run([PY, "-c", code], timeout=30)
+        assert "pids" in [v.kind for v in result.violations]
+        if backend == "container:runc":  # refused inside, as on the process backend; the sandbox lives on
+            assert int(result.stdout.data) < 64 and sb.run(["/bin/true"]).status == 0
+        else:  # gVisor's own tasks count in the host cgroup: the whole sandbox ends, and says why
+            assert result.signal == signal.SIGKILL
+            with pytest.raises(SandboxLost, match=r"pids\.max"):
+                sb.run(["/bin/true"])
+
+
+def test_a_runtime_that_fails_to_start_leaves_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A real start failure (the runtime exits non-zero) goes through the same teardown."""
+    from contain.runtime.backend_names import RuntimeFacts
+    from contain.runtime.container import backend as container_backend
+
+    seen: list[str] = []
+    real_init = container_backend.ContainerSandbox.__init__
+
+    def remember(self, runtime, plan, name, **kwargs):  # type: ignore[no-untyped-def]
+        seen.append(name)
+        real_init(self, RuntimeFacts("runc", "/bin/false", "false"), plan, name, **kwargs)
+
+    monkeypatch.setattr(container_backend.ContainerSandbox, "__init__", remember)
+    with pytest.raises(SandboxStartError, match="runc run failed"):
+        Sandbox(boundary(), backend="container:runc").start()
+    assert seen and leftovers(seen[0]) == []
+
+
+@pytest.mark.skipif(RUNSC_MISSING, reason="runsc is not installed")
+def test_runsc_checks_that_the_seccomp_profile_took_and_refuses_when_it_did_not(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Without --oci-seccomp runsc ignores linux.seccomp silently; the start-up probe must notice."""
+    from contain.runtime.container import oci_runtime
+
+    rows = tuple(r for r in oci_runtime.GLOBAL_FLAGS if r.flag != "--oci-seccomp")
+    monkeypatch.setattr(oci_runtime, "GLOBAL_FLAGS", rows)
+    with pytest.raises(UnsupportedHost, match="did not apply the bundle's seccomp profile"):
+        Sandbox(boundary(), backend="container:runsc").start()
+
+
+# -- images ------------------------------------------------------------------------------------------
+
+BUSYBOX = "/bin/busybox"
+
+
+def _tar_member(tar, name: str, *, data: bytes | None = None, link: str | None = None, mode: int = 0o755) -> None:
+    import io
+    import tarfile
+
+    info = tarfile.TarInfo(name)
+    if link is not None:
+        info.type, info.linkname = tarfile.SYMTYPE, link
+    elif data is None:
+        info.type, info.mode = tarfile.DIRTYPE, mode
+    else:
+        info.size, info.mode = len(data), mode
+    tar.addfile(info, io.BytesIO(data) if data is not None else None)
+
+
+@pytest.fixture
+def busybox_image(host_tmp: Path) -> Path:
+    """A rootfs tar: static busybox, an /etc of its own, and two links a careless host would follow."""
+    import tarfile
+
+    if not os.path.exists(BUSYBOX):
+        pytest.skip("busybox-static is not installed")
+    path = host_tmp / "busybox.tar"
+    with tarfile.open(path, "w") as tar:
+        for directory in ("bin", "etc"):
+            _tar_member(tar, directory)
+        _tar_member(tar, "bin/busybox", data=Path(BUSYBOX).read_bytes())
+        for command in ("sh", "echo", "cat", "id", "ls"):
+            _tar_member(tar, f"bin/{command}", link="busybox")
+        _tar_member(tar, "etc/image-release", data=b"busybox image\n", mode=0o644)
+        _tar_member(tar, "etc/resolv.conf", link="/run/systemd/resolve/stub-resolv.conf")
+        _tar_member(tar, "tmp", link="/etc")  # a mount point that is a link to the host's /etc
+        _tar_member(tar, "work", link="../../../../../etc")
+    return path
+
+
+@pytest.mark.parametrize("backend", CONTAINERS)
+def test_an_image_is_the_root_and_its_links_at_mount_points_are_replaced_not_followed(
+    backend: str, busybox_image: Path
+) -> None:
+    manifest = boundary(runtime={"container": {"image": str(busybox_image)}})
+    etc_before = sorted(os.listdir("/etc"))
+    with Sandbox(manifest, backend=backend) as sb:
+        result = sb.run(
+            ["/bin/sh", "-c", "cat /etc/image-release /etc/resolv.conf; echo hi > /tmp/x; cat /tmp/x; echo no > /etc/x"]
+        )
+        assert sb.supervisor_pid is not None
+        sb.put_file("/work/in", b"put\n")
+        assert sb.run(["/bin/cat", "/work/in"]).stdout.data == b"put\n"
+        name = leaf_of(sb.supervisor_pid)
+    out = result.stdout.data.decode()
+    assert out.startswith("busybox image\nnameserver ")  # the image's /etc, contain's resolv.conf
+    assert out.endswith("hi\n") and result.status != 0  # /tmp is the budget; the root is read-only
+    assert sorted(os.listdir("/etc")) == etc_before and not os.path.exists("/etc/x")
+    assert leftovers(name) == []
+
+
+def test_an_image_that_would_escape_is_refused_with_exit_125(host_tmp: Path) -> None:
+    import subprocess
+    import sys
+    import tarfile
+
+    evil = host_tmp / "evil.tar"
+    with tarfile.open(evil, "w") as tar:
+        _tar_member(tar, "../escape", data=b"x")
+    manifest = host_tmp / "contain.yaml"
+    manifest.write_text(f"runtime:\n  backend: container\n  container:\n    image: {evil.name}\n")
+    done = subprocess.run(
+        [str(Path(sys.executable).with_name("contain")), "run", "-m", str(manifest), "--", "/bin/true"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "CONTAIN_NO_BOUNDARY_CACHE": "1"},
+    )
+    assert done.returncode == 125, done.stderr
+    assert "../escape" in done.stderr and "fix:" in done.stderr
+    assert not (host_tmp.parent / "escape").exists()
+
+
+@pytest.mark.parametrize("backend", CONTAINERS)
+def test_a_sandbox_whose_owner_was_killed_is_swept_by_the_next_start(backend: str) -> None:
+    import subprocess
+    import sys
+
+    from contain.host.facts import detect_host
+    from contain.runtime.container.sweep import sweep_stale
+
+    owner = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time\nfrom contain.runtime import Sandbox\n"
+            f"sb = Sandbox(backend={backend!r}); sb.start(); print(sb.supervisor_pid, flush=True); time.sleep(60)",
+        ],
+        stdout=subprocess.PIPE,
+    )
+    assert owner.stdout is not None
+    pid = int(owner.stdout.readline())
+    name = leaf_of(pid)
+    owner.kill()
+    owner.wait(timeout=30)
+    assert leftovers(name), "positive control: a killed owner leaves its sandbox behind"
+    assert name in sweep_stale(CONTAINER_ROOT, detect_host())
+    assert leftovers(name) == []

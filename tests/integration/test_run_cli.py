@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -68,6 +69,8 @@ def test_stdin_is_passed_only_when_asked():
         (["--memory", "lots", "--", "true"], "not a size"),
         (["--allow-host", "*.com", "--", "true"], "top-level domain"),
         (["--backend", "microvm", "--", "true"], "not available in this version"),
+        (["--backend", "container:crun", "--", "true"], "container runtime 'crun' is unknown"),
+        (["--backend", "docker", "--", "true"], "backend 'docker' is unknown"),
         (["--read", "/etc:/etc", "--", "true"], "runtime owns"),
         ([], "no command given"),
     ],
@@ -109,6 +112,16 @@ def test_an_ordinary_user_asking_for_cgroups_without_delegation_is_refused(host_
     done = as_nobody(host_tmp, "run", "--manifest", manifest_in(host_tmp, "version: 1\n"), "--", "true")
     assert done.returncode == 125, done.stderr
     assert b"cgroup limits are required" in done.stderr and b"hardening.cgroups: off" in done.stderr
+
+
+@pytest.mark.parametrize("backend", ["container:runc", "container:runsc"])
+def test_an_ordinary_user_asking_for_a_container_is_refused_with_exit_125(host_tmp, backend):
+    if shutil.which(backend.split(":")[1]) is None and not os.path.exists(f"/usr/sbin/{backend.split(':')[1]}"):
+        pytest.skip(f"{backend} is not installed")
+    manifest = manifest_in(host_tmp, "version: 1\nhardening:\n  cgroups: off\n")
+    done = as_nobody(host_tmp, "run", "--backend", backend, "--manifest", manifest, "--", "true")
+    assert done.returncode == 125, done.stderr
+    assert b"contain is not running as root" in done.stderr and b"fix:" in done.stderr
 
 
 UNPRIVILEGED_PROBE = (

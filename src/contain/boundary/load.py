@@ -98,6 +98,12 @@ def boundary_json_schema() -> dict[str, Any]:
 
 
 def _absolute_host_paths(data: dict[str, Any], base: Path) -> dict[str, Any]:
+    runtime = data.get("runtime")
+    container = runtime.get("container") if isinstance(runtime, dict) else None
+    if isinstance(runtime, dict) and isinstance(container, dict):
+        image = container.get("image")
+        if isinstance(image, str) and image and "\x00" not in image:  # relative to the manifest, as files[].host
+            data["runtime"] = {**runtime, "container": {**container, "image": os.path.normpath(base / image)}}
     files = data.get("files")
     if not isinstance(files, list):
         return data

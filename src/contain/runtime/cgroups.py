@@ -373,6 +373,19 @@ class SandboxCgroup:
         except FileNotFoundError:
             return None  # Linux < 5.19
 
+    def set_pids_max(self, value: int) -> None:
+        """Rewrite ``pids.max`` (a backend whose own helper tasks live in the cgroup, such as
+        runsc's sentry, adds them to the boundary's ``pids_max``) before anything runs in it.
+
+        Raises:
+            UnsupportedHost: the file cannot be written (path and errno named).
+        """
+        path = posixpath.join(self.dirs["pids"], "pids.max")
+        try:
+            _write(path, str(value))
+        except OSError as exc:
+            raise _unsupported("write", path, exc) from exc
+
     def reset_peak(self) -> bool:
         """Start counting peak memory from now.
 

@@ -19,6 +19,7 @@ from contain.host.facts import HostFacts
 from contain.runtime.backend_names import RuntimeFacts, plan_runsc_platform
 from contain.runtime.bwrap import default_scratch_paths
 from contain.runtime.cgroup_plan import plan_cgroup_hierarchies
+from contain.runtime.kernel_differences import KERNEL_DIFFERENCES
 from contain.runtime.landlock import LandlockPlan, plan_landlock
 from contain.runtime.supervisor_channel import Rlimit
 
@@ -150,6 +151,10 @@ def _check_container_host(facts: HostFacts, backend: str, runtime: RuntimeFacts 
     return {"runtime": f"runc ({runtime.version}): host kernel", "platform": "native (host kernel)"}
 
 
+def _gvisor_differences() -> str:
+    return ", ".join(f"kernel difference {row.name}" for row in KERNEL_DIFFERENCES if "gvisor" in row.kernels)
+
+
 def _decide_landlock(boundary: PlainBoundary, facts: HostFacts, backend: str) -> tuple[LandlockPlan | None, str]:
     requirement = boundary.hardening.landlock
     if backend == "container:runsc":
@@ -211,8 +216,16 @@ def plan_layers(
         )
     if facts.libseccomp_path is None:
         raise UnsupportedHost("libseccomp is not installed", "apt-get install libseccomp2")
-    report["namespaces"] = "user, mount, pid, ipc, uts, net, cgroup"
-    report["seccomp"] = "applied" if backend != "container:runsc" else "applied by the sentry (--oci-seccomp)"
+    if backend == "container:runsc":
+        report["namespaces"] = (
+            "mount, pid, ipc, uts, net (ours), cgroup; no user namespace of ours (runsc refuses one with "
+            "--network=host): the sentry runs as nobody in runsc's own, the workload as its leased host ids"
+        )
+        report["seccomp"] = "applied by the sentry (--oci-seccomp), checked at start with a ptrace probe"
+        report["securebits"] = f"not implemented by gVisor; accepted ({_gvisor_differences()})"
+    else:
+        report["namespaces"] = "user, mount, pid, ipc, uts, net, cgroup"
+        report["seccomp"] = "applied"
 
     landlock, report["landlock"] = _decide_landlock(boundary, facts, backend)
 

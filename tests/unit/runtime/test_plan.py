@@ -158,7 +158,9 @@ def test_runsc_reports_the_platform_chosen_from_the_binary_and_landlock_off_with
     assert plan.report["platform"].startswith(f"{platform} (")
     assert plan.report["runtime"] == f"runsc ({runtime.version}): gVisor user-space kernel"
     assert plan.report["landlock"] == "unavailable under gVisor (runsc implements no Landlock) (auto)"
-    assert plan.report["seccomp"] == "applied by the sentry (--oci-seccomp)"
+    assert plan.report["seccomp"].startswith("applied by the sentry (--oci-seccomp)")
+    assert plan.report["securebits"] == "not implemented by gVisor; accepted (kernel difference no-securebits)"
+    assert "no user namespace of ours" in plan.report["namespaces"]
 
 
 def test_runsc_refuses_a_plan_that_requires_landlock_and_runc_keeps_it():
@@ -192,3 +194,9 @@ def test_runsc_with_landlock_off_by_manifest_says_so():
 def test_a_container_backend_refuses_hosts_and_runtimes_it_cannot_run_on(host, runtime, backend, cause):
     with pytest.raises(UnsupportedHost, match=cause):
         plan_layers(Boundary(), facts(**host), egress_available=False, backend=backend, runtime=runtime)
+
+
+def test_runsc_and_runc_both_plan_write_binds(tmp_path):
+    manifest = boundary(files=[{"path": "/proj", "access": "write", "host": str(tmp_path)}])
+    for backend, runtime in (("container:runsc", RUNSC_PTRACE), ("container:runc", RUNC)):
+        assert plan_layers(manifest, facts(), egress_available=False, backend=backend, runtime=runtime).seccomp

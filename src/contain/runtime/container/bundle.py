@@ -11,6 +11,9 @@ this one):
   skeleton holds only mount points and the loader symlinks (/bin -> usr/bin ...);
 - /usr read-only, loader directories read-only, /etc from the one cached tree (etc_tree.py),
   attachment data and empty masks as read-only bundle files (bwrap's ``--ro-bind-data``);
+- or, with ``image_etc_files`` set, the root is a local image the backend mounted (read-only to
+  the workload all the same): no host /usr, loader or /etc tree; contain's generated /etc files
+  (passwd, group, hosts, resolv.conf, ...) are bound one by one over the image's;
 - /proc fresh (pid namespace), /dev a small tmpfs that runc remounts read-only once it has made the
   default device nodes (bwrap's ``--dev`` + ``--remount-ro /dev``); /dev/pts a new devpts instance;
 - the disk budget's places (/tmp, /dev/shm, scratch) bound from ``disk_root``, the ONE tmpfs of
@@ -55,11 +58,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from contain.boundary.kinds import FileAccess
-from contain.errors import SandboxStartError
+from contain.errors import SandboxStartError, UnsupportedHost
 from contain.runtime.backend import BackendPlan
 from contain.runtime.bwrap import SANDBOX_GID, SANDBOX_UID, SUPERVISOR_SANDBOX_PATH
 from contain.runtime.cgroup_plan import plan_cgroup_hierarchies, plan_cgroup_limits
 from contain.runtime.container.oci_seccomp import render_oci_seccomp
+from contain.runtime.container.seccomp_probe import PROBE_SANDBOX_PATH
 from contain.runtime.disk_budget import plan_disk_places
 from contain.runtime.paths import bind_source, is_under_write_bind, with_bind_sources
 from contain.runtime.plan import plan_rlimits
@@ -68,16 +72,23 @@ __all__ = [
     "CONTAINER_CGROUP_PARENT",
     "OCI_VERSION",
     "PROC_PATH_RULES",
+    "RUNSC_HOST_TASKS",
+    "RUNTIME_DIFFERENCES",
     "BundleFile",
     "BundleInputs",
     "BundlePlan",
     "ProcPathRule",
     "RootfsEntry",
+    "RuntimeDifference",
     "plan_oci_bundle",
+    "plan_runsc_ids",
 ]
 
 OCI_VERSION = "1.0.2"  # runtime-spec version runc 1.1 implements
 CONTAINER_CGROUP_PARENT = "contain-container"  # beside the process backend's cgroup_plan.PARENT_NAME
+# Host tasks runsc's sentry and gofer need besides the workload's (see RUNTIME_DIFFERENCES): 65
+# measured idle, with room for the Go runtime's extra threads under blocking syscalls.
+RUNSC_HOST_TASKS = 256
 _RLIM_INFINITY = 2**64 - 1  # RLIM_INFINITY as the OCI spec's uint64
 _BIND_RO = ["rbind", "ro", "nosuid", "nodev"]  # bwrap's --ro-bind: recursive, nosuid, nodev
 _BIND_RW = ["rbind", "nosuid", "nodev"]
@@ -114,6 +125,73 @@ PROC_PATH_RULES: tuple[ProcPathRule, ...] = (
 
 
 @dataclass(frozen=True)
+class RuntimeDifference:
+    """Where the bundle for one OCI runtime differs from runc's, and why."""
+
+    runtime: str
+    name: str
+    why: str
+
+
+RUNTIME_DIFFERENCES: tuple[RuntimeDifference, ...] = (
+    RuntimeDifference(
+        "runsc",
+        "no-user-namespace",
+        "runsc 20221219 does not start a spec with a user namespace under --network=host ('error converting "
+        "mounts: operation not permitted', docs/gvisor-notes.md), and --network=host is how egress reaches the "
+        "workload. The workload then runs as its leased host ids inside the sentry (no id is root), and the "
+        "sentry itself runs as nobody in a user namespace runsc makes: the sentry, not a user namespace of "
+        "ours, stands between the workload and the host kernel",
+    ),
+    RuntimeDifference(
+        "runsc",
+        "sentry-tasks-in-pids",
+        "the host cgroup counts the sentry's and gofer's own threads (65 idle, measured with runsc 20221219 on "
+        "ptrace) and about one stub per workload process, so pids.max gets RUNSC_HOST_TASKS on top of pids_max; "
+        "without it an idle sandbox at pids_max 64 is already full and the sentry dies on its next clone",
+    ),
+    RuntimeDifference(
+        "runsc",
+        "write-binds-as-their-owner",
+        "runsc's gofer (host root) creates the workload's files and then gives them the workload's uid; through "
+        "the idmapped view of a write bind root is unmapped and every create fails with EOVERFLOW (measured). "
+        "So write binds are bound as they are and the workload runs as the binds' owner inside the sentry "
+        "(plan_runsc_ids); files it makes there belong to that owner, as through the view on other backends",
+    ),
+    RuntimeDifference(
+        "runsc",
+        "dev-mount-points-in-skeleton",
+        "runsc's gofer mounts each bind onto the host rootfs, so mount points under /dev (/dev/shm, /dev/pts) "
+        "must exist in the skeleton; runc makes them inside its own /dev tmpfs",
+    ),
+)
+
+
+def plan_runsc_ids(write_bind_owners: set[tuple[int, int]], *, default: tuple[int, int]) -> tuple[int, int]:
+    """The ids the workload runs as inside runsc's sentry (RUNTIME_DIFFERENCES
+    ``write-binds-as-their-owner``): the one owner of every write bind, else ``default``.
+
+    Raises:
+        UnsupportedHost: write binds with different owners, or owned by root.
+    """
+    if not write_bind_owners:
+        return default
+    if len(write_bind_owners) > 1:
+        raise UnsupportedHost(
+            f"under runsc the workload runs as its write binds' owner, and these have several: "
+            f"{sorted(write_bind_owners)}",
+            "give every write bind the same owner, or use --backend container:runc or process",
+        )
+    owner = next(iter(write_bind_owners))
+    if 0 in owner:
+        raise UnsupportedHost(
+            "under runsc the workload would run as its write bind's owner, root",
+            "bind a directory owned by an ordinary user, or use --backend container:runc or process",
+        )
+    return owner
+
+
+@dataclass(frozen=True)
 class RootfsEntry:
     """One entry the backend creates in the empty rootfs before ``runc create``, parents first."""
 
@@ -146,6 +224,12 @@ class BundleInputs:
     root_host_ids: tuple[int, int]  # host uid, gid that container root maps to (see the docstring)
     host_hard_limits: Mapping[str, int]  # rlimit name ("NOFILE") -> the host's hard limit (-1: none)
     netns_path: str = ""  # the network namespace the backend made (egress listens there); "": a new one
+    runtime: str = "runc"  # the OCI runtime the bundle is for; RUNTIME_DIFFERENCES rows apply to it
+    # an image rootfs (the backend mounted it at <bundle>/rootfs): no host /usr, loader dirs or /etc
+    # tree; these generated /etc files are bound one by one over the image's own /etc instead
+    image_etc_files: Mapping[str, str] | None = None
+    # runsc: the seccomp self-check program (seccomp_probe.py), bound read-only and executable
+    seccomp_probe: bytes | None = None
 
 
 @dataclass(frozen=True)
@@ -191,9 +275,14 @@ def _plan_mounts(plan: BackendPlan, inputs: BundleInputs, files: _Files) -> list
     """Mounts in bwrap's order, each with the kind of its mount point ("dir" or "file")."""
     # binds and the masks below them come from the staged idmapped views, as in the process backend
     paths = with_bind_sources(plan.paths, plan.bind_sources) if plan.bind_sources else plan.paths
-    mounts: list[tuple[dict[str, Any], str]] = [(_bind("/usr", "/usr"), "dir")]
-    mounts += [(_bind(p, p), "dir") for p in sorted(inputs.loader_dirs)]
-    mounts.append((_bind(inputs.etc_tree, "/etc"), "dir"))
+    mounts: list[tuple[dict[str, Any], str]] = []
+    if inputs.image_etc_files is None:
+        mounts.append((_bind("/usr", "/usr"), "dir"))
+        mounts += [(_bind(p, p), "dir") for p in sorted(inputs.loader_dirs)]
+        mounts.append((_bind(inputs.etc_tree, "/etc"), "dir"))
+    else:  # the image's /etc stays (certificates, its loader cache); contain's own files cover it
+        for path, text in sorted(inputs.image_etc_files.items()):
+            mounts.append((_bind(files.add(text.encode(), 0o444), path), "file"))
     for attachment in sorted(plan.attachments, key=lambda a: a.sandbox_path):
         if attachment.data is not None:
             mounts.append((_bind(files.add(attachment.data, 0o444), attachment.sandbox_path), "file"))
@@ -204,6 +293,8 @@ def _plan_mounts(plan: BackendPlan, inputs: BundleInputs, files: _Files) -> list
     for place in plan_disk_places(plan.boundary):  # one budget: every place is a directory of one tmpfs
         mounts.append((_bind(f"{inputs.disk_root}/{place.name}", place.sandbox_path, writable=True), "dir"))
     mounts.append((_bind(inputs.supervisor_host_path, SUPERVISOR_SANDBOX_PATH), "file"))
+    if inputs.seccomp_probe is not None:
+        mounts.append((_bind(files.add(inputs.seccomp_probe, 0o555), PROBE_SANDBOX_PATH), "file"))
     for attachment in plan.attachments:
         if attachment.host_path is not None:  # connect() needs write permission on the inode
             source = bind_source(plan.bind_sources, attachment.host_path)
@@ -247,7 +338,7 @@ def _plan_skeleton(mounts: list[tuple[dict[str, Any], str]], inputs: BundleInput
     return tuple(sorted(entries.values(), key=lambda e: (_depth(e.path), e.path)))
 
 
-def _plan_resources(plan: BackendPlan) -> dict[str, Any]:
+def _plan_resources(plan: BackendPlan, differences: set[str]) -> dict[str, Any]:
     devices = [{"allow": False, "access": "rwm"}]  # runc appends its default devices after this
     if not plan.layers.cgroups:
         return {"devices": devices}
@@ -257,7 +348,10 @@ def _plan_resources(plan: BackendPlan) -> dict[str, Any]:
     return {
         "devices": devices,
         "memory": {"limit": resources.memory_bytes, "swap": resources.memory_bytes},  # swap = RAM + swap
-        "pids": {"limit": int(limits["pids"]["pids.max"])},
+        "pids": {
+            "limit": int(limits["pids"]["pids.max"])
+            + (RUNSC_HOST_TASKS if "sentry-tasks-in-pids" in differences else 0)
+        },
         "cpu": {"quota": quota, "period": period},
     }
 
@@ -345,18 +439,24 @@ def plan_oci_bundle(plan: BackendPlan, inputs: BundleInputs) -> BundlePlan:
     """
     files = _Files(inputs.bundle_dir)
     mounts = _plan_mounts(plan, inputs, files)
-    uids, gids = _id_mappings(plan, inputs)
+    differences = {row.name for row in RUNTIME_DIFFERENCES if row.runtime == inputs.runtime}
+    user_namespace = "no-user-namespace" not in differences
+    kinds = ("pid", "ipc", "uts", "mount", "user", "network", "cgroup")
     empty: list[str] = []
     linux: dict[str, Any] = {
-        "namespaces": [_namespace(t, inputs) for t in ("pid", "ipc", "uts", "mount", "user", "network", "cgroup")],
-        "uidMappings": uids,
-        "gidMappings": gids,
+        "namespaces": [_namespace(t, inputs) for t in kinds if user_namespace or t != "user"],
         "cgroupsPath": _plan_cgroups_path(plan, inputs.name),
-        "resources": _plan_resources(plan),
+        "resources": _plan_resources(plan, differences),
         "maskedPaths": [r.path for r in PROC_PATH_RULES if r.how == "masked"],
         "readonlyPaths": [r.path for r in PROC_PATH_RULES if r.how == "readonly"],
         "rootfsPropagation": "rprivate",
     }
+    if user_namespace:
+        linux["uidMappings"], linux["gidMappings"] = _id_mappings(plan, inputs)
+        user = {"uid": SANDBOX_UID, "gid": SANDBOX_GID, "additionalGids": []}
+    else:  # the workload's ids are its host ids (the leased ones, never root: _check_unmapped_ids)
+        user = {"uid": plan.host_ids[0], "gid": plan.host_ids[1], "additionalGids": []}
+        _check_unmapped_ids(plan)
     if plan.layers.seccomp:
         linux["seccomp"] = render_oci_seccomp(arch=plan.facts.arch, libseccomp_path=plan.facts.libseccomp_path)
     config: dict[str, Any] = {
@@ -365,7 +465,7 @@ def plan_oci_bundle(plan: BackendPlan, inputs: BundleInputs) -> BundlePlan:
         "hostname": "sandbox",
         "process": {
             "terminal": False,
-            "user": {"uid": SANDBOX_UID, "gid": SANDBOX_GID, "additionalGids": []},
+            "user": user,
             "args": [SUPERVISOR_SANDBOX_PATH, *inputs.supervisor_args],
             "env": ["PATH=/usr/bin:/bin"],
             "cwd": "/",
@@ -376,4 +476,26 @@ def plan_oci_bundle(plan: BackendPlan, inputs: BundleInputs) -> BundlePlan:
         "mounts": [mount for mount, _kind in mounts],
         "linux": linux,
     }
-    return BundlePlan(config=config, rootfs=_plan_skeleton(mounts, inputs), files=tuple(files.files))
+    rootfs = _plan_skeleton(mounts, inputs)
+    if "dev-mount-points-in-skeleton" in differences:
+        rootfs = _with_dev_mount_points(rootfs, mounts)
+    return BundlePlan(config=config, rootfs=rootfs, files=tuple(files.files))
+
+
+def _with_dev_mount_points(
+    rootfs: tuple[RootfsEntry, ...], mounts: list[tuple[dict[str, Any], str]]
+) -> tuple[RootfsEntry, ...]:
+    have = {entry.path for entry in rootfs}
+    extra = [
+        RootfsEntry(mount["destination"], kind)
+        for mount, kind in mounts
+        if mount["destination"].startswith("/dev/") and mount["destination"] not in have
+    ]
+    return tuple(sorted((*rootfs, *extra), key=lambda e: (_depth(e.path), e.path)))
+
+
+def _check_unmapped_ids(plan: BackendPlan) -> None:
+    if 0 in plan.host_ids:
+        raise SandboxStartError(
+            "without a user namespace the workload would run as host root", "this is a bug in the backend"
+        )

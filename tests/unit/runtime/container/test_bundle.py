@@ -13,10 +13,12 @@ from contain.runtime.attachments import Attachment
 from contain.runtime.backend import BackendPlan
 from contain.runtime.container.bundle import (
     PROC_PATH_RULES,
+    RUNTIME_DIFFERENCES,
     BundleFile,
     BundleInputs,
     RootfsEntry,
     plan_oci_bundle,
+    plan_runsc_ids,
 )
 from contain.runtime.container.oci_seccomp import render_oci_seccomp
 from contain.runtime.paths import BindFacts, Mask, PathFacts
@@ -279,3 +281,51 @@ def test_without_the_cgroup_layer_only_the_device_rule_remains_and_without_secco
 def test_every_proc_path_rule_has_a_reason_and_a_known_kind():
     for rule in PROC_PATH_RULES:
         assert rule.how in ("masked", "readonly") and rule.why and rule.path.startswith(("/proc/", "/sys/"))
+
+
+def test_the_backends_own_network_namespace_is_named_and_every_other_one_is_new():
+    namespaces = plan_oci_bundle(backend_plan(), inputs(netns_path="/run/contain/b1/netns")).config["linux"][
+        "namespaces"
+    ]
+    assert namespaces == [
+        {"type": "pid"}, {"type": "ipc"}, {"type": "uts"}, {"type": "mount"}, {"type": "user"},
+        {"type": "network", "path": "/run/contain/b1/netns"}, {"type": "cgroup"},
+    ]  # fmt: skip
+
+
+def test_for_runsc_there_is_no_user_namespace_and_the_workload_runs_as_its_leased_host_ids():
+    runc = plan_oci_bundle(backend_plan(), inputs())
+    runsc = plan_oci_bundle(backend_plan(), inputs(runtime="runsc"))
+    assert {"type": "user"} in runc.config["linux"]["namespaces"]  # positive control: runc keeps it
+    assert {"type": "user"} not in runsc.config["linux"]["namespaces"]
+    assert "uidMappings" not in runsc.config["linux"] and "gidMappings" not in runsc.config["linux"]
+    assert runsc.config["process"]["user"] == {"uid": 0x6000_0001, "gid": 0x6000_0001, "additionalGids": []}
+    assert runsc.config["process"]["capabilities"] == runc.config["process"]["capabilities"]
+    assert runsc.config["process"]["noNewPrivileges"] is True
+
+
+def test_for_runsc_host_ids_of_root_are_refused_without_a_user_namespace():
+    with pytest.raises(SandboxStartError, match="would run as host root"):
+        plan_oci_bundle(backend_plan(host_ids=(0, 0)), inputs(runtime="runsc"))
+
+
+def test_for_runsc_the_mount_points_under_dev_are_in_the_skeleton():
+    runc = {e.path for e in plan_oci_bundle(backend_plan(), inputs()).rootfs}
+    runsc = {e.path: e.kind for e in plan_oci_bundle(backend_plan(), inputs(runtime="runsc")).rootfs}
+    assert "/dev/shm" not in runc and "/dev/pts" not in runc
+    assert runsc["/dev/shm"] == "dir" and runsc["/dev/pts"] == "dir"
+    assert set(runsc) - runc == {"/dev/shm", "/dev/pts"}
+
+
+def test_every_runtime_difference_has_a_reason_and_names_a_known_runtime():
+    for row in RUNTIME_DIFFERENCES:
+        assert row.runtime in ("runc", "runsc") and len(row.why) > 40
+
+
+def test_under_runsc_the_workload_runs_as_the_one_owner_of_its_write_binds():
+    assert plan_runsc_ids(set(), default=(7, 7)) == (7, 7)
+    assert plan_runsc_ids({(1000, 1000)}, default=(7, 7)) == (1000, 1000)
+    with pytest.raises(UnsupportedHost, match="several"):
+        plan_runsc_ids({(1000, 1000), (1001, 1001)}, default=(7, 7))
+    with pytest.raises(UnsupportedHost, match="owner, root"):
+        plan_runsc_ids({(0, 0)}, default=(7, 7))
