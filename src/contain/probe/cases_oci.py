@@ -128,19 +128,59 @@ def _pid_namespace(pid: int) -> str | None:
         return None
 
 
-def _executables_in_pid_namespace(pid: int) -> dict[str, str]:
-    """The executables that processes in ``pid``'s pid namespace run: their name as the sandbox
-    sees it -> a host path that opens the very file (``/proc/<host pid>/exe``, which works across
-    mount namespaces; the name alone means nothing on the host)."""
-    namespace = _pid_namespace(pid)
-    found: dict[str, str] = {}
-    if namespace is None:
-        return found
-    for entry in os.listdir("/proc"):
-        if entry.isdigit() and _pid_namespace(int(entry)) == namespace:
+class _Binaries:
+    """Host binaries held open by descriptor, so they are hashed again after their processes exit.
+
+    A process's binary is opened through ``/proc/<host pid>/exe`` (which reaches the very file
+    across mount namespaces; the name the sandbox sees means nothing on the host). Each file is
+    kept once (by device and inode); a write into it shows in the second hash however its
+    processes ended.
+    """
+
+    def __init__(self) -> None:
+        self.fds: dict[str, int] = {}
+        self.before: dict[str, str | None] = {}
+        self._inodes: set[tuple[int, int]] = set()
+
+    def add(self, label: str, path: str) -> None:
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            return
+        info = os.fstat(fd)
+        if (info.st_dev, info.st_ino) in self._inodes:
+            os.close(fd)
+            return
+        self._inodes.add((info.st_dev, info.st_ino))
+        self.fds[label] = fd
+        self.before[label] = self.digest(label)
+
+    def add_pid_namespace(self, pid: int) -> None:
+        """Every binary that a process in ``pid``'s pid namespace runs; only ``pid``'s own when
+        that namespace is the host's (runsc's host pid is a runsc process on the host: the
+        workload's processes live in gVisor's kernel, not in any host pid namespace)."""
+        namespace = _pid_namespace(pid)
+        if namespace is None:
+            return
+        if namespace == _pid_namespace(os.getpid()):
             with contextlib.suppress(OSError):
-                found.setdefault(f"{os.readlink(f'/proc/{entry}/exe')} (pid {entry})", f"/proc/{entry}/exe")
-    return found
+                self.add(f"{os.readlink(f'/proc/{pid}/exe')} (pid {pid})", f"/proc/{pid}/exe")
+            return
+        for entry in os.listdir("/proc"):
+            if entry.isdigit() and _pid_namespace(int(entry)) == namespace:
+                with contextlib.suppress(OSError):
+                    self.add(f"{os.readlink(f'/proc/{entry}/exe')} (pid {entry})", f"/proc/{entry}/exe")
+
+    def digest(self, label: str) -> str | None:
+        with contextlib.suppress(OSError), os.fdopen(os.dup(self.fds[label]), "rb") as handle:
+            handle.seek(0)
+            return hashlib.file_digest(handle, "sha256").hexdigest()
+        return None
+
+    def close(self) -> None:
+        for fd in self.fds.values():
+            os.close(fd)
+        self.fds.clear()
 
 
 # -- OC-01 ----------------------------------------------------------------------------------------
@@ -197,36 +237,38 @@ def _write_opens(report: Mapping[str, Any]) -> list[str]:
 def oc_01(ctx: ProbeContext) -> CaseResult:
     rc = as_run_context(ctx)
     kind = target_kind(rc.target)
-    opened: dict[str, str] = {}  # label -> the host path that opens the binary
+    binaries = _Binaries()
     binary = runtime_binary(kind)
     if binary is not None:
-        opened[binary] = binary
-    watched = {label: _sha256(path) for label, path in opened.items()}
+        binaries.add(binary, binary)
     after: dict[str, str | None] = {}
     exec_in: dict[str, Any] = {}
 
     def observe(sandbox: Any) -> Callable[[], None]:
         pid = sandbox.supervisor_pid
-        for label, path in (_executables_in_pid_namespace(pid) if pid else {}).items():
-            opened[label] = path
-            watched[label] = _sha256(path)
+        if pid:
+            binaries.add_pid_namespace(pid)
         # Make the runtime exec a process into the container while the attack watches.
         worker = threading.Thread(target=_runtime_exec, args=(sandbox, exec_in), daemon=True)
         worker.start()
 
         def finish() -> None:
             worker.join(_EXEC_TIMEOUT_S + 1.0)
-            after.update({label: _sha256(opened[label]) for label in watched})
+            after.update({label: binaries.digest(label) for label in binaries.fds})
 
         return finish
 
     code = attack(_EXE_WRITE, watch_s=_WATCH_S, settle_s=_SETTLE_S)
-    if isinstance(rc.target, ContainTarget):
-        run = rc.target.run_observed(["python3", "-c", code], observer=observe)
-    else:
-        run = rc.target.run_argv(["python3", "-c", code])
+    try:
+        if isinstance(rc.target, ContainTarget):
+            run = rc.target.run_observed(["python3", "-c", code], observer=observe)
+        else:
+            run = rc.target.run_argv(["python3", "-c", code])
+        after.update({label: binaries.digest(label) for label in binaries.fds if label not in after})
+    finally:
+        binaries.close()
+    watched = binaries.before
     report = attack_report(run) or {}
-    after.update({label: _sha256(opened[label]) for label in watched if label not in after})
     breaches = [f"{name} succeeded" for name in _write_opens(report)]
     breaches += [f"{path} changed on the host" for path, digest in watched.items() if after.get(path) != digest]
     # Control: a writable host binary runs as a helper in a fresh pid namespace and exits.

@@ -222,3 +222,48 @@ def test_the_witness_sees_a_new_entry_a_changed_file_and_a_new_hard_link(tmp_pat
     changes = witness.changes()
     assert any(c.startswith("entries:") for c in changes)
     assert any(c.startswith("keep_links: 1 -> 2") for c in changes)
+
+
+def test_a_watched_binary_is_hashed_through_its_descriptor_after_its_path_is_gone(tmp_path: Path):
+    """OC-01 on runsc read a runtime process's binary again through /proc/<pid>/exe after the
+    process had exited, got nothing, and called the binary changed."""
+    from contain.probe.cases_oci import _Binaries
+
+    binary = tmp_path / "runtime"
+    binary.write_bytes(b"\x7fELF original")
+    watched = _Binaries()
+    try:
+        watched.add("runtime", str(binary))
+        watched.add("same file, another name", str(binary))  # one inode is watched once
+        assert list(watched.fds) == ["runtime"]
+        before = watched.before["runtime"]
+        binary.unlink()  # the path (like /proc/<pid>/exe of an exited process) opens nothing now
+        assert watched.digest("runtime") == before
+    finally:
+        watched.close()
+
+
+def test_a_write_into_a_watched_binary_changes_its_hash(tmp_path: Path):
+    from contain.probe.cases_oci import _Binaries
+
+    binary = tmp_path / "runtime"
+    binary.write_bytes(b"\x7fELF original")
+    watched = _Binaries()
+    try:
+        watched.add("runtime", str(binary))
+        with open(binary, "r+b") as handle:
+            handle.write(b"#!/bin/sh")
+        assert watched.digest("runtime") != watched.before["runtime"]
+    finally:
+        watched.close()
+
+
+def test_the_host_pid_namespace_is_never_taken_for_the_sandboxs():
+    from contain.probe.cases_oci import _Binaries
+
+    watched = _Binaries()
+    try:
+        watched.add_pid_namespace(os.getpid())  # a pid in the host's own pid namespace
+        assert list(watched.fds) == [f"{os.readlink('/proc/self/exe')} (pid {os.getpid()})"]
+    finally:
+        watched.close()
