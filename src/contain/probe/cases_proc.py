@@ -119,8 +119,13 @@ _PTRACE = r"""
 PTRACE_ATTACH, PTRACE_DETACH = 16, 17
 import time
 pids = sorted(int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) != os.getpid())
+def marked(pid):
+    try:
+        return P["marker"].encode() in readf(f"/proc/{pid}/cmdline")
+    except OSError:  # exited since the listing (a busy host): not the marker process
+        return False
 if P.get("only_marked"):
-    pids = [p for p in pids if P["marker"].encode() in open(f"/proc/{p}/cmdline", "rb").read()]
+    pids = [p for p in pids if marked(p)]
 note("targets", pids)
 for pid in pids[:64]:
     r = rec(f"attach {pid}", sysc, 101, PTRACE_ATTACH, pid, 0, 0)
