@@ -139,7 +139,7 @@ def test_a_cancelled_run_is_killed_and_close_leaves_nothing(backend: str) -> Non
         (["/bin/sh", "-c", "kill -9 $$"], {}, {}),
         (["/bin/sleep", "30"], {"timeout": 1}, {}),
         ([PY, "-c", "b = bytearray(300 << 20); print(len(b))"], {}, {"resources": {"memory_bytes": "64MiB"}}),
-        ([PY, "-c", "print('x' * 100000)"], {}, {"resources": {"output_bytes": 2048}}),
+        (["/bin/sh", "-c", "head -c 100000 /dev/zero | tr '\\0' x; exit 0"], {}, {"resources": {"output_bytes": 2048}}),
     ],
     ids=["exit-3", "killed-by-signal", "timeout-124", "oom", "output-cap"],
 )
@@ -419,3 +419,43 @@ def test_a_sandbox_whose_owner_was_killed_is_swept_by_the_next_start(backend: st
     assert leftovers(name), "positive control: a killed owner leaves its sandbox behind"
     assert name in sweep_stale(CONTAINER_ROOT, detect_host())
     assert leftovers(name) == []
+
+
+def _userns_owner(pid: int) -> int:
+    import fcntl
+    import struct
+
+    ns_get_owner_uid = 0xB704  # <linux/nsfs.h> _IO(0xb7, 0x4)
+    fd = os.open(f"/proc/{pid}/ns/user", os.O_RDONLY)
+    try:
+        buf = fcntl.ioctl(fd, ns_get_owner_uid, struct.pack("I", 0))
+    finally:
+        os.close(fd)
+    return int(struct.unpack("I", buf)[0])
+
+
+def test_runc_user_namespace_is_owned_by_the_sandboxs_uid_so_per_user_counts_are_its_own() -> None:
+    """RE-09 under runc: a user namespace runc makes is owned by host root, and the kernel charges
+    inotify instances made inside to root, shared with contain and every other such sandbox."""
+    import ctypes
+
+    code = (
+        "import ctypes, sys, time\nlibc = ctypes.CDLL(None, use_errno=True)\nn = 0\n"
+        "while n < 100000 and libc.inotify_init() >= 0:\n    n += 1\nprint(n, flush=True)\ntime.sleep(20)"
+    )
+    with Sandbox(boundary(), backend="container:runc") as sb:
+        pid = sb.supervisor_pid
+        assert pid is not None
+        uid = int(Path(f"/proc/{pid}/status").read_text().split("Uid:")[1].split()[0])
+        assert uid != 0 and _userns_owner(pid) == uid
+        proc = sb.spawn([PY, "-c", code])
+        made = int(proc.stdout.readline())
+        try:
+            assert made < 100000  # positive control: the workload did reach its per-user limit
+            libc = ctypes.CDLL(None, use_errno=True)
+            fd = libc.inotify_init()
+            assert fd >= 0, f"the host could not create an inotify instance: errno {ctypes.get_errno()}"
+            os.close(fd)
+        finally:
+            proc.kill()
+            proc.wait()

@@ -86,6 +86,7 @@ from contain.runtime.container.host_setup import (
     make_private_dir,
     mount,
     pin_new_netns,
+    pin_owned_namespaces,
     remove_empty_parents,
     run_bounded,
     umount,
@@ -198,6 +199,7 @@ class ContainerSandbox:
         self._disk_mounted = False
         self._rootfs_mounted = False
         self._netns_pinned = False
+        self._userns_pinned = False
         self._created = False
         self._closed = False
         self._limits_before: tuple[int, int] | None = None  # OOM kills, refused forks when the command began
@@ -216,6 +218,10 @@ class ContainerSandbox:
     @property
     def disk_root(self) -> str:
         return str(self.dir / "disk")
+
+    @property
+    def userns_path(self) -> str:
+        return str(self.dir / "userns")
 
     @property
     def host_pid(self) -> int:
@@ -255,8 +261,8 @@ class ContainerSandbox:
         self._mount_disk_budget()
         if self._image is not None:
             self._mount_image_root(self._image)
-        self._pin_new_netns()
         supervisor = ensure_supervisor_binary()
+        self._pin_namespaces(str(supervisor), root_ids)
         etc = generated_etc_files(home=default_scratch_paths(plan.boundary)[0], resolv_conf=plan.resolv_conf)
         on_host = self._image is None  # the host's /usr and loader paths, or an image's own
         args = ["--control-fd", str(_CONTROL_FD[self._rt.runtime])]
@@ -275,6 +281,7 @@ class ContainerSandbox:
             root_host_ids=root_ids,
             host_hard_limits={n: resource.getrlimit(getattr(resource, f"RLIMIT_{n}"))[1] for n in _RLIMIT_NAMES},
             netns_path=self.netns_path,
+            userns_path=self.userns_path if self._rt.runtime == "runc" else "",
             runtime=self._rt.runtime,
             image_etc_files=None if on_host else etc,
             seccomp_probe=probe_program(plan.facts.arch) if self._rt.runtime == "runsc" else None,
@@ -344,10 +351,26 @@ class ContainerSandbox:
         mount(b"overlay", rootfs.encode(), b"overlay", MS_NOSUID | MS_NODEV, options.encode())
         self._rootfs_mounted = True
 
-    def _pin_new_netns(self) -> None:
-        """Step 3 (host_setup.pin_new_netns)."""
-        pin_new_netns(self.netns_path)
-        self._netns_pinned = True
+    def _pin_namespaces(self, launcher: str, root_ids: tuple[int, int]) -> None:
+        """Step 4: runc gets a user namespace owned by the sandbox's uid and a netns owned by it
+        (host_setup.pin_owned_namespaces); runsc (no user namespace of ours) a netns."""
+        if self._rt.runtime == "runc":
+            unshare = shutil.which("unshare", path="/usr/bin:/bin")
+            if unshare is None:
+                raise SandboxStartError("unshare (util-linux) is not installed", "apt-get install util-linux")
+            self._userns_pinned = True  # from here on, close() unmounts whatever was pinned
+            self._netns_pinned = True
+            pin_owned_namespaces(
+                launcher=launcher,
+                unshare=unshare,
+                ids=self._ids,
+                root_ids=root_ids,
+                user_path=self.userns_path,
+                net_path=self.netns_path,
+            )
+        else:
+            self._netns_pinned = True
+            pin_new_netns(self.netns_path)
 
     def _start_runtime(self) -> None:
         """Step 5: start the container with the supervisor's end of a socketpair as its control fd."""
@@ -580,6 +603,9 @@ class ContainerSandbox:
         if self._netns_pinned:
             umount(self.netns_path)
             self._netns_pinned = False
+        if self._userns_pinned:
+            umount(self.userns_path)
+            self._userns_pinned = False
         if self.dir.exists():
             shutil.rmtree(self.dir)
         if self._cgroup is not None:

@@ -73,6 +73,7 @@ __all__ = [
     "OCI_VERSION",
     "PROC_PATH_RULES",
     "RUNSC_HOST_TASKS",
+    "RUNSC_HOST_TASKS_PER_MOUNT",
     "RUNTIME_DIFFERENCES",
     "BundleFile",
     "BundleInputs",
@@ -87,8 +88,11 @@ __all__ = [
 OCI_VERSION = "1.0.2"  # runtime-spec version runc 1.1 implements
 CONTAINER_CGROUP_PARENT = "contain-container"  # beside the process backend's cgroup_plan.PARENT_NAME
 # Host tasks runsc's sentry and gofer need besides the workload's (see RUNTIME_DIFFERENCES): 65
-# measured idle, with room for the Go runtime's extra threads under blocking syscalls.
+# measured idle, with room for the Go runtime's extra threads under blocking syscalls; plus a few
+# per bind mount, because the gofer serves each mount with threads blocked in syscalls (measured:
+# 299 gofer threads for 78 mounts, six write binds of git repositories with their protected paths).
 RUNSC_HOST_TASKS = 256
+RUNSC_HOST_TASKS_PER_MOUNT = 8
 _RLIM_INFINITY = 2**64 - 1  # RLIM_INFINITY as the OCI spec's uint64
 _BIND_RO = ["rbind", "ro", "nosuid", "nodev"]  # bwrap's --ro-bind: recursive, nosuid, nodev
 _BIND_RW = ["rbind", "nosuid", "nodev"]
@@ -147,7 +151,8 @@ RUNTIME_DIFFERENCES: tuple[RuntimeDifference, ...] = (
         "runsc",
         "sentry-tasks-in-pids",
         "the host cgroup counts the sentry's and gofer's own threads (65 idle, measured with runsc 20221219 on "
-        "ptrace) and about one stub per workload process, so pids.max gets RUNSC_HOST_TASKS on top of pids_max; "
+        "ptrace), a few per bind mount the gofer serves, and about one stub per workload process, so pids.max gets "
+        "RUNSC_HOST_TASKS + RUNSC_HOST_TASKS_PER_MOUNT per bind on top of pids_max; "
         "without it an idle sandbox at pids_max 64 is already full and the sentry dies on its next clone",
     ),
     RuntimeDifference(
@@ -224,6 +229,7 @@ class BundleInputs:
     root_host_ids: tuple[int, int]  # host uid, gid that container root maps to (see the docstring)
     host_hard_limits: Mapping[str, int]  # rlimit name ("NOFILE") -> the host's hard limit (-1: none)
     netns_path: str = ""  # the network namespace the backend made (egress listens there); "": a new one
+    userns_path: str = ""  # runc: the user namespace the backend made, owned by the sandbox's uid; "": new
     runtime: str = "runc"  # the OCI runtime the bundle is for; RUNTIME_DIFFERENCES rows apply to it
     # an image rootfs (the backend mounted it at <bundle>/rootfs): no host /usr, loader dirs or /etc
     # tree; these generated /etc files are bound one by one over the image's own /etc instead
@@ -338,7 +344,7 @@ def _plan_skeleton(mounts: list[tuple[dict[str, Any], str]], inputs: BundleInput
     return tuple(sorted(entries.values(), key=lambda e: (_depth(e.path), e.path)))
 
 
-def _plan_resources(plan: BackendPlan, differences: set[str]) -> dict[str, Any]:
+def _plan_resources(plan: BackendPlan, differences: set[str], *, binds: int) -> dict[str, Any]:
     devices = [{"allow": False, "access": "rwm"}]  # runc appends its default devices after this
     if not plan.layers.cgroups:
         return {"devices": devices}
@@ -350,7 +356,7 @@ def _plan_resources(plan: BackendPlan, differences: set[str]) -> dict[str, Any]:
         "memory": {"limit": resources.memory_bytes, "swap": resources.memory_bytes},  # swap = RAM + swap
         "pids": {
             "limit": int(limits["pids"]["pids.max"])
-            + (RUNSC_HOST_TASKS if "sentry-tasks-in-pids" in differences else 0)
+            + (RUNSC_HOST_TASKS + RUNSC_HOST_TASKS_PER_MOUNT * binds if "sentry-tasks-in-pids" in differences else 0)
         },
         "cpu": {"quota": quota, "period": period},
     }
@@ -410,6 +416,8 @@ def _namespace(kind: str, inputs: BundleInputs) -> dict[str, str]:
     # before any workload exists); every other namespace is new.
     if kind == "network" and inputs.netns_path:
         return {"type": kind, "path": inputs.netns_path}
+    if kind == "user" and inputs.userns_path:  # owned by the sandbox's uid, not by runc's root
+        return {"type": kind, "path": inputs.userns_path}
     return {"type": kind}
 
 
@@ -446,7 +454,7 @@ def plan_oci_bundle(plan: BackendPlan, inputs: BundleInputs) -> BundlePlan:
     linux: dict[str, Any] = {
         "namespaces": [_namespace(t, inputs) for t in kinds if user_namespace or t != "user"],
         "cgroupsPath": _plan_cgroups_path(plan, inputs.name),
-        "resources": _plan_resources(plan, differences),
+        "resources": _plan_resources(plan, differences, binds=sum(m["type"] == "bind" for m, _kind in mounts)),
         "maskedPaths": [r.path for r in PROC_PATH_RULES if r.how == "masked"],
         "readonlyPaths": [r.path for r in PROC_PATH_RULES if r.how == "readonly"],
         "rootfsPropagation": "rprivate",
@@ -471,7 +479,10 @@ def plan_oci_bundle(plan: BackendPlan, inputs: BundleInputs) -> BundlePlan:
             "cwd": "/",
             "capabilities": {k: list(empty) for k in ("bounding", "effective", "inheritable", "permitted", "ambient")},
             "noNewPrivileges": True,
-            "rlimits": _plan_rlimits(plan, inputs.host_hard_limits),
+            # In a user namespace the backend made (userns_path), runc 1.1.5's prlimit on its init
+            # fails with EPERM for every limit (measured); the supervisor then runs with inherited
+            # limits, as under bubblewrap, and every command gets plan_rlimits from its RUN frame.
+            "rlimits": [] if inputs.userns_path else _plan_rlimits(plan, inputs.host_hard_limits),
         },
         "mounts": [mount for mount, _kind in mounts],
         "linux": linux,

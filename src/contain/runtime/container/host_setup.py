@@ -33,6 +33,7 @@ import stat
 import struct
 import subprocess
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 from contain._log import LazyLogger
@@ -49,6 +50,7 @@ __all__ = [
     "make_private_dir",
     "mount",
     "pin_new_netns",
+    "pin_owned_namespaces",
     "remove_empty_parents",
     "run_bounded",
     "umount",
@@ -68,7 +70,100 @@ _CLONE_NEWNET = 0x40000000  # <linux/sched.h>
 _IFF_UP = 0x1
 _SIOCGIFFLAGS, _SIOCSIFFLAGS = 0x8913, 0x8914  # <linux/sockios.h>
 
+_SANDBOX_ID = 1000  # bwrap.SANDBOX_UID / SANDBOX_GID, the workload's ids inside
+
 _libc = ctypes.CDLL(None, use_errno=True)
+
+
+def pin_owned_namespaces(
+    *,
+    launcher: str,
+    unshare: str,
+    ids: tuple[int, int],
+    root_ids: tuple[int, int],
+    user_path: str,
+    net_path: str,
+    timeout_s: float = 10.0,
+) -> None:
+    """runc: a user namespace *owned by the sandbox's host uid* (container 0 -> ``root_ids``, 1000
+    -> ``ids``) and a network namespace owned by it, with ``lo`` up, pinned at the two paths.
+
+    Why not let runc make the user namespace: runc runs as host root, so a namespace it makes is
+    owned by root, and the kernel charges every per-user count made inside it (inotify instances
+    and watches, user namespaces, ...) to host root, shared with every other such sandbox and with
+    contain itself (RE-09 escaped that way). A namespace unshared by a process running as the
+    leased uid is charged to that uid alone, as for the process backend. The helper is contain's
+    launcher (``--exec-as``) exec'ing ``unshare --user --net`` and a shell that says ``ready`` and
+    waits; the host (root in the parent namespace) writes the id maps, pins both namespaces with
+    bind mounts and lets the helper exit.
+
+    Raises:
+        SandboxStartError: the helper failed, or a map, pin or ``lo`` could not be made.
+    """
+    for path in (user_path, net_path):
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, 0o400))
+    argv = [launcher, "--exec-as", str(ids[0]), str(ids[1]), "--", unshare, "--user", "--net", "--"]
+    argv += ["/bin/sh", "-c", "echo ready; read line"]
+    helper = subprocess.Popen(
+        argv,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={"PATH": "/usr/bin:/bin"},
+        cwd="/",
+        close_fds=True,
+    )
+    assert helper.stdin is not None and helper.stdout is not None and helper.stderr is not None
+    try:
+        ready = select.select([helper.stdout], [], [], timeout_s)[0]
+        if not ready or helper.stdout.readline() != b"ready\n":
+            helper.kill()
+            helper.wait(timeout=timeout_s)
+            raise SandboxStartError(
+                f"the namespace helper did not start: {helper.stderr.read(2048).decode(errors='replace').strip()}",
+                f"check that {unshare} (util-linux) works as root",
+            )
+        maps = {"uid_map": (root_ids[0], ids[0]), "gid_map": (root_ids[1], ids[1])}
+        for name, (root, sandbox) in maps.items():
+            with open(f"/proc/{helper.pid}/{name}", "w") as handle:  # 0 -> root, 1000 -> the sandbox's
+                handle.write(f"0 {root} 1\n{_SANDBOX_ID} {sandbox} 1\n")
+        mount(f"/proc/{helper.pid}/ns/user".encode(), user_path.encode(), b"none", _MS_BIND, None)
+        mount(f"/proc/{helper.pid}/ns/net".encode(), net_path.encode(), b"none", _MS_BIND, None)
+    finally:
+        helper.stdin.close()
+        try:
+            helper.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            helper.kill()
+            helper.wait(timeout=timeout_s)
+        helper.stdout.close()
+        helper.stderr.close()
+    _in_netns(net_path, _bring_lo_up)
+
+
+def _in_netns(path: str, work: Callable[[], None]) -> None:
+    """Run ``work`` in a throwaway thread that joined the network namespace at ``path``."""
+    failure: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                if _libc.setns(fd, _CLONE_NEWNET) != 0:
+                    raise OSError(ctypes.get_errno(), "setns(CLONE_NEWNET)")
+            finally:
+                os.close(fd)
+            work()
+        except BaseException as exc:
+            failure.append(exc)
+
+    thread = threading.Thread(target=run, name="contain-netns")
+    thread.start()
+    thread.join()
+    if failure:
+        raise SandboxStartError(
+            f"cannot bring lo up in the container's network namespace: {failure[0]}", "run contain as root"
+        ) from failure[0]
 
 
 def pin_new_netns(path: str) -> None:

@@ -40,7 +40,7 @@ log = LazyLogger(__name__)
 
 _NAME_RE = re.compile(r"^contain-(\d+)-[A-Za-z0-9_.-]+$")
 _DELETE_TIMEOUT_S = 20.0
-_MOUNTS = ("rootfs", "disk", "netns")  # unmounted in this order: the overlay's upper is on disk
+_MOUNTS = ("rootfs", "disk", "netns", "userns")  # unmounted in this order: the overlay's upper is on disk
 
 
 def plan_stale(names: Iterable[str], *, is_alive: Callable[[int], bool]) -> list[str]:
