@@ -26,19 +26,10 @@ pytestmark = [pytest.mark.needs_root]
 SPEC = "container:runc"
 
 # case id -> (the verdict it gets today, the backend gap this battery found). Asserted exactly: a
-# new failure fails the test, and so does a fixed finding until its row is removed.
-_USERNS_OWNED_BY_ROOT = (
-    "runc creates the container's user namespace as host root, so the kernel charges every "
-    "container's per-user counts (fs.inotify.max_user_instances, 128 here) to host root in the "
-    "initial namespace: one container exhausts them for every sibling container and for root on "
-    "the host. The process backend's user namespace is owned by the sandbox's leased uid. Fix in "
-    "the container backend: create the user namespace (and then the network namespace) owned by "
-    "the leased uid and let runc join them by path."
-)
-KNOWN_FINDINGS: dict[str, tuple[Verdict, str]] = {
-    "RE-09": (Verdict.ESCAPED, _USERNS_OWNED_BY_ROOT),
-    "RE-54": (Verdict.ESCAPED, _USERNS_OWNED_BY_ROOT),
-}
+# new failure fails the test, and so does a fixed finding until its row is removed. RE-09 and
+# RE-54 escaped in this battery's first runs (runc made the container's user namespace as host
+# root, so per-user counts were host root's) and were fixed in the backend (h/container 7c1a744).
+KNOWN_FINDINGS: dict[str, tuple[Verdict, str]] = {}
 
 
 @pytest.fixture(scope="module")

@@ -38,7 +38,6 @@ KNOWN_FINDINGS: dict[str, tuple[Verdict, str]] = {
     "NE-08": (Verdict.INCONCLUSIVE, _SENTRY_IN_THE_CGROUP + " (the sibling sandbox cannot start its listener thread)"),
     "RE-01": (Verdict.INCONCLUSIVE, _SENTRY_IN_THE_CGROUP + " (the bounded fork bomb was OOM-killed)"),
     "LF-09": (Verdict.INCONCLUSIVE, "1,022 short-lived orphans under the ptrace platform exceed the 20 s CPU budget"),
-    "FS-51": (Verdict.ERROR, "runsc fails to start with six write-bound repositories (StartRoot: EOF)"),
     "IP-51": (Verdict.ERROR, "runsc cannot bind a file over a host Unix socket inside a bind (hidden sockets)"),
 }
 
