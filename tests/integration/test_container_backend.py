@@ -459,3 +459,29 @@ def test_runc_user_namespace_is_owned_by_the_sandboxs_uid_so_per_user_counts_are
         finally:
             proc.kill()
             proc.wait()
+
+
+@pytest.mark.parametrize("backend", ["process", "container:runc"])
+def test_the_seccomp_self_check_program_sees_the_tables_rows_on_the_host_kernel_backends(backend: str) -> None:
+    """The program runsc's start relies on, judged where the table is BPF or rendered for runc:
+    clone3 answers ENOSYS and ptrace EPERM, so it exits with EPERM (1)."""
+    import platform
+
+    from contain.runtime.container.seccomp_probe import probe_program
+
+    if platform.machine() != "x86_64":
+        pytest.skip("the probe is built for x86_64 only")
+    with Sandbox(boundary(), backend=backend) as sb:
+        sb.put_file("/work/probe", probe_program("x86_64"), mode=0o755)
+        assert sb.run(["/work/probe"]).status == 1
+
+
+@pytest.mark.skipif(RUNSC_MISSING, reason="runsc is not installed")
+def test_threads_start_under_runsc_and_clone3_still_answers_enosys() -> None:
+    code = (
+        "import ctypes, threading\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+        "print(libc.syscall(435, 0, 0), ctypes.get_errno())\n"
+        "t = threading.Thread(target=print, args=('thread',)); t.start(); t.join()"
+    )
+    result = run_on("container:runsc", boundary(), [PY, "-c", code])
+    assert result.stdout.data == b"-1 38\nthread\n", result.stderr.data[-500:]

@@ -102,7 +102,7 @@ from contain.runtime.container.oci_runtime import (
     plan_start_argv,
     probe_runtime,
 )
-from contain.runtime.container.seccomp_probe import PROBE_SANDBOX_PATH, probe_program
+from contain.runtime.container.seccomp_probe import CLONE3_NOT_ENOSYS, PROBE_SANDBOX_PATH, probe_program
 from contain.runtime.container.sweep import sweep_stale
 from contain.runtime.disk_budget import check_disk_mounts, inode_budget, plan_disk_places
 from contain.runtime.etc_tree import ensure_etc_tree
@@ -425,12 +425,14 @@ class ContainerSandbox:
         self._channel = SupervisorChannel(host)
 
     def _check_seccomp_took(self) -> None:
-        """runsc: a ``ptrace(PTRACE_TRACEME)`` must get EPERM from the profile (SECCOMP_RULES' row)."""
+        """runsc: the self-check program (seccomp_probe.py) must exit with EPERM: clone3 answered
+        ENOSYS and ``ptrace(PTRACE_TRACEME)`` got EPERM from the profile (SECCOMP_RULES' row)."""
         status = self._run_quietly([PROBE_SANDBOX_PATH])
         if status != errno.EPERM:
+            what = "clone3 did not answer ENOSYS" if status == CLONE3_NOT_ENOSYS else f"ptrace probe status {status}"
             raise UnsupportedHost(
-                f"{self._rt.path} did not apply the bundle's seccomp profile (ptrace probe status {status}, "
-                "expected EPERM)",
+                f"{self._rt.path} did not apply the bundle's seccomp profile as planned ({what}, expected EPERM "
+                "from ptrace)",
                 "use a runsc build that supports --oci-seccomp, or --backend container:runc",
             )
 

@@ -67,6 +67,7 @@ from contain.runtime.container.seccomp_probe import PROBE_SANDBOX_PATH
 from contain.runtime.disk_budget import plan_disk_places
 from contain.runtime.paths import bind_source, is_under_write_bind, with_bind_sources
 from contain.runtime.plan import plan_rlimits
+from contain.runtime.seccomp_rules import SECCOMP_RULES
 
 __all__ = [
     "CONTAINER_CGROUP_PARENT",
@@ -162,6 +163,14 @@ RUNTIME_DIFFERENCES: tuple[RuntimeDifference, ...] = (
         "the idmapped view of a write bind root is unmapped and every create fails with EOVERFLOW (measured). "
         "So write binds are bound as they are and the workload runs as the binds' owner inside the sentry "
         "(plan_runsc_ids); files it makes there belong to that owner, as through the view on other backends",
+    ),
+    RuntimeDifference(
+        "runsc",
+        "clone3-enosys-from-the-sentry",
+        "runsc 20221219 ignores errnoRet and answers every SCMP_ACT_ERRNO row with EPERM; for clone3 (denied "
+        "with ENOSYS so that glibc falls back to clone(), whose flags the filter can check) EPERM means no "
+        "thread can start. The sentry has no clone3 at all (ENOSYS, measured), so the row is left out and the "
+        "seccomp self-check (seccomp_probe.py) refuses the sandbox unless clone3 still gives ENOSYS",
     ),
     RuntimeDifference(
         "runsc",
@@ -466,7 +475,10 @@ def plan_oci_bundle(plan: BackendPlan, inputs: BundleInputs) -> BundlePlan:
         user = {"uid": plan.host_ids[0], "gid": plan.host_ids[1], "additionalGids": []}
         _check_unmapped_ids(plan)
     if plan.layers.seccomp:
-        linux["seccomp"] = render_oci_seccomp(arch=plan.facts.arch, libseccomp_path=plan.facts.libseccomp_path)
+        rules = SECCOMP_RULES
+        if "clone3-enosys-from-the-sentry" in differences:
+            rules = tuple(r for r in SECCOMP_RULES if r.syscall != "clone3")
+        linux["seccomp"] = render_oci_seccomp(rules, arch=plan.facts.arch, libseccomp_path=plan.facts.libseccomp_path)
     config: dict[str, Any] = {
         "ociVersion": OCI_VERSION,
         "root": {"path": "rootfs", "readonly": True},
