@@ -174,6 +174,14 @@ RUNTIME_DIFFERENCES: tuple[RuntimeDifference, ...] = (
     ),
     RuntimeDifference(
         "runsc",
+        "host-sockets-unreachable",
+        "with --host-uds=none the sentry refuses connect() to every host Unix socket in a bind (EPERM, "
+        "docs/gvisor-notes.md), so the empty-file masks that hide sockets are not planned: the gofer cannot "
+        "mount over a socket anyway (open() of the mount point fails with ENXIO, measured with IP-51). A "
+        "boundary that keeps sockets connectable (allow_sockets) is refused under runsc (plan_layers)",
+    ),
+    RuntimeDifference(
+        "runsc",
         "dev-mount-points-in-skeleton",
         "runsc's gofer mounts each bind onto the host rootfs, so mount points under /dev (/dev/shm, /dev/pts) "
         "must exist in the skeleton; runc makes them inside its own /dev tmpfs",
@@ -286,7 +294,9 @@ class _Files:
         return posixpath.join(self.bundle_dir, name)
 
 
-def _plan_mounts(plan: BackendPlan, inputs: BundleInputs, files: _Files) -> list[tuple[dict[str, Any], str]]:
+def _plan_mounts(
+    plan: BackendPlan, inputs: BundleInputs, files: _Files, differences: set[str]
+) -> list[tuple[dict[str, Any], str]]:
     """Mounts in bwrap's order, each with the kind of its mount point ("dir" or "file")."""
     # binds and the masks below them come from the staged idmapped views, as in the process backend
     paths = with_bind_sources(plan.paths, plan.bind_sources) if plan.bind_sources else plan.paths
@@ -326,7 +336,8 @@ def _plan_mounts(plan: BackendPlan, inputs: BundleInputs, files: _Files) -> list
             else:
                 mounts.append((_bind(files.add(b"", 0o444), mask.sandbox_path), "file"))
     for path in paths.hidden_sockets:  # connect() on an empty regular file fails
-        mounts.append((_bind(files.add(b"", 0o000), path), "file"))
+        if "host-sockets-unreachable" not in differences:
+            mounts.append((_bind(files.add(b"", 0o000), path), "file"))
     for path, kind in sorted(paths.blocks.items()):
         if kind == "file":
             mounts.append((_bind(files.add(b"", 0o000), path), "file"))
@@ -455,8 +466,8 @@ def plan_oci_bundle(plan: BackendPlan, inputs: BundleInputs) -> BundlePlan:
             table cannot be rendered for the arch.
     """
     files = _Files(inputs.bundle_dir)
-    mounts = _plan_mounts(plan, inputs, files)
     differences = {row.name for row in RUNTIME_DIFFERENCES if row.runtime == inputs.runtime}
+    mounts = _plan_mounts(plan, inputs, files, differences)
     user_namespace = "no-user-namespace" not in differences
     kinds = ("pid", "ipc", "uts", "mount", "user", "network", "cgroup")
     empty: list[str] = []

@@ -350,3 +350,14 @@ def test_a_user_namespace_the_backend_made_is_joined_and_rlimits_are_left_to_the
     assert plan.config["linux"]["uidMappings"][1] == {"containerID": 1000, "hostID": 0x6000_0001, "size": 1}
     assert plan.config["process"]["rlimits"] == []  # runc cannot prlimit its init there (EPERM)
     assert plan_oci_bundle(backend_plan(), inputs()).config["process"]["rlimits"]  # control: a new one keeps them
+
+
+def test_for_runsc_hidden_sockets_get_no_mask_because_no_host_socket_is_connectable_there():
+    read = BindFacts(rule=_rule("/data", FileAccess.READ), host_realpath="/data", is_dir=True)
+    paths = PathFacts(binds=(read,), skipped=(), hidden_sockets=("/data/agent.sock",))
+    runc = [m["destination"] for m in plan_oci_bundle(backend_plan(paths=paths), inputs()).config["mounts"]]
+    runsc = [
+        m["destination"] for m in plan_oci_bundle(backend_plan(paths=paths), inputs(runtime="runsc")).config["mounts"]
+    ]
+    assert "/data/agent.sock" in runc  # positive control: runc hides it with an empty file
+    assert "/data/agent.sock" not in runsc
