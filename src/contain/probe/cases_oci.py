@@ -641,6 +641,10 @@ def oc_05(ctx: ProbeContext) -> CaseResult:
     kept = [name for name in entries if not name.startswith(".lock-")]
     if len(kept) > 1:  # only the set-id image may be cached
         breaches.append(f"the cache holds entries of refused images: {kept}")
+    started: dict[str, Any] = {}
+    if isinstance(rc.target, ContainTarget) and rc.target.kind.split(":", 1)[0] == "container":
+        through = [(label, image) for label, image, _o, must in attempts if must == "refuse"][-2:]
+        breaches += _through_backend(rc.target, through, setid, started)
     breaches += [f"outside the cache: {change}" for change in witness.changes()]
     breaches += [f"outside the cache: {path}" for path in _outside_cache(work, (images, cache))]
     control = _naive_control(rc.plant_dir("naive"))
@@ -660,8 +664,54 @@ def oc_05(ctx: ProbeContext) -> CaseResult:
                 else "wrote outside its target, kept a device, a set-id bit and 1 TiB"
             )
         ),
-        evidence={"refused": refused, "cache_entries": entries, "naive_control": control},
+        evidence={
+            "refused": refused,
+            "cache_entries": entries,
+            "through_the_backend": started or "not run: the target starts no container",
+            "naive_control": control,
+        },
     )
+
+
+def _through_backend(
+    target: ContainTarget, hostile: list[tuple[str, Path]], setid: Path, seen: dict[str, Any]
+) -> list[str]:
+    """Start the target's backend with ``runtime.container.image`` set: each hostile image must
+    stop the start with ImageError (no container), and the set-id image must give a root whose
+    file has no set-id bit, read on the host from the container's root (never followed)."""
+    from contain.boundary import Boundary
+    from contain.errors import ImageError
+    from contain.runtime import Sandbox
+
+    breaches = []
+    for label, image in hostile:
+        manifest = Boundary.model_validate(target.boundary_for({"runtime": {"container": {"image": str(image)}}}))
+        try:
+            with Sandbox(manifest, backend=target.backend):
+                breaches.append(f"{label}: a container started from the image")
+        except ImageError as exc:
+            seen[label] = f"refused before any container existed: {exc.cause[:300]}"
+    manifest = Boundary.model_validate(target.boundary_for({"runtime": {"container": {"image": str(setid)}}}))
+    with Sandbox(manifest, backend=target.backend) as sandbox:
+        root = _container_root(sandbox)
+        try:
+            mode = os.lstat(os.path.join(root, "usr/bin/su-copy")).st_mode
+        except OSError as exc:
+            breaches.append(f"set-id image: its file is not in the container's root {root} ({exc})")
+        else:
+            seen["setuid binary"] = f"{root}/usr/bin/su-copy has mode {oct(mode)}"
+            if mode & (stat.S_ISUID | stat.S_ISGID):
+                breaches.append(f"set-id image: the container's root has a set-id file ({oct(mode)})")
+    return breaches
+
+
+def _container_root(sandbox: Any) -> str:
+    """The host path of the container's root: the backend's overlay mount (runc and runsc both
+    run from it), else the init's ``/proc/<pid>/root``."""
+    directory = getattr(getattr(sandbox, "_handle", None), "dir", None)
+    if directory is not None and os.path.isdir(os.path.join(directory, "rootfs")):
+        return os.path.join(directory, "rootfs")
+    return f"/proc/{sandbox.supervisor_pid}/root"
 
 
 def _naive_control(base: Path) -> dict[str, Any]:
