@@ -24,6 +24,9 @@ from contain.probe.case import Verdict
 pytestmark = [pytest.mark.needs_root]
 
 SPEC = "container:runsc"
+# Under runsc's ptrace platform every syscall of the workload is a ptrace stop: the battery took
+# 315 s here on its first run (LF-09 alone 27 s), against 198 s under runc.
+RUNSC_BUDGET_S = BATTERY_BUDGET_S + 120.0
 
 # case id -> (the verdict it gets today, the backend gap this battery found). Asserted exactly: a
 # new failure fails the test, and so does a fixed finding until its row is removed. Found and fixed
@@ -73,4 +76,4 @@ def test_only_the_vm_cases_and_snapshots_are_not_applicable_and_they_say_why(bat
 
 def test_the_battery_finishes_within_its_budget(battery):
     _, seconds = battery
-    assert seconds < BATTERY_BUDGET_S
+    assert seconds < RUNSC_BUDGET_S

@@ -769,7 +769,9 @@ for top in tops:
         continue  # the same root as ours: already walked
     for current, dirs, files in os.walk(top):
         if top == "/" and current == "/":
-            dirs[:] = [x for x in dirs if x not in ("proc", "sys", "dev")]
+            # /proc and /sys are walked through the visible pids above; /usr is the host's /usr or
+            # the image's cache, both read-only and never a runtime's state
+            dirs[:] = [x for x in dirs if x not in ("proc", "sys", "dev", "usr")]
         walked += len(dirs) + len(files)
         for name in dirs + files:
             if is_state(name):
