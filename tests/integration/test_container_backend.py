@@ -485,3 +485,11 @@ def test_threads_start_under_runsc_and_clone3_still_answers_enosys() -> None:
     )
     result = run_on("container:runsc", boundary(), [PY, "-c", code])
     assert result.stdout.data == b"-1 38\nthread\n", result.stderr.data[-500:]
+
+
+@pytest.mark.parametrize("runtime", [pytest.param(p.values[0].split(":")[1], marks=p.marks) for p in CONTAINERS])
+def test_a_bare_container_spec_takes_the_manifests_runtime_and_reports_the_full_spec(runtime: str) -> None:
+    manifest = boundary(runtime={"backend": "container", "container": {"runtime": runtime}})
+    assert run_on("container", manifest, ["/bin/true"]).backend == f"container:{runtime}"
+    with Sandbox(manifest) as sb:  # no spec at all: the manifest's backend and runtime
+        assert sb.run(["/bin/true"]).backend == f"container:{runtime}"

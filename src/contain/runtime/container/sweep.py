@@ -82,7 +82,10 @@ def sweep_stale(root: Path, facts: HostFacts) -> list[str]:
         except BlockingIOError:
             return []
         for name in stale:
-            _remove(root / name, name, facts)
+            try:
+                _remove(root / name, name, facts)
+            except OSError as exc:  # a start must not fail on someone else's leftovers
+                log.warning("could not remove stale container sandbox %s: %s", name, exc)
         remove_empty_parents(facts)
     finally:
         os.close(lock)
