@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from contain.probe.case import CaseResult, Verdict
-from contain.probe.cases_oci import CASES, oc_05, oc_06
+from contain.probe.cases_oci import CASES, helper_launch, oc_05, oc_06
 from contain.probe.context import RunContext
 from contain.probe.runner import run_case
 from contain.probe.targets import ContainTarget, HostControlTarget, WrapTarget
@@ -70,7 +70,7 @@ def test_image_and_state_cases_are_not_applicable_on_the_process_backend(on_proc
 def test_oc_01_sees_a_writable_binary_reopened_after_its_process_exited(tmp_path: Path):
     helper = tmp_path / "helper"
     shutil.copy2("/usr/bin/sleep", helper)
-    weak = WrapTarget(["unshare", "--pid", "--fork", "--mount-proc", "sh", "-c", f'{helper} 0.5 & exec "$@"', "sh"])
+    weak = WrapTarget(["unshare", "--pid", "--fork", "--mount-proc", "sh", "-c", helper_launch(str(helper)), "sh"])
     result = _run("OC-01", weak)
     assert result.verdict is Verdict.ESCAPED, result.summary
     assert f"({helper}) via O_PATH fd for writing succeeded" in result.summary

@@ -8,7 +8,9 @@ Each case attacks from inside and is judged from outside:
   and the sha256 on the host of the runtime binary (bwrap, runc or runsc) and of every host
   executable that a process in the sandbox's pid namespace runs (the supervisor, python3).
   Control: a fresh pid+mount namespace as host root, where a writable host binary runs as a
-  short-lived helper; the same attack opens it for writing once it exited.
+  short-lived helper (started once the attack's shell exec'd python3); the same attack opens it
+  for writing once it exited. On a container target the judge also has the runtime exec a short
+  command into the container while the attack watches (the CVE's own step).
 - OC-02 (CVE-2024-21626 shape): every directory descriptor in ``/proc/self/fd`` and
   ``/proc/1/fd``, and the cwd of ``self`` and pid 1, is climbed with ``openat("..")`` to read a
   host canary by its host path. Judge: the canary at a sink. Control: a host process given a
@@ -82,7 +84,7 @@ from contain.probe.hostile_images import (
 )
 from contain.probe.targets import ContainTarget, WrapTarget, kind_keys, target_kind
 
-__all__ = ["CASES", "RUNTIME_BINARIES", "runtime_binary", "runtime_state_dir"]
+__all__ = ["CASES", "RUNTIME_BINARIES", "helper_launch", "runtime_binary", "runtime_state_dir"]
 
 # backend kind -> the runtime binary that starts its sandboxes (what OC-01 must keep intact)
 RUNTIME_BINARIES: Mapping[str, str] = {
@@ -223,11 +225,17 @@ while pending:
 note("visible", {str(k): v[1] for k, v in held.items()})
 done()
 """
-_WATCH_S = 1.5
+_WATCH_S = 2.0
 _SETTLE_S = 1.5  # how long a reopen is retried while the binary still runs (ETXTBSY)
-# The control's helper: six short runs of a writable binary, so at least one starts inside the
-# attack's watch window however slowly python3 starts, and the last exits inside the settle time.
-_HELPER_RUNS, _HELPER_S = 6, 0.2
+_HELPER_S = 1.2  # the control's helper: runs from the attack's exec, seen inside the watch window
+
+
+def helper_launch(helper: str) -> str:
+    """Shell that starts ``helper`` (a writable binary) once this shell has exec'd python3, then
+    execs the command in ``"$@"``: the helper then runs while the attack's watch window is open
+    however slowly python3 starts, and exits before the window and the settle time end."""
+    wait_for_exec = "while ! grep -q python3 /proc/$pid/cmdline 2>/dev/null; do sleep 0.01; done"
+    return f'pid=$$; ({wait_for_exec}; exec {helper} {_HELPER_S}) & exec "$@"'
 
 
 def _write_opens(report: Mapping[str, Any]) -> list[str]:
@@ -275,10 +283,9 @@ def oc_01(ctx: ProbeContext) -> CaseResult:
     helper = rc.plant_dir("exe-helper") / "runtime-copy"
     shutil.copy2("/usr/bin/sleep", helper)
     helper.chmod(0o755)
-    control = WrapTarget(["unshare", "--pid", "--fork", "--mount-proc"]).run_argv(
-        ["sh", "-c", f'(for i in $(seq {_HELPER_RUNS}); do {helper} {_HELPER_S}; done) & exec python3 -c "$0"', code]
-    )
-    control_opens = [n for n in _write_opens(attack_report(control) or {}) if str(helper) in n]
+    control = WrapTarget(["unshare", "--pid", "--fork", "--mount-proc", "sh", "-c", helper_launch(str(helper)), "sh"])
+    control_run = control.run_argv(["python3", "-c", code])
+    control_opens = [n for n in _write_opens(attack_report(control_run) or {}) if str(helper) in n]
     return verdict(
         "OC-01",
         breaches=breaches,
