@@ -37,7 +37,7 @@ from contain.probe.context import (
     succeeded,
     verdict,
 )
-from contain.probe.snapshot import diff, ipc_key, kill_marked, marked_processes, take_snapshot
+from contain.probe.snapshot import ProcessEntry, diff, ipc_key, kill_marked, marked_processes, take_snapshot
 from contain.probe.targets import ContainTarget, WrapTarget, _BoundedHostRunner
 
 __all__ = ["CASES"]
@@ -320,6 +320,7 @@ from contain.runtime import Sandbox
 spec = json.loads(sys.argv[1])
 with Sandbox(Boundary.model_validate(spec["boundary"]), backend=spec["backend"]) as sb:
     print(sb.supervisor_pid, flush=True)
+    print("run", flush=True)
     sb.run(["python3", "-c", "import time; time.sleep(%d)" % spec["life_s"], spec["marker"]], timeout=spec["life_s"])
 """
 
@@ -340,6 +341,7 @@ def _launch(target: Target, marker: str) -> tuple[subprocess.Popen[bytes], int |
         )
         assert proc.stdout is not None
         line = proc.stdout.readline().strip()
+        proc.stdout.readline()  # "run": the launcher is about to start the workload
         return proc, int(line) if line.isdigit() else None
     if isinstance(target, _BoundedHostRunner):
         prefix = target.prefix if isinstance(target, WrapTarget) else []
@@ -354,16 +356,31 @@ def _launch(target: Target, marker: str) -> tuple[subprocess.Popen[bytes], int |
     raise TypeError(f"LF-08 does not know how to launch {type(target).__name__}")
 
 
+def workload_processes(
+    entries: list[ProcessEntry], *, launcher_pid: int, launcher_cmdline: str | None
+) -> list[ProcessEntry]:
+    """The marked processes that are the launched workload: not the launcher itself, and not a
+    copy of it between fork and exec (it has the launcher's command line and vanishes at exec; a
+    scan on a loaded host catches it, and taking it for the workload made LF-08's control see a
+    workload that never was, then no survivor)."""
+    return [p for p in entries if p.pid != launcher_pid and p.cmdline != launcher_cmdline]
+
+
 def _kill_launcher(target: Target, marker: str) -> dict[str, Any]:
     proc, init_pid = _launch(target, marker)
 
     def others() -> list[Any]:  # the launcher's own command line carries the marker too
-        return [p for p in marked_processes([marker]) if p.pid != proc.pid]
+        found = marked_processes([marker])
+        launcher = next((p.cmdline for p in found if p.pid == proc.pid), None)
+        return workload_processes(found, launcher_pid=proc.pid, launcher_cmdline=launcher)
 
     deadline = time.monotonic() + 10
     while not others() and time.monotonic() < deadline:
+        if init_pid and _alive(init_pid) and not _workload_visible(init_pid) and time.monotonic() > deadline - 8:
+            break  # a user-space kernel (gVisor) runs the workload: no host process carries the marker
         time.sleep(0.05)
-    started = bool(others())
+    visible = bool(others())
+    started = visible or bool(init_pid and _alive(init_pid))
     os.kill(proc.pid, signal.SIGKILL)  # the launcher only, never its group
     proc.wait()
     killed_at = time.monotonic()
@@ -376,11 +393,21 @@ def _kill_launcher(target: Target, marker: str) -> dict[str, Any]:
     _reap(marker)
     return {
         "workload_started": started,
+        "workload_visible_on_host": visible,
         "survivors": left,
         "init_pid": init_pid,
         "init_alive": init_alive,
         "seconds_until_gone": None if left or init_alive else round(gone_after, 3),
     }
+
+
+def _workload_visible(init_pid: int) -> bool:
+    """Whether the sandbox's workload runs as host processes in the init's pid namespace (bwrap,
+    runc); under runsc the host pid is gVisor's own process and the workload lives in its kernel."""
+    try:
+        return os.readlink(f"/proc/{init_pid}/ns/pid") != os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return True
 
 
 def _alive(pid: int) -> bool:

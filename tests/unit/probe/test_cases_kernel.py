@@ -34,7 +34,11 @@ class Scripted:
         self.calls: list[tuple[dict[str, Any], Mapping[str, Any] | None]] = []
 
     def run_python(
-        self, code: str, *, timeout_s: float = 20.0, boundary: Mapping[str, Any] | None = None,
+        self,
+        code: str,
+        *,
+        timeout_s: float = 20.0,
+        boundary: Mapping[str, Any] | None = None,
         env: Mapping[str, str] | None = None,
     ) -> AttackRun:
         params = params_of(code)
@@ -145,7 +149,9 @@ def test_route_added_on_the_host_is_escaped_and_removed(monkeypatch) -> None:
 def test_i386_entry_must_die_by_sigsys_not_fail_with_an_errno(monkeypatch) -> None:
     probes = tuple(p for p in KERNEL_PROBES["SY-07"] if p.name == "helper_socketcall")
     result = judge_kernel(
-        "SY-07", probes, attack={"helper_socketcall": {"ok": False, "errno": "EAFNOSUPPORT"}},
+        "SY-07",
+        probes,
+        attack={"helper_socketcall": {"ok": False, "errno": "EAFNOSUPPORT"}},
         control={"helper_socketcall": {"ok": True, "value": 3}},
     )
     assert result.verdict is Verdict.ESCAPED
@@ -185,3 +191,29 @@ def test_every_kernel_case_has_probes_and_sy12_is_not_applicable_to_wrap() -> No
     assert ids == ["SY-01", "SY-02", "SY-03", "SY-04", "SY-05", "SY-06", "SY-07", "SY-09", "SY-10", "SY-11", "SY-12"]
     sy12 = next(c for c in CASES if c.id == "SY-12")
     assert "wrap" in sy12.not_applicable
+
+
+def _sy07(answers: dict[str, dict[str, Any]], kind: str):
+    probes = KERNEL_PROBES["SY-07"]
+    attack = {p.name: {"ok": False, "errno": "EPERM"} for p in probes} | answers
+    control = {p.name: {"ok": True, "value": 3} for p in probes}
+    return judge_kernel("SY-07", probes, attack=attack, control=control, kind=kind)
+
+
+def test_gvisors_own_refusals_count_only_on_runsc_and_each_row_says_why() -> None:
+    gvisor = {
+        "raw_icmp": {"ok": False, "errno": "EAFNOSUPPORT"},
+        "helper_socketcall": {"ok": False, "errno": "ENOTSOCK"},
+    }
+    assert _sy07(gvisor, "container:runsc").verdict is Verdict.CONTAINED
+    for kind in ("process", "container:runc", "wrap"):
+        result = _sy07(gvisor, kind)
+        assert result.verdict is Verdict.ESCAPED, kind
+        assert "ENOTSOCK (refused means SIGSYS)" in result.summary
+    assert all(row.why and row.kind == "container:runsc" for row in cases_kernel.BACKEND_REFUSALS)
+
+
+def test_an_i386_socketcall_that_made_a_socket_escapes_on_runsc_too() -> None:
+    result = _sy07({"helper_socketcall": {"ok": True, "value": 3}}, "container:runsc")
+    assert result.verdict is Verdict.ESCAPED
+    assert "i386 int 0x80 socketcall(SOCKET, AF_NETLINK): succeeded" in result.summary
