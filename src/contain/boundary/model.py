@@ -18,6 +18,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
+from contain.boundary.fleet_settings import FleetSettings
 from contain.boundary.hostnames import HostnameError, canonical_hostname, canonical_pattern
 from contain.boundary.kinds import (
     PROTECTED_PATHS,
@@ -359,6 +360,9 @@ class Boundary(BaseModel):
     records: tuple[RecordRule, ...] = Field(default=(), description="External records, written only via the broker.")
     hardening: Hardening = Field(default_factory=Hardening, description="Host-dependent layers.")
     runtime: Runtime = Field(default_factory=Runtime, description="Where the code runs (default: process).")
+    fleet: FleetSettings = Field(
+        default_factory=FleetSettings, description="How `contain fleet` runs jobs of this manifest, e.g. {retries: 2}."
+    )
 
     @field_validator("task")
     @classmethod

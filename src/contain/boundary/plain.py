@@ -7,10 +7,10 @@ pydantic and building the models costs more than starting a sandbox; so the runt
 from a validated ``Boundary`` (``plain_boundary``) or from its JSON dump kept in the validation
 cache (``plain_from_json``, see ``contain.boundary.cache``).
 
-Each class mirrors one model field for field, except ``Boundary.version`` (always 1) and
-``Boundary.tools`` (read by the gate, never by the runtime). A test holds the mirrors to the
-models, and ``plain_from_json`` refuses a missing or unknown key, so a field added to a model
-but not here fails loudly instead of being dropped.
+Each class mirrors one model field for field, except ``Boundary.version`` (always 1),
+``Boundary.tools`` (read by the gate, never by the runtime) and ``Boundary.fleet`` (read by the
+fleet driver). A test holds the mirrors to the models, and ``plain_from_json`` refuses a missing
+or unknown key, so a field added to a model but not here fails loudly instead of being dropped.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ __all__ = [
 ]
 
 # Boundary fields the runtime never reads; they are not mirrored (and ignored in a dump).
-NOT_MIRRORED = frozenset({"version", "tools"})
+NOT_MIRRORED = frozenset({"version", "tools", "fleet"})
 
 
 @dataclass(frozen=True)
