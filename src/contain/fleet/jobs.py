@@ -219,7 +219,7 @@ def prepare_jobs(lines: Iterable[tuple[int, str | None]], *, base_dir: Path) -> 
         try:
             job = Job.model_validate_json(text)
         except ValidationError as exc:
-            yield JobProblem(number, job_id, f"line {number}: {_first_error(exc)}", "fix the job line (see docs/fleet.md)")
+            yield JobProblem(number, job_id, f"line {number}: {_first_error(exc)}", "fix the line (see docs/fleet.md)")
             continue
         if job.id in seen:
             yield JobProblem(number, job.id, f"line {number}: job id {job.id!r} is used twice", "make ids unique")

@@ -639,6 +639,15 @@ class Sandbox:
                 self._teardown()
         return time.perf_counter() - began
 
+    def destroy(self) -> None:
+        """Kill every process of this sandbox from outside; callable from any thread.
+
+        For an owner that must stop a run in progress (``contain fleet``'s cancel): the run
+        returns as killed (or raises ``SandboxLost``), the sandbox cannot be used again, and
+        ``close()`` still removes the cgroup and every host trace.
+        """
+        self._mark_lost("destroyed by its owner")
+
     def _export_scratch(self) -> None:
         """Copy each exported scratch path to the host; bounded, and never fatal to the run's result.
 
