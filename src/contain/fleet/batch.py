@@ -89,6 +89,11 @@ class Batch:
         self._cancel_lock = threading.Lock()
         self._cancelled_done = False
         self._began = time.monotonic()
+        self._in_flight_view: dict[str, str] = {}  # replaced whole after each change, read by other threads
+
+    def in_flight(self) -> dict[str, str]:
+        """Job id -> node id of the attempts sent and not yet answered (a snapshot; any thread)."""
+        return dict(self._in_flight_view)
 
     @property
     def total(self) -> int:
@@ -141,6 +146,12 @@ class Batch:
             self.nodes[node_id] = _Node(handle, description, resources)
 
     def _step(self) -> None:
+        try:
+            self._advance()
+        finally:
+            self._in_flight_view = {attempt.prepared.id: node for attempt, node in self._inflight.values()}
+
+    def _advance(self) -> None:
         if self._cancel.is_set():
             self._finish_cancelled()
             return

@@ -43,7 +43,7 @@ log = LazyLogger(__name__)
 _SYSTEM_CONFIG = {"health_check_period_ms": 500, "health_check_failure_threshold": 3, "health_check_timeout_ms": 500}
 _OBJECT_STORE_BYTES = 100 * 1000 * 1000  # Ray's floor is about 75 MB; results are small
 _START_TIMEOUT_S = 120.0
-_STOP_GRACE_S = 10.0
+_STOP_GRACE_S = 3.0  # then SIGKILL: a node of a throwaway cluster has nothing to save
 
 
 def session_members(sid: int) -> list[int]:
