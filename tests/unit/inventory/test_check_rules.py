@@ -129,6 +129,7 @@ TRIPS: dict[str, Callable[[Manifest, Path, Path], None]] = {
         _set("runtime", {"backend": "container"}),
         _set("credentials", [{"name": "API", "via": "env", "source": "CI_API"}]),
     ),
+    "CHK-022": _set("fleet", {"retries": 1}),
 }
 
 
@@ -268,3 +269,10 @@ def test_metadata_address_pinned_in_hosts_fires(tmp_path: Path) -> None:
 def test_tool_name_words_split_separators_and_camel_case() -> None:
     assert tool_name_words("billing.updateInvoice") == ["billing", "update", "invoice"]
     assert tool_name_words("fs__write_file") == ["fs", "write", "file"]
+
+
+def test_fleet_retries_rule_is_silent_when_the_fleet_section_allows_no_retry(tmp_path: Path) -> None:
+    home, repo = _world(tmp_path)
+    manifest = copy.deepcopy(_clean(home, repo))
+    manifest["fleet"] = {"retries": 0, "warm_sandboxes": 4}
+    assert [f.rule_id for f in _findings(manifest, home)] == []
