@@ -1,4 +1,5 @@
 """`contain bench startup`: sandbox start-up and throughput beside bare processes and raw bwrap.
+`contain bench fleet`: jobs/s and latency of contain on Ray beside bare Ray tasks (contain.bench.fleet).
 
 Terminal output: only contain's own variant names and measured numbers, no untrusted text, so
 nothing here needs ``contain.visible_text.for_terminal`` (the rule for every CLI module: values
@@ -13,7 +14,7 @@ import sys
 
 
 def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
-    parser.add_argument("what", choices=["startup"], help="what to measure")
+    parser.add_argument("what", choices=["startup", "fleet"], help="what to measure")
     parser.add_argument("--rounds", type=int, default=30, help="samples per variant (default 30)")
     parser.add_argument(
         "--throughput-count", type=int, default=100, help="commands for the throughput run (0: skip it)"
@@ -21,9 +22,18 @@ def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
     parser.add_argument("--concurrency", type=int, default=2, help="parallel sandboxes in the throughput run")
     parser.add_argument("--no-cli", action="store_true", help="skip the `contain run` CLI variant")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--jobs", type=int, default=200, help="fleet: jobs per throughput run (default 200)")
+    parser.add_argument("--latency-jobs", type=int, default=40, help="fleet: jobs per latency run (default 40)")
+    parser.add_argument("--nodes", default="1,2", help="fleet: node counts, comma-separated (default 1,2)")
+    parser.add_argument("--slots", type=int, default=2, help="fleet: sandbox slots per node (default 2)")
+    parser.add_argument(
+        "--workloads", default="echo,cpu-100ms", help="fleet: workloads, comma-separated (default echo,cpu-100ms)"
+    )
 
 
 def execute(args: argparse.Namespace) -> int:
+    if args.what == "fleet":
+        return _fleet(args)
     from contain.bench.startup import (
         StartupReport,
         default_contain_cli,
@@ -52,4 +62,30 @@ def execute(args: argparse.Namespace) -> int:
         sys.stdout.write("\n")
     else:
         print(render_startup(report))
+    return 0
+
+
+def _fleet(args: argparse.Namespace) -> int:
+    from contain.bench.fleet import WORKLOADS, measure_fleet, render_fleet
+
+    try:
+        nodes = tuple(int(n) for n in args.nodes.split(","))
+    except ValueError:
+        nodes = ()
+    workloads = tuple(args.workloads.split(","))
+    if not nodes or min(nodes) < 1 or args.jobs < 1 or args.latency_jobs < 1 or args.slots < 1:
+        print("contain bench fleet: --nodes, --jobs, --latency-jobs and --slots must be 1 or more", file=sys.stderr)
+        return 2
+    if not set(workloads) <= set(WORKLOADS):
+        print(f"contain bench fleet: --workloads takes {', '.join(WORKLOADS)}", file=sys.stderr)
+        return 2
+    print(f"bench: fleet on {', '.join(map(str, nodes))} node(s), {args.jobs} jobs per run ...", file=sys.stderr)
+    report = measure_fleet(
+        node_counts=nodes, workloads=workloads, jobs=args.jobs, latency_jobs=args.latency_jobs, slots=args.slots
+    )
+    if args.json:
+        json.dump(report.to_dict(), sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        sys.stdout.write(render_fleet(report))
     return 0

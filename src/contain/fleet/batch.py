@@ -72,9 +72,18 @@ class Batch:
     """A running batch: an iterator of ``JobReport`` (see the module docstring)."""
 
     def __init__(
-        self, items: Iterable[PreparedJob | JobProblem], *, dispatcher: Dispatcher, batch_id: str | None = None
+        self,
+        items: Iterable[PreparedJob | JobProblem],
+        *,
+        dispatcher: Dispatcher,
+        batch_id: str | None = None,
+        max_in_flight: int | None = None,
     ) -> None:
+        if max_in_flight is not None and max_in_flight < 1:
+            raise ValueError("max_in_flight must be 1 or more")
         self.batch_id = batch_id or new_batch_id()
+        self.max_in_flight = max_in_flight
+        self.nodes_ready_at: float | None = None  # time.monotonic() once the pool actors answered
         self.nodes: dict[str, _Node] = {}
         self.node_problems: dict[str, str] = {}  # node id -> why it got no job
         self.cancel_reports: dict[str, CancelReport | str] = {}
@@ -144,6 +153,7 @@ class Batch:
                 continue
             handle, description = started
             self.nodes[node_id] = _Node(handle, description, resources)
+        self.nodes_ready_at = time.monotonic()
 
     def _step(self) -> None:
         try:
@@ -174,6 +184,10 @@ class Batch:
     def _place(self) -> None:
         waiting: deque[_Attempt] = deque()
         while self._queue:
+            if self.max_in_flight is not None and len(self._inflight) >= self.max_in_flight:
+                waiting.extend(self._queue)
+                self._queue.clear()
+                break
             attempt = self._queue.popleft()
             backend = attempt.prepared.backend
             alive = {nid: n for nid, n in self.nodes.items() if n.alive}
@@ -286,7 +300,11 @@ class Batch:
 
 
 def run_batch(
-    items: Iterable[PreparedJob | JobProblem], *, dispatcher: Dispatcher, batch_id: str | None = None
+    items: Iterable[PreparedJob | JobProblem],
+    *,
+    dispatcher: Dispatcher,
+    batch_id: str | None = None,
+    max_in_flight: int | None = None,
 ) -> Batch:
     """Start a batch over ``dispatcher`` (``ray_nodes.RayDispatcher`` after ``ray_nodes.connect``).
 
@@ -294,11 +312,13 @@ def run_batch(
         items: from ``jobs.prepare_jobs``; problems become failed reports.
         dispatcher: the cluster.
         batch_id: to resume a batch (same broker keys as its first run); default a new random id.
+        max_in_flight: at most this many attempts running at once across the cluster (default:
+            every advertised slot).
 
     Returns:
         The ``Batch``; nothing is sent to a node before the first ``next()``.
     """
-    return Batch(items, dispatcher=dispatcher, batch_id=batch_id)
+    return Batch(items, dispatcher=dispatcher, batch_id=batch_id, max_in_flight=max_in_flight)
 
 
 def _sha256(data: bytes) -> str:

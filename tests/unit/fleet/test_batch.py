@@ -32,6 +32,7 @@ class FakeDispatcher:
         self.sent: list[tuple[str, JobSpec]] = []
         self.in_flight: Counter[str] = Counter()
         self.peak: Counter[str] = Counter()
+        self.peak_total = 0
         self.cancelled: list[str] = []
         self.stopped: list[str] = []
         self._refs: dict[int, tuple[str, JobSpec]] = {}
@@ -50,6 +51,7 @@ class FakeDispatcher:
         self._refs[ref] = (node, spec)
         self.in_flight[node] += 1
         self.peak[node] = max(self.peak[node], self.in_flight[node])
+        self.peak_total = max(self.peak_total, sum(self.in_flight.values()))
         return ref
 
     def wait(self, refs: Any, *, timeout_s: float) -> list[tuple[Any, Any]]:
@@ -174,3 +176,12 @@ def test_a_resumed_batch_sends_the_same_keys_as_its_first_run(tmp_path: Path) ->
     list(run_batch(_items(tmp_path, 3), dispatcher=fresh))
     assert runs[0] == runs[1]
     assert not {p for _, p in runs[0]} & {spec.call_key_prefix for _, spec in fresh.sent}
+
+
+def test_max_in_flight_caps_the_attempts_running_across_the_cluster(tmp_path: Path) -> None:
+    dispatcher = FakeDispatcher({"a": PROCESS_2, "b": PROCESS_2})
+    reports = list(run_batch(_items(tmp_path, 10), dispatcher=dispatcher, max_in_flight=1))
+    assert len(reports) == 10 and dispatcher.peak_total == 1
+    unlimited = FakeDispatcher({"a": PROCESS_2, "b": PROCESS_2})
+    list(run_batch(_items(tmp_path, 10), dispatcher=unlimited))
+    assert unlimited.peak_total == 4
