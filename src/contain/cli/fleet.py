@@ -59,7 +59,7 @@ def execute(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from contain.errors import BoundaryInvalid
+    from contain.errors import BoundaryInvalid, FileTransferError
     from contain.fleet.batch import run_batch
     from contain.fleet.identity import is_valid_batch_id
     from contain.fleet.jobs import prepare_jobs, read_job_lines
@@ -71,7 +71,12 @@ def _run(args: argparse.Namespace) -> int:
         raise BoundaryInvalid(f"--batch-id {args.batch_id!r} is not valid", "use 8-64 of letters, digits, _ . -")
     outputs_dir = Path(args.outputs) if args.outputs else None
     if outputs_dir is not None:
-        os.mkdir(outputs_dir, 0o700)  # FileExistsError: never write into a directory we did not make
+        try:
+            os.mkdir(outputs_dir, 0o700)  # never into a directory this run did not make
+        except OSError as exc:
+            raise FileTransferError(
+                f"cannot create --outputs {outputs_dir}: {exc.strerror}", "name a directory that does not exist yet"
+            ) from exc
     items = list(prepare_jobs(read_job_lines(args.jobs), base_dir=Path(args.jobs).resolve().parent))
     cluster = None
     if args.address == "local":
@@ -96,10 +101,12 @@ def _run(args: argparse.Namespace) -> int:
 def _stream(batch: Batch, progress: Progress, *, as_json: bool, outputs_dir: Path | None) -> int:
     from contain.fleet.messages import JobReport
     from contain.fleet.summary import render_failures, render_summary, summarize
+    from contain.visible_text import for_terminal
 
     began = time.monotonic()
     reports: list[JobReport] = []
     interrupted = False
+    unwritten = 0
     while True:
         try:
             report = next(batch)
@@ -115,7 +122,11 @@ def _stream(batch: Batch, progress: Progress, *, as_json: bool, outputs_dir: Pat
         reports.append(report)
         progress.update(report)
         if outputs_dir is not None and report.outputs and report.job_id is not None:
-            write_outputs(outputs_dir, report.job_id, report.outputs)
+            try:
+                write_outputs(outputs_dir, report.job_id, report.outputs)
+            except (OSError, ValueError) as exc:  # one job's outputs; the batch goes on
+                unwritten += 1
+                print(f"fleet: outputs of {for_terminal(report.job_id)} not written: {exc}", file=sys.stderr)
         if as_json:
             print(json.dumps(report.to_dict(), sort_keys=True), flush=True)
     progress.close()
@@ -128,7 +139,7 @@ def _stream(batch: Batch, progress: Progress, *, as_json: bool, outputs_dir: Pat
     if interrupted:
         return 130
     clean = all(r.status == "done" and r.result is not None and r.result.status == 0 for r in reports)
-    return 0 if clean else 1
+    return 0 if clean and not unwritten else 1
 
 
 def write_outputs(root: Path, job_id: str, outputs: dict[str, bytes]) -> None:

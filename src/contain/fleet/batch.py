@@ -49,6 +49,7 @@ log = LazyLogger(__name__)
 
 _WAIT_S = 0.25  # how long one step waits for a result before checking cancel and placing again
 _CANCEL_TIMEOUT_S = 30.0
+_CANCEL_COLLECT_S = 5.0  # after the nodes confirmed the cancel, how long their last answers may take
 
 
 @dataclass
@@ -277,12 +278,16 @@ class Batch:
 
     def _finish_cancelled(self) -> None:
         self.cancel()  # idempotent: makes sure the nodes were told, even when only the flag was set
-        for ref, answer in self._dispatcher.wait(list(self._inflight), timeout_s=0.0):
-            attempt, node_id = self._inflight.pop(ref)
-            if isinstance(answer, JobOutcome) and answer.status == "done":
-                self._report_outcome(attempt, answer)  # it finished before the cancel reached it
-            else:
-                self._report(attempt, node_id, status="cancelled", cause="the batch was cancelled")
+        # The nodes have answered the cancel, so their run_job calls have returned: collect those
+        # answers (a job that finished before the cancel reached it is reported done).
+        deadline = time.monotonic() + _CANCEL_COLLECT_S
+        while self._inflight and time.monotonic() < deadline:
+            for ref, answer in self._dispatcher.wait(list(self._inflight), timeout_s=_WAIT_S):
+                attempt, node_id = self._inflight.pop(ref)
+                if isinstance(answer, JobOutcome) and answer.status == "done":
+                    self._report_outcome(attempt, answer)
+                else:
+                    self._report(attempt, node_id, status="cancelled", cause="the batch was cancelled")
         for attempt, node_id in self._inflight.values():
             self._report(attempt, node_id, status="cancelled", cause="the batch was cancelled while it ran")
         self._inflight.clear()

@@ -37,7 +37,7 @@ from contain._log import LazyLogger
 from contain.boundary.plain import PlainBoundary, plain_from_json
 from contain.errors import ContainError, FileTransferError
 from contain.fleet.identity import CALL_KEY_COUNTER_ENV, CALL_KEY_PREFIX_ENV, JOB_ID_ENV
-from contain.fleet.messages import CancelReport, JobOutcome, JobSpec, NodeDescription
+from contain.fleet.messages import CancelReport, JobOutcome, JobSpec, NodeDescription, Status
 from contain.fleet.placement import BACKEND_ROWS, NodeFacts, gather_node_facts, is_backend_supported
 from contain.fleet.warm import PrestartedSandboxes, WarmSandboxes
 from contain.runtime.attachments import Attachment
@@ -112,8 +112,9 @@ class NodePool:
         try:
             return self._run(spec, began)
         except ContainError as exc:
-            status = "cancelled" if self._is_cancelled() else "failed"
-            return self._outcome(spec, status, began, cause=exc.cause, fix=exc.fix)
+            return self._outcome(
+                spec, "cancelled" if self._is_cancelled() else "failed", began, cause=exc.cause, fix=exc.fix
+            )
         except Exception as exc:  # reported as this job's failure, never retried or hidden
             log.exception("job %s failed inside the node", spec.job_id)
             return self._outcome(
@@ -230,7 +231,7 @@ class NodePool:
                 missing.append(f"{path}: {exc.cause}")
         return outputs, missing
 
-    def _outcome(self, spec: JobSpec, status: Any, began: float, **fields: Any) -> JobOutcome:
+    def _outcome(self, spec: JobSpec, status: Status, began: float, **fields: Any) -> JobOutcome:
         return JobOutcome(
             job_id=spec.job_id, attempt=spec.attempt, node_id=self._node_id, status=status,
             node_s=time.perf_counter() - began, **fields,

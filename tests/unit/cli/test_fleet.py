@@ -64,6 +64,8 @@ class _InterruptedOnce:
         if not self.interrupted:
             self.interrupted = True
             raise KeyboardInterrupt
+        if self.cancelled:  # once cancelled, the node answers its jobs
+            return [(ref, JobOutcome(ref, 1, "n", "cancelled", cause="killed")) for ref in refs]
         return []
 
     def cancel(self, node: Any, *, timeout_s: float) -> CancelReport:
@@ -120,3 +122,12 @@ def test_an_existing_output_file_is_not_overwritten(tmp_path: Path) -> None:
     with pytest.raises(FileExistsError):
         write_outputs(root, "j1", {"/o": b"second"})
     assert (root / "j1/o").read_bytes() == b"first"
+
+
+def test_an_outputs_directory_that_exists_is_refused_before_any_cluster_is_touched(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    jobs = tmp_path / "jobs.jsonl"
+    jobs.write_text("")
+    assert main(["fleet", "run", str(jobs), "--address", "127.0.0.1:1", "--outputs", str(tmp_path)]) == 125
+    assert "cannot create --outputs" in capsys.readouterr().err

@@ -142,7 +142,11 @@ def test_a_failure_of_the_job_itself_is_reported_and_never_retried(tmp_path: Pat
 
 def test_cancel_tells_every_node_reports_the_rest_cancelled_and_stops_the_nodes(tmp_path: Path) -> None:
     def answer(node: str, spec: JobSpec) -> Any:
-        return done(node, spec) if spec.job_id == "j0" else None  # every other job keeps running
+        if spec.job_id == "j0":
+            return done(node, spec)
+        if node in dispatcher.cancelled:  # a node answers its running jobs once it has cancelled them
+            return JobOutcome(spec.job_id, spec.attempt, node, "cancelled", cause="killed")
+        return None  # every other job keeps running
 
     dispatcher = FakeDispatcher({"a": PROCESS_2, "b": PROCESS_2}, answer)
     batch = run_batch(_items(tmp_path, 9), dispatcher=dispatcher)
