@@ -166,3 +166,16 @@ def test_an_unknown_backend_name_is_refused_naming_the_ones_that_exist():
         Sandbox(BOUNDARY, backend="container")
     assert caught.value.cause == "backend 'container' is not available in this version"
     assert caught.value.fix == "use one of: process"
+
+
+def test_destroy_kills_through_the_handle_and_the_sandbox_refuses_later_runs_but_still_closes(wakeup):
+    from contain.errors import SandboxLost
+
+    backend = RecordingBackend(wakeup_fd=wakeup, replies=[EXITED, EXITED])
+    sb = Sandbox(BOUNDARY, backend=backend, facts=FACTS)
+    sb.start()
+    sb.destroy()  # what contain fleet's cancel calls from another thread
+    with pytest.raises(SandboxLost, match="destroyed by its owner"):
+        sb.run(["/bin/true"])
+    sb.close()
+    assert [call[0] for call in backend.calls] == ["start", "destroy", "close"]  # no export after a destroy
