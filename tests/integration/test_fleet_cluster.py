@@ -42,7 +42,11 @@ SLOTS = 2
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[LocalCluster]:
-    local = LocalCluster(nodes=2, num_cpus=1, resources={"contain_backend_process": float(SLOTS)})
+    from contain.fleet.placement import gather_node_facts, plan_node_resources
+
+    resources = plan_node_resources(gather_node_facts(), slots=SLOTS)  # what this host's facts allow
+    assert resources.get("contain_backend_process") == SLOTS, resources
+    local = LocalCluster(nodes=2, num_cpus=1, resources=resources)
     local.start()
     yield local
     local.stop()  # the last test checks that stop leaves nothing; this is for a failure before it
@@ -102,6 +106,29 @@ def test_sixty_jobs_on_two_nodes_each_complete_exactly_once_with_their_outputs(
     assert set(failed) == {"bad-manifest", "line 62"}
     assert "filez" in failed["bad-manifest"].cause and "manifest is invalid" in failed["bad-manifest"].cause
     assert "Invalid JSON" in failed["line 62"].cause
+
+
+OTHER_BACKENDS = {
+    "container:runc": {"runtime": {"backend": "container"}},
+    "container:runsc": {"runtime": {"backend": "container", "container": {"runtime": "runsc"}}},
+    "microvm": {"runtime": {"backend": "microvm"}},
+}
+
+
+@pytest.mark.parametrize("backend", sorted(OTHER_BACKENDS))
+def test_jobs_of_another_backend_run_on_both_nodes_where_this_host_offers_it(
+    backend: str, cluster: LocalCluster, shared_tmp: Path
+) -> None:
+    from contain.fleet.placement import gather_node_facts, is_backend_supported
+
+    why_not = is_backend_supported(gather_node_facts(), backend)
+    if why_not is not None:
+        pytest.skip(f"{backend} is not offered here: {why_not}")
+    manifest = _manifest(shared_tmp, backend.replace(":", "-"), OTHER_BACKENDS[backend])
+    lines = [json.dumps({"id": f"{backend}-{i}", "manifest": manifest, "command": ["echo", str(i)]}) for i in range(8)]
+    reports = list(_batch(shared_tmp, backend.replace(":", "-"), lines))
+    assert {r.status for r in reports} == {"done"} and {r.backend for r in reports} == {backend}
+    assert sorted(r.result.stdout.data for r in reports) == sorted(f"{i}\n".encode() for i in range(8))  # type: ignore[union-attr]
 
 
 def _processes_with_argv(argv: list[str]) -> list[int]:

@@ -193,12 +193,17 @@ def read_job_lines(path: str | Path) -> Iterator[tuple[int, str | None]]:
 
 
 def backend_of(boundary_dump: dict[str, Any]) -> str:
-    """The backend spec a job's sandbox needs, from its validated manifest (``runtime.backend``)."""
+    """The backend spec a job's sandbox needs, from its validated manifest (``runtime.backend``).
+
+    ``container`` is spelled with its OCI runtime, ``runtime.container.runtime`` (default runc), as
+    ``RunResult.backend`` reports it: ``container:runc`` or ``container:runsc``.
+    """
     runtime = boundary_dump.get("runtime") or {}
     backend = str(runtime.get("backend", "process"))
-    container = runtime.get("container")
-    if backend == "container" and isinstance(container, dict) and container.get("runtime"):
-        return f"container:{container['runtime']}"
+    if backend == "container":
+        container = runtime.get("container")
+        variant = container.get("runtime") if isinstance(container, dict) else None
+        return f"container:{variant or 'runc'}"
     return backend
 
 

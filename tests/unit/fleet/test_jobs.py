@@ -88,5 +88,6 @@ def test_a_container_manifest_names_its_runtime_variant_when_it_has_one() -> Non
     from contain.fleet.jobs import backend_of
 
     assert backend_of({"runtime": {"backend": "container", "container": {"runtime": "runsc"}}}) == "container:runsc"
-    assert backend_of({"runtime": {"backend": "container"}}) == "container"
+    assert backend_of({"runtime": {"backend": "container"}}) == "container:runc"
+    assert backend_of({"runtime": {"backend": "container", "container": {"runtime": None}}}) == "container:runc"
     assert backend_of({"runtime": {"backend": "microvm"}}) == "microvm"
