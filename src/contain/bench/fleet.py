@@ -36,9 +36,11 @@ __all__ = ["FleetBenchReport", "RunFigures", "measure_fleet", "render_fleet"]
 
 # The short jobs measured: one that is nearly all start-up (a shell echo, about 3 ms bare), and
 # one with about 0.1 s of CPU work (a short evaluation step), where start-up is amortised.
+# Absolute paths, so the bare task and the sandbox run the same binary: on this host a bare
+# `python3` on a Ray worker's PATH is a pyenv shim (a shell script) that costs 0.2 s more.
 WORKLOADS: dict[str, list[str]] = {
-    "echo": ["sh", "-c", "echo ok"],
-    "cpu-100ms": ["python3", "-c", "sum(range(2_500_000))"],
+    "echo": ["/bin/sh", "-c", "echo ok"],
+    "cpu-100ms": ["/usr/bin/python3", "-c", "sum(i * i for i in range(2_500_000))"],
 }
 
 
