@@ -153,7 +153,17 @@ class Batch:
                 self.node_problems[node_id] = started
                 continue
             handle, description = started
-            self.nodes[node_id] = _Node(handle, description, resources)
+            # The node's own facts have the last word: a backend its actor rules out is dropped
+            # from what the node advertised, so no job of that backend is sent there.
+            refused = {resource_name(b) for b in description.unsupported} & set(resources)
+            if refused:
+                self.node_problems[node_id] = (
+                    f"advertises {', '.join(sorted(str(r) for r in refused))} but its own facts rule "
+                    + "; ".join(f"{b} out ({why})" for b, why in sorted(description.unsupported.items())
+                                if resource_name(b) in refused)
+                )
+            usable = {name: value for name, value in resources.items() if name not in refused}
+            self.nodes[node_id] = _Node(handle, description, usable)
         self.nodes_ready_at = time.monotonic()
 
     def _step(self) -> None:

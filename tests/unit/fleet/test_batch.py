@@ -29,6 +29,7 @@ class FakeDispatcher:
         self._nodes = nodes
         self.answer = answer
         self.refuse = refuse or set()
+        self.unsupported: dict[str, dict[str, str]] = {}  # node -> backends its own facts rule out
         self.sent: list[tuple[str, JobSpec]] = []
         self.in_flight: Counter[str] = Counter()
         self.peak: Counter[str] = Counter()
@@ -43,7 +44,7 @@ class FakeDispatcher:
     def start_node(self, node_id: str, *, slots: int) -> tuple[Any, NodeDescription] | str:
         if node_id in self.refuse:
             return "the actor could not be placed"
-        return node_id, NodeDescription(node_id, "host", 1, {})
+        return node_id, NodeDescription(node_id, "host", 1, self.unsupported.get(node_id, {}))
 
     def submit(self, node: Any, spec: JobSpec) -> Any:
         ref = len(self.sent)
@@ -189,3 +190,12 @@ def test_max_in_flight_caps_the_attempts_running_across_the_cluster(tmp_path: Pa
     unlimited = FakeDispatcher({"a": PROCESS_2, "b": PROCESS_2})
     list(run_batch(_items(tmp_path, 10), dispatcher=unlimited))
     assert unlimited.peak_total == 4
+
+
+def test_a_backend_a_node_advertises_but_its_own_facts_rule_out_gets_no_job_there(tmp_path: Path) -> None:
+    dispatcher = FakeDispatcher({"a": PROCESS_2, "liar": PROCESS_2})
+    dispatcher.unsupported["liar"] = {"process": "bubblewrap (bwrap) is not installed"}
+    batch = run_batch(_items(tmp_path, 6), dispatcher=dispatcher)
+    assert {r.status for r in batch} == {"done"}
+    assert {node for node, _ in dispatcher.sent} == {"a"}
+    assert "bwrap" in batch.node_problems["liar"] and "contain_backend_process" in batch.node_problems["liar"]
