@@ -130,6 +130,8 @@ def _stream(batch: Batch, progress: Progress, *, as_json: bool, outputs_dir: Pat
         if as_json:
             print(json.dumps(report.to_dict(), sort_keys=True), flush=True)
     progress.close()
+    for node_id, problem in sorted(batch.node_problems.items()):
+        print(f"fleet: node {for_terminal(node_id)}: {for_terminal(problem)}", file=sys.stderr)
     summary = summarize(reports, elapsed_s=time.monotonic() - began)
     if as_json:
         print(json.dumps({"summary": summary.to_dict(), "batch_id": batch.batch_id}, sort_keys=True))
