@@ -290,6 +290,14 @@ def test_killing_the_second_node_mid_batch_retries_its_jobs_and_the_ledger_shows
     intents = Counter(row["idempotency_key"] for row in server.broker.store.raw_rows() if row["kind"] == "intent")
     assert len(intents) == count and set(intents.values()) == {1}, intents
     assert all(key.endswith("-1") and "fj-" in key for key in intents), intents
+    # The dead node's sandboxes died with its actor (bubblewrap's --die-with-parent); their cgroups
+    # stay until the sweep contain runs at a sandbox's start removes them, empty as they are.
+    from contain.host.facts import detect_host
+    from contain.runtime.cgroup_sweep import sweep_stale_cgroups
+
+    dead_actor = batch.nodes[second].description.pid
+    sweep_stale_cgroups(detect_host())
+    assert _sandbox_cgroups({dead_actor}) == []
 
 
 def _rows(db: str, sql: str) -> list[tuple[Any, ...]]:

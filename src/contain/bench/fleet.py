@@ -13,9 +13,12 @@ cluster is started (``LocalCluster``: each node
   - ``latency-warm`` / ``latency-cold``: ``latency_jobs`` fleet jobs (first workload) one at a time
     (``max_in_flight=1``), so each job's latency is its own and not a queue's.
 
-Throughput is jobs/s over the whole run. For the fleet it is given twice: from the batch's start
-(including the pool actors' start, paid once per batch) and from the moment the actors answered
-(``steady``), the rate a long batch converges to. Latency is a job's first send to its report.
+The variants take turns: each one's jobs are split into ``rounds`` batches run round-robin with
+the order rotating, so load from other work on a shared host hits every variant alike.
+Throughput is jobs/s. For the fleet it is given twice: over the whole batches (including the pool
+actors' start, paid once per batch, so once per round here) and from the moment the actors
+answered (``steady``), the rate a long batch converges to. Latency is a job's first send to its
+report.
 
 Does not assert anything: benchmarks report; tests judge.
 """
@@ -26,6 +29,7 @@ import json
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -113,9 +117,12 @@ def measure_fleet(
     jobs: int = 200,
     latency_jobs: int = 40,
     slots: int = 2,
+    rounds: int = 4,
 ) -> FleetBenchReport:
     """Run every variant on a fresh local cluster per node count (see the module docstring).
 
+    Each variant's jobs are split into ``rounds`` batches, and the variants take turns round by
+    round (the order rotating), so that load from other work on a shared host hits them alike.
     Latency runs use the first workload only.
     """
     from contain.fleet.local_cluster import LocalCluster
@@ -126,16 +133,49 @@ def measure_fleet(
         for nodes in node_counts:
             with LocalCluster(nodes=nodes, num_cpus=1, resources={"contain_backend_process": float(slots)}):
                 for workload in workloads:
-                    argv = WORKLOADS[workload]
-                    runs.append(_bare(workload, argv, nodes, jobs, in_flight=nodes * slots))
-                    for variant, warm in (("contain-warm", slots), ("contain-cold", 0)):
-                        runs.append(_fleet(variant, workload, argv, base, nodes, jobs, warm=warm, max_in_flight=None))
-                argv = WORKLOADS[workloads[0]]
-                for variant, warm in (("latency-warm", 1), ("latency-cold", 0)):
-                    runs.append(
-                        _fleet(variant, workloads[0], argv, base, nodes, latency_jobs, warm=warm, max_in_flight=1)
-                    )
+                    variants = {
+                        "bare": _bare_runner(WORKLOADS[workload], in_flight=nodes * slots),
+                        "contain-warm": _fleet_runner(base, WORKLOADS[workload], warm=slots, max_in_flight=None),
+                        "contain-cold": _fleet_runner(base, WORKLOADS[workload], warm=0, max_in_flight=None),
+                    }
+                    runs += _interleaved(variants, workload, nodes, jobs, rounds)
+                first = WORKLOADS[workloads[0]]
+                latency = {
+                    "latency-warm": _fleet_runner(base, first, warm=1, max_in_flight=1),
+                    "latency-cold": _fleet_runner(base, first, warm=0, max_in_flight=1),
+                }
+                runs += _interleaved(latency, workloads[0], nodes, latency_jobs, rounds)
     return FleetBenchReport(slots, tuple(runs))
+
+
+@dataclass
+class _Sample:
+    ok: int = 0
+    elapsed_s: float = 0.0
+    steady_s: float = 0.0
+    latencies: list[float] = field(default_factory=list)
+
+
+Runner = Callable[[int], _Sample]
+
+
+def _interleaved(variants: dict[str, Runner], workload: str, nodes: int, jobs: int, rounds: int) -> list[RunFigures]:
+    names = list(variants)
+    totals = {name: _Sample() for name in names}
+    per_round = [jobs // rounds + (1 if r < jobs % rounds else 0) for r in range(rounds)]
+    for number, count in enumerate(per_round):
+        for name in names[number % len(names):] + names[: number % len(names)]:  # rotate the order
+            sample = variants[name](count)
+            total = totals[name]
+            total.ok += sample.ok
+            total.elapsed_s += sample.elapsed_s
+            total.steady_s += sample.steady_s
+            total.latencies += sample.latencies
+    return [
+        RunFigures(name, workload, nodes, jobs, t.ok, t.elapsed_s, t.steady_s,
+                   percentile(t.latencies, 50), percentile(t.latencies, 99))
+        for name, t in totals.items()
+    ]
 
 
 def _run_bare(argv: list[str]) -> tuple[int, float]:
@@ -144,56 +184,57 @@ def _run_bare(argv: list[str]) -> tuple[int, float]:
     return status, time.perf_counter() - began
 
 
-def _bare(workload: str, argv: list[str], nodes: int, jobs: int, *, in_flight: int) -> RunFigures:
+def _bare_runner(argv: list[str], *, in_flight: int) -> Runner:
     import ray
 
     task = ray.remote(_run_bare).options(num_cpus=0, resources={"contain_backend_process": 1})
     ray.get([task.remote(argv) for _ in range(in_flight)])  # start the workers, as the fleet's actors are
-    began = time.monotonic()
-    pending: dict[Any, float] = {}
-    latencies: list[float] = []
-    ok = sent = 0
-    while sent < jobs or pending:
-        while sent < jobs and len(pending) < in_flight:
-            pending[task.remote(argv)] = time.monotonic()
-            sent += 1
-        ready, _ = ray.wait(list(pending), num_returns=1)
-        for ref in ready:
-            status, _ = ray.get(ref)
-            latencies.append(time.monotonic() - pending.pop(ref))
-            ok += status == 0
-    elapsed = time.monotonic() - began
-    return RunFigures(
-        "bare", workload, nodes, jobs, ok, elapsed, elapsed, percentile(latencies, 50), percentile(latencies, 99)
-    )
+
+    def run(jobs: int) -> _Sample:
+        began = time.monotonic()
+        pending: dict[Any, float] = {}
+        sample = _Sample()
+        sent = 0
+        while sent < jobs or pending:
+            while sent < jobs and len(pending) < in_flight:
+                pending[task.remote(argv)] = time.monotonic()
+                sent += 1
+            ready, _ = ray.wait(list(pending), num_returns=1)
+            for ref in ready:
+                status, _ = ray.get(ref)
+                sample.latencies.append(time.monotonic() - pending.pop(ref))
+                sample.ok += status == 0
+        sample.elapsed_s = sample.steady_s = time.monotonic() - began
+        return sample
+
+    return run
 
 
-def _fleet(
-    variant: str, workload: str, argv: list[str], base: Path, nodes: int, jobs: int, *, warm: int,
-    max_in_flight: int | None,
-) -> RunFigures:
+def _fleet_runner(base: Path, argv: list[str], *, warm: int, max_in_flight: int | None) -> Runner:
     from contain.fleet.batch import run_batch
     from contain.fleet.jobs import prepare_jobs, read_job_lines
     from contain.fleet.ray_nodes import RayDispatcher
 
-    manifest = base / f"{variant}-{workload}-{nodes}.json"
-    manifest.write_text(json.dumps({"version": 1, "task": "bench", "fleet": {"warm_sandboxes": warm}}))
-    lines = base / f"{variant}-{workload}-{nodes}.jsonl"
-    lines.write_text("".join(
-        json.dumps({"id": f"j{i}", "manifest": manifest.name, "command": argv}) + "\n" for i in range(jobs)
-    ))
-    items = list(prepare_jobs(read_job_lines(lines), base_dir=base))
-    began = time.monotonic()
-    batch = run_batch(items, dispatcher=RayDispatcher(), max_in_flight=max_in_flight)
-    reports = list(batch)
-    ended = time.monotonic()
-    ready = batch.nodes_ready_at or began
-    latencies = [r.latency_s for r in reports if r.status == "done"]
-    ok = sum(r.status == "done" and r.result is not None and r.result.exit_code == 0 for r in reports)
-    return RunFigures(
-        variant, workload, nodes, jobs, ok, ended - began, ended - ready,
-        percentile(latencies, 50), percentile(latencies, 99),
-    )
+    def run(jobs: int) -> _Sample:
+        folder = Path(tempfile.mkdtemp(dir=base))
+        (folder / "m.json").write_text(json.dumps({"version": 1, "task": "bench", "fleet": {"warm_sandboxes": warm}}))
+        lines = folder / "jobs.jsonl"
+        lines.write_text("".join(
+            json.dumps({"id": f"j{i}", "manifest": "m.json", "command": argv}) + "\n" for i in range(jobs)
+        ))
+        items = list(prepare_jobs(read_job_lines(lines), base_dir=folder))
+        began = time.monotonic()
+        batch = run_batch(items, dispatcher=RayDispatcher(), max_in_flight=max_in_flight)
+        reports = list(batch)
+        ended = time.monotonic()
+        return _Sample(
+            ok=sum(r.status == "done" and r.result is not None and r.result.exit_code == 0 for r in reports),
+            elapsed_s=ended - began,
+            steady_s=ended - (batch.nodes_ready_at or began),
+            latencies=[r.latency_s for r in reports if r.status == "done"],
+        )
+
+    return run
 
 
 def render_fleet(report: FleetBenchReport) -> str:

@@ -26,6 +26,7 @@ def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
     parser.add_argument("--latency-jobs", type=int, default=40, help="fleet: jobs per latency run (default 40)")
     parser.add_argument("--nodes", default="1,2", help="fleet: node counts, comma-separated (default 1,2)")
     parser.add_argument("--slots", type=int, default=2, help="fleet: sandbox slots per node (default 2)")
+    parser.add_argument("--fleet-rounds", type=int, default=4, help="fleet: turns the variants take (default 4)")
     parser.add_argument(
         "--workloads", default="echo,cpu-100ms", help="fleet: workloads, comma-separated (default echo,cpu-100ms)"
     )
@@ -73,15 +74,19 @@ def _fleet(args: argparse.Namespace) -> int:
     except ValueError:
         nodes = ()
     workloads = tuple(args.workloads.split(","))
-    if not nodes or min(nodes) < 1 or args.jobs < 1 or args.latency_jobs < 1 or args.slots < 1:
-        print("contain bench fleet: --nodes, --jobs, --latency-jobs and --slots must be 1 or more", file=sys.stderr)
+    if not nodes or min(nodes) < 1 or min(args.jobs, args.latency_jobs, args.slots, args.fleet_rounds) < 1:
+        print(
+            "contain bench fleet: --nodes, --jobs, --latency-jobs, --slots and --fleet-rounds must be 1 or more",
+            file=sys.stderr,
+        )
         return 2
     if not set(workloads) <= set(WORKLOADS):
         print(f"contain bench fleet: --workloads takes {', '.join(WORKLOADS)}", file=sys.stderr)
         return 2
     print(f"bench: fleet on {', '.join(map(str, nodes))} node(s), {args.jobs} jobs per run ...", file=sys.stderr)
     report = measure_fleet(
-        node_counts=nodes, workloads=workloads, jobs=args.jobs, latency_jobs=args.latency_jobs, slots=args.slots
+        node_counts=nodes, workloads=workloads, jobs=args.jobs, latency_jobs=args.latency_jobs, slots=args.slots,
+        rounds=args.fleet_rounds,
     )
     if args.json:
         json.dump(report.to_dict(), sys.stdout, indent=2)
