@@ -112,11 +112,13 @@ def render_summary(summary: BatchSummary) -> str:
 
 
 def render_failures(reports: Iterable[JobReport], *, limit: int = 20) -> str:
-    """One line per failed or retried job (id, cause), untrusted text made visible; at most ``limit``."""
+    """One line per job that failed, was retried or exited non-zero (id, cause or the last line of
+    its stderr, clipped), untrusted text made visible; at most ``limit`` jobs."""
     lines: list[str] = []
     shown = 0
     for report in reports:
-        if report.status == "done" and not report.retried:
+        nonzero = report.status == "done" and report.result is not None and report.result.status != 0
+        if report.status == "done" and not report.retried and not nonzero:
             continue
         if shown == limit:
             lines.append("  ... (more in --json)")
@@ -125,6 +127,9 @@ def render_failures(reports: Iterable[JobReport], *, limit: int = 20) -> str:
         name = report.job_id if report.job_id is not None else f"line {report.line}"
         if report.status != "done":
             lines.append(f"  {report.status} {for_terminal(name)}: {for_terminal(report.cause)}")
+        elif nonzero and report.result is not None:
+            tail = report.result.stderr.data.decode("utf-8", "replace").strip().splitlines()[-1:] or [""]
+            lines.append(f"  exit {report.result.status} {for_terminal(name)}: {for_terminal(tail[0][:200])}")
         for why in report.retried_after:
             lines.append(f"  retried {for_terminal(name)}: {for_terminal(why)}")
     return "\n".join(lines) + ("\n" if lines else "")

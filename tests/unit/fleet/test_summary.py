@@ -53,3 +53,13 @@ def test_failure_lines_make_control_characters_in_ids_and_causes_visible() -> No
 def test_failure_lines_stop_at_the_limit_and_say_there_are_more() -> None:
     reports = [_report(f"f{i}", "failed", cause="x") for i in range(5)]
     assert render_failures(reports, limit=2).splitlines()[-1] == "  ... (more in --json)"
+
+
+def test_a_done_job_that_exited_non_zero_is_listed_with_the_last_line_of_its_stderr() -> None:
+    from contain.runtime.result import Captured
+
+    result = run_result(exit_code=1)
+    stderr = b"Traceback ...\nOSError: [Errno 101] Network is unreachable\x1b[31m\n"
+    result = type(result)(**{**result.__dict__, "stderr": Captured(stderr, False, len(stderr))})
+    text = render_failures([_report("net", result=result), _report("fine")])
+    assert text == "  exit 1 net: OSError: [Errno 101] Network is unreachable" + "\\x1b[31m" + "\n"
