@@ -11,8 +11,8 @@ replacement, started by one background thread, so the next job of the same manif
 
 Bounds: at most ``keep`` ready sandboxes per manifest (the manifest's ``fleet.warm_sandboxes``), a
 ready sandbox older than ``max_idle_s`` is closed instead of used (its broker token would be
-close to expiry), and ``close()`` stops the refill thread, waits for a start in progress and
-closes every ready sandbox: after it returns this object owns no sandbox.
+close to expiry), and ``close()`` closes every ready sandbox, then stops the refill thread (which
+closes a sandbox it was starting): after it returns this object owns no sandbox.
 """
 
 from __future__ import annotations
@@ -98,10 +98,14 @@ class PrestartedSandboxes:
             self._ready.clear()
             self._lock.notify_all()
             thread = self._thread
-        if thread is not None:
-            thread.join(_JOIN_S)
+        # The ready sandboxes first, the refill thread last: bubblewrap's --die-with-parent is
+        # PR_SET_PDEATHSIG, which fires when the *thread* that started the sandbox exits, and a
+        # sandbox killed that way would die before its close() (its teardown still runs, but
+        # against a sandbox already gone). A start in progress is closed by the thread itself.
         for sandbox in ready:
             sandbox.close()
+        if thread is not None:
+            thread.join(_JOIN_S)
         return len(ready)
 
     def ready_count(self, key: str) -> int:

@@ -99,3 +99,15 @@ def test_a_manifest_whose_spare_cannot_start_is_not_retried_in_a_loop() -> None:
     assert done.wait(10)
     pool.close()  # joins the refill thread: no start after the failure
     assert len(calls) == 2 and pool.ready_count("m") == 0
+
+
+def test_close_closes_the_ready_spares_while_the_thread_that_started_them_still_lives() -> None:
+    pool = PrestartedSandboxes()
+    maker = _Maker(wanted=2)
+    pool.take("m", maker, keep=1)
+    assert maker.enough.wait(10)
+    spare = maker.made[1]
+    refill_thread_alive_at_close: list[bool] = []
+    spare.close = lambda: refill_thread_alive_at_close.append(pool._thread.is_alive()) or 0.0  # type: ignore[method-assign, union-attr, func-returns-value]
+    pool.close()
+    assert refill_thread_alive_at_close == [True]  # its PR_SET_PDEATHSIG has not fired yet
