@@ -146,9 +146,13 @@ class Batch:
         if not self._queue:
             self._finished = True
             return
-        for node_id, resources in self._dispatcher.nodes().items():
-            slots = max(int(v) for k, v in resources.items() if k.startswith("contain_backend_"))
-            started = self._dispatcher.start_node(node_id, slots=slots)
+        advertised = self._dispatcher.nodes()
+        slots = {
+            node_id: max(int(v) for k, v in resources.items() if k.startswith("contain_backend_"))
+            for node_id, resources in advertised.items()
+        }
+        for node_id, started in self._dispatcher.start_nodes(slots).items():
+            resources = advertised[node_id]
             if isinstance(started, str):
                 self.node_problems[node_id] = started
                 continue

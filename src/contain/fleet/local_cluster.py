@@ -13,7 +13,9 @@ ms and declares it dead after 3 missed checks, so a killed node's jobs are retri
 seconds instead of Ray's default half minute.
 
 Not a production deployment: one machine, loopback only, no authentication between nodes
-beyond what Ray itself does.
+beyond what Ray itself does. A driver killed outright (SIGKILL, or SIGTERM without a handler)
+cannot stop its nodes: they keep running in their sessions, named by their temp directory
+(``/tmp/cf-*``), until killed.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,6 +46,7 @@ log = LazyLogger(__name__)
 _SYSTEM_CONFIG = {"health_check_period_ms": 500, "health_check_failure_threshold": 3, "health_check_timeout_ms": 500}
 _OBJECT_STORE_BYTES = 100 * 1000 * 1000  # Ray's floor is about 75 MB; results are small
 _START_TIMEOUT_S = 120.0
+_SHUTDOWN_S = 30.0
 _STOP_GRACE_S = 3.0  # then SIGKILL: a node of a throwaway cluster has nothing to save
 
 
@@ -211,15 +215,21 @@ class LocalCluster:
         node.process.wait(timeout=30)
 
     def stop(self) -> list[int]:
-        """Disconnect, end every node's processes, remove the temp directories; returns survivors."""
-        try:
+        """Disconnect, end every node's processes, remove the temp directories; returns survivors.
+
+        The disconnect is bounded (``_SHUTDOWN_S``): a Ray client stuck on a dead node must not
+        keep the nodes' processes alive, so they are ended whether or not it returned.
+        """
+        with contextlib.suppress(SandboxStartError):
             from contain.fleet.ray_nodes import _ray
 
             ray = _ray()
             if ray.is_initialized():
-                ray.shutdown()
-        except SandboxStartError:
-            pass
+                disconnect = threading.Thread(target=ray.shutdown, name="contain-fleet-ray-shutdown", daemon=True)
+                disconnect.start()
+                disconnect.join(_SHUTDOWN_S)
+                if disconnect.is_alive():
+                    log.warning("ray.shutdown() did not return within %ss; ending the nodes anyway", _SHUTDOWN_S)
         survivors: list[int] = []
         for node in reversed(self.nodes):  # workers first, the head (GCS) last
             survivors += _end_session(node.process)

@@ -86,8 +86,9 @@ class Dispatcher(Protocol):
         """Alive node id -> its resources."""
         ...
 
-    def start_node(self, node_id: str, *, slots: int) -> tuple[Any, NodeDescription] | str:
-        """Start the node's pool actor; its handle and description, or why it could not start."""
+    def start_nodes(self, slots: dict[str, int]) -> dict[str, tuple[Any, NodeDescription] | str]:
+        """Start a pool actor on each node (node id -> its slots), all at once; per node its handle
+        and description, or why it could not start."""
         ...
 
     def submit(self, node: Any, spec: JobSpec) -> Any:
@@ -105,6 +106,9 @@ class Dispatcher(Protocol):
     def stop(self, node: Any) -> None:
         """Close the node's warm sandboxes and end its actor."""
         ...
+
+
+_DESCRIBE_TIMEOUT_S = 120.0  # an actor's first answer includes its worker's start and imports
 
 
 def connect(address: str) -> None:
@@ -154,26 +158,34 @@ class RayDispatcher:
             if node.get("Alive") and any(name.startswith(RESOURCE_PREFIX) for name in node.get("Resources", {}))
         }
 
-    def start_node(self, node_id: str, *, slots: int) -> tuple[Any, NodeDescription] | str:
+    def start_nodes(self, slots: dict[str, int]) -> dict[str, tuple[Any, NodeDescription] | str]:
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         if self._actor_class is None:
             from contain.fleet.node import NodePool
 
             self._actor_class = self._ray.remote(NodePool)
-        actor = self._actor_class.options(
-            num_cpus=0,
-            max_concurrency=slots + 4,  # the node's slots, plus cancel/shutdown calls that must not queue
-            max_restarts=0,
-            scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node_id, soft=False),
-        ).remote(node_id=node_id, broker_config=self._broker_config)
-        try:
-            description = self._ray.get(actor.describe.remote(), timeout=120)
-        except Exception as exc:  # the node gets no job; the reason is reported
-            self._ray.kill(actor, no_restart=True)
-            lost = classify_ray_failure(exc)
-            return lost.reason if isinstance(lost, NodeLost) else lost
-        return actor, description
+        actors = {
+            node_id: self._actor_class.options(
+                num_cpus=0,
+                max_concurrency=count + 4,  # the node's slots, plus cancel/shutdown calls that must not queue
+                max_restarts=0,
+                scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node_id, soft=False),
+            ).remote(node_id=node_id, broker_config=self._broker_config)
+            for node_id, count in slots.items()
+        }
+        # Every actor starts at once; then each describes itself (a node that does not answer in
+        # time gets no job, and its actor is ended).
+        calls = {node_id: actor.describe.remote() for node_id, actor in actors.items()}
+        started: dict[str, tuple[Any, NodeDescription] | str] = {}
+        for node_id, call in calls.items():
+            try:
+                started[node_id] = (actors[node_id], self._ray.get(call, timeout=_DESCRIBE_TIMEOUT_S))
+            except Exception as exc:  # the node gets no job; the reason is reported
+                self._ray.kill(actors[node_id], no_restart=True)
+                lost = classify_ray_failure(exc)
+                started[node_id] = lost.reason if isinstance(lost, NodeLost) else lost
+        return started
 
     def submit(self, node: Any, spec: JobSpec) -> Any:
         return node.run_job.remote(spec)

@@ -54,8 +54,8 @@ class _InterruptedOnce:
     def nodes(self) -> dict[str, dict[str, float]]:
         return {"n": {"contain_backend_process": 2.0}}
 
-    def start_node(self, node_id: str, *, slots: int) -> tuple[Any, NodeDescription]:
-        return node_id, NodeDescription(node_id, "h", 1, {})
+    def start_nodes(self, slots: dict[str, int]) -> dict[str, tuple[Any, NodeDescription]]:
+        return {node_id: (node_id, NodeDescription(node_id, "h", 1, {})) for node_id in slots}
 
     def submit(self, node: Any, spec: JobSpec) -> Any:
         return spec.job_id

@@ -41,10 +41,13 @@ class FakeDispatcher:
     def nodes(self) -> dict[str, dict[str, float]]:
         return dict(self._nodes)
 
-    def start_node(self, node_id: str, *, slots: int) -> tuple[Any, NodeDescription] | str:
-        if node_id in self.refuse:
-            return "the actor could not be placed"
-        return node_id, NodeDescription(node_id, "host", 1, self.unsupported.get(node_id, {}))
+    def start_nodes(self, slots: dict[str, int]) -> dict[str, tuple[Any, NodeDescription] | str]:
+        self.started_with = dict(slots)
+        return {
+            node_id: "the actor could not be placed" if node_id in self.refuse
+            else (node_id, NodeDescription(node_id, "host", 1, self.unsupported.get(node_id, {})))
+            for node_id in slots
+        }
 
     def submit(self, node: Any, spec: JobSpec) -> Any:
         ref = len(self.sent)
@@ -91,6 +94,7 @@ def test_every_job_is_reported_once_and_no_node_runs_more_than_its_slots(tmp_pat
     assert reports[0].status == "failed" and reports[0].line == 41  # problems come first
     assert {r.status for r in reports[1:]} == {"done"} and all(r.attempts == 1 for r in reports[1:])
     assert dispatcher.peak["a"] <= 2 and dispatcher.peak["b"] <= 3
+    assert dispatcher.started_with == {"a": 2, "b": 3}  # one actor per node, sized by its slots
     assert {node for node, _ in dispatcher.sent} == {"a", "b"}
     assert sorted(dispatcher.stopped) == ["a", "b"]
 
