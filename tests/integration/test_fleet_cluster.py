@@ -235,7 +235,7 @@ import json, runpy, time, os
 bc = runpy.run_path("/.contain/broker-client")
 reply = bc["BrokerClient"]().call("update_invoice", {"invoice_id": "INV-1", "amount_cents": AMOUNT})
 print(json.dumps({"status": reply.status, "replayed": reply.body.get("replayed"), "key": reply.body.get("idempotency_key")}))
-time.sleep(2.5)
+time.sleep(3)
 '''
 
 
@@ -259,7 +259,10 @@ def test_killing_the_second_node_mid_batch_retries_its_jobs_and_the_ledger_shows
     def kill_once_a_job_on_the_second_node_has_written() -> None:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
-            written = {f"k{amount - 10_000}" for (amount,) in _rows(db, "SELECT new_amount_cents FROM applied")}
+            # Written less than a second ago: the job is surely still in its 3 s sleep when killed
+            # (a job that wrote long ago may finish on the second node before the kill lands).
+            fresh = _rows(db, "SELECT new_amount_cents FROM applied WHERE applied_at > ?", (time.time() - 1.0,))
+            written = {f"k{amount - 10_000}" for (amount,) in fresh}
             on_second = [job for job, node in batch.in_flight().items() if node == second and job in written]
             if on_second:
                 killed_after_write.extend(on_second)
@@ -300,10 +303,10 @@ def test_killing_the_second_node_mid_batch_retries_its_jobs_and_the_ledger_shows
     assert _sandbox_cgroups({dead_actor}) == []
 
 
-def _rows(db: str, sql: str) -> list[tuple[Any, ...]]:
+def _rows(db: str, sql: str, parameters: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
     conn = sqlite3.connect(db, timeout=5)
     try:
-        return conn.execute(sql).fetchall()
+        return conn.execute(sql, parameters).fetchall()
     finally:
         conn.close()
 
