@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Set up everything contain needs on this machine, idempotently, saying what it does.
 #   1. Debian packages (only when running as root and something is missing)
-#   2. a .venv in the repo root with contain installed (pip install -e .[dev])
+#   2. a .venv in the repo root with contain installed (pip install -e .[dev]; dev includes the fleet extra's Ray)
 #   3. the in-sandbox supervisor, compiled once into the cache
 #   4. the microVM guest agent (static, for the guest's initramfs), compiled once into the cache
 #   5. the microVM guest (kernel unpacked from Debian's cloud kernel .deb, initramfs with the

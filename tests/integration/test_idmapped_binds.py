@@ -158,3 +158,50 @@ def test_staging_left_by_a_dead_process_is_swept(tmp_path):
     assert sweep_stale_staging(base) == [str(left)]
     assert list(base.iterdir()) == []
     assert _mounted_under(str(left)) == []
+
+
+def test_idmapping_namespaces_made_by_several_threads_at_once_do_not_deadlock(monkeypatch):
+    """Found under contain fleet (several sandboxes starting in one process): each thread's helper
+    child waits for EOF on its own pipe, but a child forked while another thread's pipes were open
+    held copies of their write ends, so no child ever saw EOF and every starting thread hung.
+    The fork below is held until all threads have made their pipes, the interleaving that hung."""
+    import contextlib
+    import signal
+    import threading
+    import time
+
+    from contain.runtime import idmap
+
+    threads_count = 3
+    before_fork = threading.Barrier(threads_count)
+    children: list[int] = []
+    real_fork = os.fork
+
+    def fork_when_all_pipes_exist() -> int:
+        with contextlib.suppress(threading.BrokenBarrierError):
+            before_fork.wait(timeout=2)  # serialised callers break the barrier and go on alone
+        pid = real_fork()
+        if pid:
+            children.append(pid)
+        return pid
+
+    monkeypatch.setattr(idmap.os, "fork", fork_when_all_pipes_exist)
+    results: list[int] = []
+
+    def make_one() -> None:
+        results.append(idmap._idmapping_userns(0, 0, leased_uid=65534, leased_gid=65534))
+
+    workers = [threading.Thread(target=make_one, daemon=True) for _ in range(threads_count)]
+    for worker in workers:
+        worker.start()
+    deadline = time.monotonic() + 20
+    for worker in workers:
+        worker.join(max(0.0, deadline - time.monotonic()))
+    stuck = [w for w in workers if w.is_alive()]
+    for pid in children:  # never leave a hung helper behind, pass or fail
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    for fd in results:
+        os.close(fd)
+    assert not stuck, f"{len(stuck)} of {threads_count} threads hung making their idmapping namespace"
+    assert len(results) == threads_count

@@ -18,6 +18,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
+from contain.boundary.fleet_settings import FleetSettings
 from contain.boundary.hostnames import HostnameError, canonical_hostname, canonical_pattern
 from contain.boundary.kinds import (
     PROTECTED_PATHS,
@@ -410,6 +411,9 @@ class Boundary(BaseModel):
     runtime: Runtime = Field(default_factory=Runtime, description="Where the code runs (default: process).")
     kubernetes: Kubernetes | None = Field(
         default=None, description="How `contain k8s render` renders this boundary (see docs/k8s.md)."
+    )
+    fleet: FleetSettings = Field(
+        default_factory=FleetSettings, description="How `contain fleet` runs jobs of this manifest, e.g. {retries: 2}."
     )
 
     @field_validator("task")

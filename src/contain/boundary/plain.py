@@ -8,10 +8,10 @@ from a validated ``Boundary`` (``plain_boundary``) or from its JSON dump kept in
 cache (``plain_from_json``, see ``contain.boundary.cache``).
 
 Each class mirrors one model field for field, except ``Boundary.version`` (always 1),
-``Boundary.tools`` (read by the gate, never by the runtime) and ``Boundary.kubernetes`` (read by
-``contain k8s render`` only). A test holds the mirrors to the
-models, and ``plain_from_json`` refuses a missing or unknown key, so a field added to a model
-but not here fails loudly instead of being dropped.
+``Boundary.tools`` (read by the gate, never by the runtime), ``Boundary.kubernetes`` (read by
+``contain k8s render`` only) and ``Boundary.fleet`` (read by the fleet driver). A test holds the
+mirrors to the models, and ``plain_from_json`` refuses a missing or unknown key, so a field added
+to a model but not here fails loudly instead of being dropped.
 """
 
 from __future__ import annotations
@@ -43,8 +43,9 @@ __all__ = [
 ]
 
 # Boundary fields the runtime never reads; they are not mirrored (and ignored in a dump).
-# ``kubernetes`` is read only by ``contain k8s render``, which takes the validated section itself.
-NOT_MIRRORED = frozenset({"version", "tools", "kubernetes"})
+# ``kubernetes`` is read only by ``contain k8s render``, which takes the validated section itself;
+# ``fleet`` only by the fleet driver.
+NOT_MIRRORED = frozenset({"version", "tools", "kubernetes", "fleet"})
 
 
 @dataclass(frozen=True)

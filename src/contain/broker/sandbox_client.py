@@ -24,6 +24,13 @@ lost response never writes twice, and two calls are two writes even with equal a
 retry a call yourself later (another process, another run of the CLI), pass the key its reply
 named (``idempotency_key``) with ``--key`` / ``idempotency_key=``. The broker scopes keys to the
 task of the token, and refuses the forms it reserves for itself (``s:``, ``d:``).
+
+Under ``contain fleet`` a job may run more than once (its node died), so its keys must be the
+same on every run: the node sets CONTAIN_CALL_KEY_PREFIX (derived from the job's identity, see
+``contain.fleet.identity``) and CONTAIN_CALL_KEY_COUNTER (a file in scratch), and ``next_call_key``
+numbers the job's calls ``<prefix>-1``, ``<prefix>-2``, ... across all of its processes (the
+counter file is locked). A rerun making the same calls in the same order replays them; a rerun
+whose n-th call differs is refused (422), never written twice.
 """
 
 from __future__ import annotations
@@ -38,15 +45,48 @@ import threading
 import time
 from typing import Any
 
-__all__ = ["BrokerClient", "Reply", "main", "new_call_key"]
+__all__ = ["BrokerClient", "Reply", "main", "new_call_key", "next_call_key"]
 
 DEFAULT_SOCKET = "/.contain/broker.sock"
 DEFAULT_TOKEN_FILE = "/.contain/broker-token"
+CALL_KEY_PREFIX_ENV = "CONTAIN_CALL_KEY_PREFIX"  # set by contain fleet: the job's key prefix
+CALL_KEY_COUNTER_ENV = "CONTAIN_CALL_KEY_COUNTER"  # set by contain fleet: the job's call counter file
 
 
 def new_call_key() -> str:
     """A key for one logical call: ``c-`` + 128 random bits in hex (never one of the broker's reserved forms)."""
     return "c-" + os.urandom(16).hex()  # the OS CSPRNG; stdlib only, as the rest of this file
+
+
+def next_call_key() -> str:
+    """The key for a new logical call: ``<prefix>-<n>`` under contain fleet, else ``new_call_key()``.
+
+    With CONTAIN_CALL_KEY_PREFIX set, ``n`` counts this job's calls from 1, in a counter file
+    (CONTAIN_CALL_KEY_COUNTER) that every process of the job shares under an exclusive lock.
+
+    Raises:
+        ValueError: the prefix is set without a counter file (numbering per process would give
+            two processes of one job the same keys).
+    """
+    prefix = os.environ.get(CALL_KEY_PREFIX_ENV)
+    if not prefix:
+        return new_call_key()
+    counter_path = os.environ.get(CALL_KEY_COUNTER_ENV)
+    if not counter_path:
+        raise ValueError(f"{CALL_KEY_PREFIX_ENV} is set without {CALL_KEY_COUNTER_ENV}")
+    import fcntl
+
+    fd = os.open(counter_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        text = os.read(fd, 32).strip()
+        number = (int(text) if text.isdigit() else 0) + 1
+        os.lseek(fd, 0, os.SEEK_SET)
+        os.ftruncate(fd, 0)
+        os.write(fd, str(number).encode())
+    finally:
+        os.close(fd)  # releases the lock
+    return f"{prefix}-{number}"
 
 
 class Reply:
@@ -201,7 +241,7 @@ class BrokerClient:
         Without ``idempotency_key`` the call gets a fresh key that nobody learns (no retry can reach it).
         """
         sock = self._socket()
-        data = json.dumps(_call_body(arguments, idempotency_key or new_call_key(), grant)).encode()
+        data = json.dumps(_call_body(arguments, idempotency_key or next_call_key(), grant)).encode()
         sock.sendall(self._head("POST", f"/v1/actions/{action}", len(data), close=True) + data)
         sock.shutdown(socket.SHUT_WR)
         while sock.recv(65536):  # discarded: the response is "lost"
@@ -221,13 +261,13 @@ class BrokerClient:
         """Call an action once; on 409 (in flight), 503 or a connection error, retry the same call.
 
         Args:
-            idempotency_key: the key of this logical call; default a fresh ``new_call_key()``. Pass
+            idempotency_key: the key of this logical call; default ``next_call_key()``. Pass
                 the key of an earlier call (its reply's ``idempotency_key``) only to retry that call.
 
         Returns:
             The broker's reply; its body names the key used, for a later retry.
         """
-        body = _call_body(arguments, idempotency_key or new_call_key(), grant)
+        body = _call_body(arguments, idempotency_key or next_call_key(), grant)
         attempt = 0
         while True:
             try:

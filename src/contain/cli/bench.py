@@ -1,5 +1,6 @@
 """`contain bench startup [--backend a,b]`: sandbox start-up per backend beside its raw runtime
 (raw bwrap; raw `runc run` / `runsc run` of contain's bundle), session runs, and throughput.
+`contain bench fleet`: jobs/s and latency of contain on Ray beside bare Ray tasks (contain.bench.fleet).
 
 Exit status: 0 after the report; 2 for bad numbers; 125 (cause and fix, rendered by
 ``contain.cli.main``) for a backend ``parse_backend_spec`` refuses or the bench has no baseline
@@ -18,7 +19,7 @@ import sys
 
 
 def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
-    parser.add_argument("what", choices=["startup"], help="what to measure")
+    parser.add_argument("what", choices=["startup", "fleet"], help="what to measure")
     parser.add_argument("--rounds", type=int, default=30, help="samples per variant (default 30)")
     parser.add_argument(
         "--throughput-count", type=int, default=100, help="commands for the throughput run (0: skip it)"
@@ -35,9 +36,19 @@ def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
         "--pool-size", type=int, default=2, help="warm pool for the pool-vs-cold rows (0: skip them; default 2)"
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--jobs", type=int, default=200, help="fleet: jobs per throughput run (default 200)")
+    parser.add_argument("--latency-jobs", type=int, default=40, help="fleet: jobs per latency run (default 40)")
+    parser.add_argument("--nodes", default="1,2", help="fleet: node counts, comma-separated (default 1,2)")
+    parser.add_argument("--slots", type=int, default=2, help="fleet: sandbox slots per node (default 2)")
+    parser.add_argument("--fleet-rounds", type=int, default=4, help="fleet: turns the variants take (default 4)")
+    parser.add_argument(
+        "--workloads", default="echo,cpu-100ms", help="fleet: workloads, comma-separated (default echo,cpu-100ms)"
+    )
 
 
 def execute(args: argparse.Namespace) -> int:
+    if args.what == "fleet":
+        return _fleet(args)
     from contain.bench.pool import measure_pool_startup, pool_ratios, render_pool
     from contain.bench.startup import (
         StartupReport,
@@ -77,4 +88,34 @@ def execute(args: argparse.Namespace) -> int:
         sys.stdout.write("\n")
     else:
         print("\n".join([render_startup(report), *render_pool(summaries)]))
+    return 0
+
+
+def _fleet(args: argparse.Namespace) -> int:
+    from contain.bench.fleet import WORKLOADS, measure_fleet, render_fleet
+
+    try:
+        nodes = tuple(int(n) for n in args.nodes.split(","))
+    except ValueError:
+        nodes = ()
+    workloads = tuple(args.workloads.split(","))
+    if not nodes or min(nodes) < 1 or min(args.jobs, args.latency_jobs, args.slots, args.fleet_rounds) < 1:
+        print(
+            "contain bench fleet: --nodes, --jobs, --latency-jobs, --slots and --fleet-rounds must be 1 or more",
+            file=sys.stderr,
+        )
+        return 2
+    if not set(workloads) <= set(WORKLOADS):
+        print(f"contain bench fleet: --workloads takes {', '.join(WORKLOADS)}", file=sys.stderr)
+        return 2
+    print(f"bench: fleet on {', '.join(map(str, nodes))} node(s), {args.jobs} jobs per run ...", file=sys.stderr)
+    report = measure_fleet(
+        node_counts=nodes, workloads=workloads, jobs=args.jobs, latency_jobs=args.latency_jobs, slots=args.slots,
+        rounds=args.fleet_rounds,
+    )
+    if args.json:
+        json.dump(report.to_dict(), sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        sys.stdout.write(render_fleet(report))
     return 0

@@ -19,6 +19,10 @@ Decisions written down here:
   off}`` (CHK-012).
 * A microVM or container isolates the host kernel, not what is mounted into it: a writable host
   directory (CHK-018) or a long-lived secret (CHK-019) is as exposed as in a process sandbox.
+* ``contain fleet`` reruns a job whose node died; only broker writes are deduplicated, so a
+  manifest with a ``fleet:`` section that allows retries and binds a host directory writable is
+  flagged (CHK-024). Without a ``fleet:`` section the rule stays silent (the defaults apply to
+  every manifest, and most never run in a fleet).
 
 A broker action without a business validator is a property of the broker, not of the manifest:
 with ``contain check --broker-config broker.yaml`` the actions the manifest's records name are
@@ -458,6 +462,19 @@ def _guest_writable_host_dir(boundary: Boundary, facts: CheckFacts) -> Iterable[
             )
 
 
+def _fleet_retries_with_write_binds(boundary: Boundary, facts: CheckFacts) -> Iterable[Hit]:
+    # Only a manifest that writes a fleet: section is meant for `contain fleet`; the defaults
+    # (retries: 2) apply to every manifest and would make this fire on any write bind.
+    if "fleet" not in boundary.model_fields_set or boundary.fleet.retries == 0:
+        return
+    for i, rule in enumerate(boundary.files):
+        if rule.access is FileAccess.WRITE:
+            yield Hit(
+                ("files", i, "access"),
+                f"fleet.retries is {boundary.fleet.retries} and host directory {rule.host} is bound writable",
+            )
+
+
 def _guest_long_lived_secret(boundary: Boundary, facts: CheckFacts) -> Iterable[Hit]:
     if not _guest_backend(boundary):
         return
@@ -724,5 +741,14 @@ CHECK_RULES: tuple[CheckRule, ...] = (
     *(
         CheckRule(row.id, Severity.ERROR, f"kubernetes: {row.title}", row.why, row.fix, _k8s_refusal(row))
         for row in RENDER_REFUSALS
+    ),
+    CheckRule(
+        "CHK-024",
+        Severity.WARNING,
+        "fleet retries with a writable host directory",
+        "contain fleet reruns a job lost with its node; its broker writes replay (keys come from the job), "
+        "but what its first run wrote to a bound host directory is written again",
+        "write results to scratch and list them as the job's outputs, or set fleet.retries: 0",
+        _fleet_retries_with_write_binds,
     ),
 )

@@ -35,6 +35,7 @@ import errno
 import os
 import stat
 import struct
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -66,6 +67,11 @@ _CLONE_NEWUSER = 0x1000_0000
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.syscall.restype = ctypes.c_long
+# One helper child at a time per process. A child forked while another thread's helper pipes are
+# open inherits their write ends (fork keeps every fd; O_CLOEXEC acts only at exec), so that
+# other helper never sees EOF and both starting threads hang (found with sandboxes starting on
+# several threads of one process, as contain fleet's pool actor does).
+_HELPER_FORK = threading.Lock()
 
 
 class IdmapUnsupported(Exception):
@@ -86,6 +92,11 @@ def _idmapping_userns(uid: int, gid: int, *, leased_uid: int, leased_gid: int) -
     A child process creates the namespace and waits while we write its maps; the namespace lives
     on through the returned fd after the child exits.
     """
+    with _HELPER_FORK:
+        return _idmapping_userns_locked(uid, gid, leased_uid=leased_uid, leased_gid=leased_gid)
+
+
+def _idmapping_userns_locked(uid: int, gid: int, *, leased_uid: int, leased_gid: int) -> int:
     ready_r, ready_w = os.pipe()
     done_r, done_w = os.pipe()
     pid = os.fork()

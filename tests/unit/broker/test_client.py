@@ -85,3 +85,45 @@ def test_over_the_socket_11000_then_10500_then_11000_leaves_11000(
     retry = client.call("update_invoice", {"invoice_id": "INV-1", "amount_cents": 11000},
                         idempotency_key=replies[0].body["idempotency_key"])
     assert (retry.status, retry.body["replayed"]) == (200, True)
+
+
+def test_under_the_fleet_a_jobs_calls_are_numbered_from_its_prefix_across_processes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CONTAIN_CALL_KEY_PREFIX", "fj-0123456789abcdef0123456789abcdef")
+    monkeypatch.setenv("CONTAIN_CALL_KEY_COUNTER", str(tmp_path / "calls"))
+    first_process, second_process = _Scripted([200, 200]), _Scripted([200])
+    first_process.call("a", {"n": 1})
+    first_process.call("a", {"n": 1})
+    second_process.call("a", {"n": 2})  # another process of the same job shares the counter file
+    keys = [b["idempotency_key"] for b in first_process.bodies + second_process.bodies]
+    assert keys == [f"fj-0123456789abcdef0123456789abcdef-{n}" for n in (1, 2, 3)]
+
+
+def test_a_fleet_prefix_without_a_counter_file_is_refused_rather_than_numbered_per_process(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("CONTAIN_CALL_KEY_PREFIX", "fj-0123456789abcdef0123456789abcdef")
+    monkeypatch.delenv("CONTAIN_CALL_KEY_COUNTER", raising=False)
+    with pytest.raises(ValueError, match="CONTAIN_CALL_KEY_COUNTER"):
+        _Scripted([200]).call("a", {"n": 1})
+
+
+def test_a_rerun_of_a_fleet_job_in_a_fresh_sandbox_replays_its_write_instead_of_repeating_it(
+    served: BrokerServer, clock: Clock, invoices_db: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock.now = time.time()
+    token = mint_token(TokenKey(b"t" * 32), task="t1", principal="alice", actions=["update_invoice"], ttl_s=3600)
+    monkeypatch.setenv("CONTAIN_CALL_KEY_PREFIX", "fj-0123456789abcdef0123456789abcdef")
+    replies = []
+    for run in ("first", "rerun"):  # each run is a new sandbox: a new, empty counter file
+        monkeypatch.setenv("CONTAIN_CALL_KEY_COUNTER", str(tmp_path / f"calls-{run}"))
+        client = BrokerClient(served.socket_path, token)
+        replies.append(client.call("update_invoice", {"invoice_id": "INV-1", "amount_cents": 10700}))
+    assert [(r.status, r.body["replayed"]) for r in replies] == [(200, False), (200, True)]
+    conn = sqlite3.connect(invoices_db)
+    try:
+        applied = conn.execute("SELECT count(*) FROM applied WHERE idempotency_key LIKE 'alice/t1/fj-%'").fetchone()
+    finally:
+        conn.close()
+    assert applied == (1,)

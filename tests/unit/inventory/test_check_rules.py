@@ -169,6 +169,7 @@ TRIPS: dict[str, Callable[[Manifest, Path, Path], None]] = {
     "K8S-010": _k8s(network={"allow": [{"host": "::ffff:127.0.0.1", "ports": [8080]}]}),
     "K8S-011": _k8s(env={"HTTPS_PROXY": "http://elsewhere.test:3128"}),
     "K8S-012": _k8s(task="Invoices_2026"),
+    "CHK-024": _set("fleet", {"retries": 1}),
 }
 
 
@@ -308,3 +309,10 @@ def test_metadata_address_pinned_in_hosts_fires(tmp_path: Path) -> None:
 def test_tool_name_words_split_separators_and_camel_case() -> None:
     assert tool_name_words("billing.updateInvoice") == ["billing", "update", "invoice"]
     assert tool_name_words("fs__write_file") == ["fs", "write", "file"]
+
+
+def test_fleet_retries_rule_is_silent_when_the_fleet_section_allows_no_retry(tmp_path: Path) -> None:
+    home, repo = _world(tmp_path)
+    manifest = copy.deepcopy(_clean(home, repo))
+    manifest["fleet"] = {"retries": 0, "warm_sandboxes": 4}
+    assert [f.rule_id for f in _findings(manifest, home)] == []

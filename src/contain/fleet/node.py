@@ -1,0 +1,239 @@
+"""The pool actor: one per node, running the jobs the driver sends it in sandboxes of that node.
+
+``NodePool`` is a plain class; ``contain.fleet.cluster.start_pool_actor`` wraps it as a Ray actor
+pinned to its node (hard node affinity, threaded, never restarted). ``run_job`` is one attempt of
+one job, an ordered checklist:
+
+  1. refuse when the batch was cancelled, or when this node's own facts cannot run the job's
+     backend (the driver placed it by the node's advertised resources; this is the second check);
+  2. rebuild the job's boundary from the driver's validated dump (``plain_from_json``, cached);
+  3. take a started sandbox (warm when one is ready) and register it as live, under the lock
+     that ``cancel_all`` takes, so a cancel either sees it or the job sees the cancel;
+  4. put the inputs, run the command with the job's broker key prefix in its environment
+     (``identity.CALL_KEY_PREFIX_ENV``), read the outputs back (``Sandbox.get_file``: regular
+     files under scratch only, never through a symlink, bounded by the disk budget);
+  5. unregister and close the sandbox (export, cgroup removal, write-bind audit), always.
+
+``cancel_all`` sets the cancelled flag, kills every live sandbox (``Sandbox.destroy``: its
+processes and cgroup, from outside), closes the warm ones, and waits for the job threads to close
+theirs. When it returns no sandbox of this actor exists, unless a job thread did not finish in
+time, which the report names.
+
+What this does not do: retry (the driver decides), or survive its node (a node's death takes its
+sandboxes' processes with it through the sandbox init's parent-death signal; their cgroups are
+left for ``sweep_stale_cgroups``, see docs/fleet.md).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from contain._log import LazyLogger
+from contain.boundary.plain import PlainBoundary, plain_from_json
+from contain.errors import ContainError, FileTransferError
+from contain.fleet.identity import CALL_KEY_COUNTER_ENV, CALL_KEY_PREFIX_ENV, JOB_ID_ENV
+from contain.fleet.messages import CancelReport, JobOutcome, JobSpec, NodeDescription, Status
+from contain.fleet.placement import BACKEND_ROWS, NodeFacts, gather_node_facts, is_backend_supported
+from contain.fleet.warm import PrestartedSandboxes, WarmSandboxes
+from contain.runtime.attachments import Attachment
+from contain.runtime.sandbox import Sandbox
+
+__all__ = ["CALL_COUNTER_NAME", "NodePool", "SandboxFactory"]
+
+log = LazyLogger(__name__)
+
+# The broker client's call counter, in the sandbox's first scratch path (the job can write there;
+# tampering with it only changes its own keys, which the broker scopes to its task anyway).
+CALL_COUNTER_NAME = ".contain-fleet-calls"
+# Broker tokens for fleet sandboxes live as long as a warm sandbox may wait plus this margin; the
+# run's wall clock is added per boundary.
+_TOKEN_MARGIN_S = 900.0
+_CANCEL_WAIT_S = 30.0
+
+SandboxFactory = Callable[[PlainBoundary, list[Attachment]], Sandbox]
+
+
+def _default_factory(boundary: PlainBoundary, attachments: list[Attachment]) -> Sandbox:
+    return Sandbox(boundary, attachments=attachments)
+
+
+class NodePool:
+    """Runs job attempts on this node (see the module docstring).
+
+    Args:
+        node_id: the Ray node id this actor is pinned to (for reports).
+        broker_config: a broker.yaml on this node; sandboxes of manifests with ``records`` get its
+            socket, a task token and the client (``contain.broker.attachments_from_config``).
+            None: such a job fails, naming the missing option.
+        facts: this node's facts (gathered when omitted).
+        warm: where started sandboxes come from (default ``PrestartedSandboxes``).
+        make_sandbox: builds an unstarted sandbox (tests pass one over ``RecordingBackend``).
+    """
+
+    def __init__(
+        self,
+        *,
+        node_id: str,
+        broker_config: str | None = None,
+        facts: NodeFacts | None = None,
+        warm: WarmSandboxes | None = None,
+        make_sandbox: SandboxFactory = _default_factory,
+    ) -> None:
+        self._node_id = node_id
+        self._broker_config = broker_config
+        self._facts = facts or gather_node_facts()
+        self._warm: WarmSandboxes = warm if warm is not None else PrestartedSandboxes()
+        self._make_sandbox = make_sandbox
+        self._lock = threading.Condition()
+        self._cancelled = False
+        self._live: dict[str, Sandbox] = {}  # job id -> its sandbox, while the job runs
+        self._busy: set[str] = set()  # job ids whose thread is inside run_job
+        self._boundaries: dict[str, PlainBoundary] = {}
+
+    def describe(self) -> NodeDescription:
+        """Who this actor is and which backends its own facts rule out."""
+        unsupported = {
+            row.backend: why for row in BACKEND_ROWS if (why := is_backend_supported(self._facts, row.backend))
+        }
+        return NodeDescription(self._node_id, socket.gethostname(), os.getpid(), unsupported)
+
+    def run_job(self, spec: JobSpec) -> JobOutcome:
+        """Run one attempt of one job; never raises (a failure is an outcome with cause and fix)."""
+        began = time.perf_counter()
+        with self._lock:
+            if self._cancelled:
+                return self._outcome(spec, "cancelled", began, cause="the batch was cancelled before this job started")
+            self._busy.add(spec.job_id)
+        try:
+            return self._run(spec, began)
+        except ContainError as exc:
+            return self._outcome(
+                spec, "cancelled" if self._is_cancelled() else "failed", began, cause=exc.cause, fix=exc.fix
+            )
+        except Exception as exc:  # reported as this job's failure, never retried or hidden
+            log.exception("job %s failed inside the node", spec.job_id)
+            return self._outcome(
+                spec, "failed", began, cause=f"internal error on the node: {type(exc).__name__}: {exc}",
+                fix="report this as a bug in contain",
+            )
+        finally:
+            with self._lock:
+                self._busy.discard(spec.job_id)
+                self._lock.notify_all()
+
+    def _run(self, spec: JobSpec, began: float) -> JobOutcome:
+        why_not = is_backend_supported(self._facts, spec.backend)
+        if why_not is not None:
+            return self._outcome(
+                spec, "failed", began, cause=f"node {self._node_id} cannot run {spec.backend}: {why_not}",
+                fix="advertise contain_backend_* resources from `contain fleet resources` on each node",
+            )
+        boundary = self._boundary(spec)
+        sandbox, warm = self._warm.take(
+            spec.manifest_digest, lambda: self._make_sandbox(boundary, self._attachments(boundary)),
+            keep=spec.warm_sandboxes,
+        )
+        with self._lock:
+            cancelled = self._cancelled
+            if not cancelled:
+                self._live[spec.job_id] = sandbox
+        if cancelled:
+            sandbox.close()
+            return self._outcome(spec, "cancelled", began, cause="the batch was cancelled before this job started")
+        try:
+            for path, data, mode in spec.inputs:
+                sandbox.put_file(path, data, mode=mode)
+            counter = f"{sandbox.scratch_paths[0].rstrip('/')}/{CALL_COUNTER_NAME}"
+            env = {JOB_ID_ENV: spec.job_id, CALL_KEY_PREFIX_ENV: spec.call_key_prefix, CALL_KEY_COUNTER_ENV: counter}
+            result = sandbox.run(list(spec.argv), timeout=spec.timeout_s, env=env)
+            outputs, missing = self._outputs(sandbox, spec.outputs)
+        finally:
+            with self._lock:
+                self._live.pop(spec.job_id, None)
+            sandbox.close()
+        if self._is_cancelled():
+            return self._outcome(spec, "cancelled", began, result=result, cause="the batch was cancelled", warm=warm)
+        if missing:
+            return self._outcome(
+                spec, "failed", began, result=result, outputs=outputs, warm=warm,
+                cause="outputs not brought back: " + "; ".join(missing),
+                fix="write each output as a regular file under a scratch path, within resources.disk_bytes",
+            )
+        return self._outcome(spec, "done", began, result=result, outputs=outputs, warm=warm)
+
+    def cancel_all(self, timeout_s: float = _CANCEL_WAIT_S) -> CancelReport:
+        """Kill every live sandbox, close the warm ones, wait for job threads; see the module docstring."""
+        with self._lock:
+            self._cancelled = True
+            live = list(self._live.values())
+            for sandbox in live:
+                sandbox.destroy()
+        closed_warm = self._warm.close()
+        deadline = time.monotonic() + timeout_s
+        with self._lock:
+            while self._busy and (left := deadline - time.monotonic()) > 0:
+                self._lock.wait(left)
+            unfinished = tuple(sorted(self._busy))
+        return CancelReport(self._node_id, killed=len(live), closed_warm=closed_warm, unfinished=unfinished)
+
+    def shutdown(self) -> int:
+        """Close the warm sandboxes at the end of a batch; returns how many."""
+        return self._warm.close()
+
+    # -- helpers ------------------------------------------------------------------------------
+
+    def _is_cancelled(self) -> bool:
+        with self._lock:
+            return self._cancelled
+
+    def _boundary(self, spec: JobSpec) -> PlainBoundary:
+        boundary = self._boundaries.get(spec.manifest_digest)
+        if boundary is None:
+            try:
+                boundary = plain_from_json(spec.boundary_dump)
+            except ValueError as exc:
+                from contain.errors import BoundaryInvalid
+
+                raise BoundaryInvalid(
+                    f"the job's manifest did not arrive intact: {exc}", "send manifests validated by contain"
+                ) from exc
+            self._boundaries[spec.manifest_digest] = boundary
+        return boundary
+
+    def _attachments(self, boundary: PlainBoundary) -> list[Attachment]:
+        if not boundary.records:
+            return []
+        if self._broker_config is None:
+            from contain.errors import BoundaryInvalid
+
+            raise BoundaryInvalid(
+                f"the manifest of task {boundary.task} names records, but the fleet has no broker",
+                "pass --broker-config broker.yaml (a broker reachable on every node)",
+            )
+        from contain.broker.sandbox_link import attachments_from_config
+
+        ttl_s = _TOKEN_MARGIN_S + boundary.resources.wall_s
+        return attachments_from_config(boundary, self._broker_config, ttl_s=ttl_s)
+
+    @staticmethod
+    def _outputs(sandbox: Sandbox, paths: tuple[str, ...]) -> tuple[dict[str, bytes], list[str]]:
+        outputs: dict[str, bytes] = {}
+        missing: list[str] = []
+        for path in paths:
+            try:
+                outputs[path] = sandbox.get_file(path)
+            except FileTransferError as exc:
+                missing.append(f"{path}: {exc.cause}")
+        return outputs, missing
+
+    def _outcome(self, spec: JobSpec, status: Status, began: float, **fields: Any) -> JobOutcome:
+        return JobOutcome(
+            job_id=spec.job_id, attempt=spec.attempt, node_id=self._node_id, status=status,
+            node_s=time.perf_counter() - began, **fields,
+        )
+
