@@ -30,6 +30,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "check-manifest": ("contain.cli.manifest", "validate a boundary manifest"),
     "bench": ("contain.cli.bench", "measure sandbox start-up and throughput on this host"),
     "inventory": ("contain.cli.inventory", "list what a task started here could reach"),
+    "pool": ("contain.cli.pool", "run tasks from stdin, each in its own sandbox from a warm pool"),
     "check": ("contain.cli.check", "lint a boundary manifest against its declared threats"),
     "review": ("contain.cli.review", "list, approve or deny tool calls waiting for review (CLI or web page)"),
     "broker": ("contain.cli.broker", "run the trusted write broker, mint capability tokens"),
