@@ -37,6 +37,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "ledger": ("contain.cli.ledger", "show which writes succeeded; verify the broker's ledger"),
     "mcp": ("contain.cli.mcp", "MCP gateway (pins, gate, review) and the sandbox as an MCP server"),
     "probe": ("contain.cli.probe", "run the escape-and-recovery battery, judged from outside"),
+    "microvm": ("contain.cli.microvm", "build, show or clear the snapshots microVM pools restore from"),
 }
 
 

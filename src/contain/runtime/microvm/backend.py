@@ -76,7 +76,9 @@ __all__ = [
     "MicroVMBackend",
     "PreparedGuest",
     "Refusal",
-    "plan_microvm_refusals", "plan_vm"]
+    "plan_microvm_refusals",
+    "plan_vm",
+]
 
 BOOT_TIMEOUT_S = 60.0  # TCG on a loaded 2-core host: measured boots take 3-8 s
 VMM_OVERHEAD_BYTES = 96 * 1024**2  # QEMU's own RSS beside guest RAM under TCG (tb-size 64 MiB), measured ~70 MiB

@@ -75,6 +75,8 @@ __all__ = [
     "open_cached_snapshot",
     "open_snapshot_dir",
     "qemu_identity",
+    "remove_snapshot",
+    "remove_stale_snapshots",
     "snapshot_dir",
 ]
 
@@ -327,7 +329,7 @@ def remove_stale_snapshots(dir_fd: int, *, keep_key: str, current_artefacts: str
     ]
     stale = plan_stale_snapshots(cached, current_artefacts=current_artefacts, keep_key=keep_key)
     for key in stale:
-        _remove(dir_fd, key)
+        remove_snapshot(dir_fd, key)
     return stale
 
 
@@ -337,7 +339,7 @@ def clear_snapshots(dir_fd: int) -> list[str]:
     for name in os.listdir(dir_fd):
         key = parse_snapshot_file_name(name)
         if key is not None:
-            _remove(dir_fd, key)
+            remove_snapshot(dir_fd, key)
             removed.append(key)
         elif name.startswith(".template-"):
             with contextlib.suppress(FileNotFoundError):
@@ -345,7 +347,8 @@ def clear_snapshots(dir_fd: int) -> list[str]:
     return removed
 
 
-def _remove(dir_fd: int, key: str) -> None:
+def remove_snapshot(dir_fd: int, key: str) -> None:
+    """Remove the snapshot for ``key`` and its sidecar (either may be missing)."""
     for name in (snapshot_file_name(key), snapshot_file_name(key).replace(".vmstate", ".json")):
         try:
             os.unlink(name, dir_fd=dir_fd)

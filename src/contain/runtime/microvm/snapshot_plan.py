@@ -40,6 +40,8 @@ __all__ = [
     "MAX_CACHED_SNAPSHOTS",
     "CachedSnapshot",
     "QemuIdentity",
+    "artefacts_fingerprint",
+    "parse_snapshot_file_name",
     "plan_restore_words",
     "plan_stale_snapshots",
     "plan_template_words",
