@@ -198,9 +198,11 @@ class MicroVMBackend:
     def cgroup_joined_at_exec(self, facts: HostFacts) -> bool:
         return False
 
-    def prepare(self, plan: BackendPlan) -> PreparedGuest:
+    def prepare(self, plan: BackendPlan, *, reuse: PreparedGuest | None = None) -> PreparedGuest:
         """Steps 1-3 of ``start`` and the read-bind images: everything before a VM is planned
-        (shared with the warm start, warm_start.py, so both refuse and build alike).
+        (shared with the warm start, warm_start.py, so both refuse and build alike). ``reuse``:
+        an earlier result whose guest image, QEMU facts and accelerator are taken as they are
+        (refusals and read-bind images are always decided anew).
 
         Raises:
             UnsupportedHost, SandboxStartError: as ``start``.
@@ -209,13 +211,16 @@ class MicroVMBackend:
         if refusals:
             first = refusals[0]
             raise UnsupportedHost(f"the microvm backend cannot carry {first.what}: {first.why}", first.fix)
-        facts = detect_vmm_facts()
-        if facts.qemu is None:
-            raise UnsupportedHost("qemu-system-x86_64 is not installed", "apt-get install qemu-system-x86")
-        image = ensure_guest_image()
-        if not image.initramfs.has_agent:
-            raise SandboxStartError("the guest initramfs has no guest agent", "run `contain doctor --build-guest`")
-        choice = self._choose_accel(image, facts)
+        if reuse is not None:
+            image, facts, choice = reuse.image, reuse.facts, reuse.choice
+        else:
+            facts = detect_vmm_facts()
+            if facts.qemu is None:
+                raise UnsupportedHost("qemu-system-x86_64 is not installed", "apt-get install qemu-system-x86")
+            image = ensure_guest_image()
+            if not image.initramfs.has_agent:
+                raise SandboxStartError("the guest initramfs has no guest agent", "run `contain doctor --build-guest`")
+            choice = self._choose_accel(image, facts)
         read_binds = tuple(
             (bind.rule.path, str(ensure_read_image(bind.host_realpath)))
             for bind in plan.paths.binds

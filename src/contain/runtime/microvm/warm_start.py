@@ -4,7 +4,8 @@
 (``runtime/backend.py``: ``WarmStart``). ``start(plan)`` is the checklist, per sandbox:
 
 1. ``MicroVMBackend.prepare(plan)``: the same refusals, guest build, accelerator choice and
-   read-bind images as a cold start (a bound directory is imaged, by content, at every start);
+   read-bind images as a cold start (a bound directory is imaged, by content, at every start;
+   the guest build, QEMU's facts and the accelerator are looked up at the first start only);
 2. plan the VM exactly as a cold start would (``backend.plan_vm``) and key it
    (``snapshot_plan.template_key``): a boundary, bound content, guest build or QEMU that differs
    gives another key, so a restore never resumes a guest set up for something else;
@@ -46,7 +47,7 @@ import time
 
 from contain.errors import ContainError, SandboxStartError
 from contain.runtime.backend import BackendPlan, RunningSandbox
-from contain.runtime.microvm.backend import MicroVMBackend, plan_vm
+from contain.runtime.microvm.backend import MicroVMBackend, PreparedGuest, plan_vm
 from contain.runtime.microvm.guest_channel import GuestChannel
 from contain.runtime.microvm.guest_handle import GuestSandbox
 from contain.runtime.microvm.snapshot import build_template, open_cached_snapshot, open_snapshot_dir, qemu_identity
@@ -73,6 +74,7 @@ class MicroVMWarmStart:
         self._backend = backend
         self._lock = threading.Lock()
         self._templates: dict[str, int] = {}  # key -> read-only descriptor of its snapshot
+        self._prepared: PreparedGuest | None = None
         self._closed = False
         self.layer_report: dict[str, str] = {}
         self.last_restore_s = 0.0
@@ -84,7 +86,7 @@ class MicroVMWarmStart:
             UnsupportedHost: as ``MicroVMBackend.start``.
             SandboxStartError: the template could not be built, or the restored guest did not answer.
         """
-        prepared = self._backend.prepare(plan)
+        prepared = self._prepare(plan)
         host_end, guest_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         guest_fd = guest_end.detach()
         try:
@@ -145,6 +147,15 @@ class MicroVMWarmStart:
             "restore (RNDADDENTROPY + RNDRESEEDCRNG), fresh machine id, boot_id drawn after the reseed",
         }
         return handle
+
+    def _prepare(self, plan: BackendPlan) -> PreparedGuest:
+        """Step 1. The guest build, QEMU's facts and the accelerator are looked up once per warm
+        start (a pool's boundary and guest are fixed when it opens; the template names the very
+        files it restores with, which the cache never changes in place); refusals and read-bind
+        images are decided for every plan, because a bound directory's content may change."""
+        prepared = self._backend.prepare(plan, reuse=self._prepared)
+        self._prepared = prepared
+        return prepared
 
     def _template(self, key: str, vm_plan: VmPlan, *, artefacts: str, plan: BackendPlan) -> tuple[int, str]:
         """Step 3: (a descriptor of the snapshot for ``key``, how it was found)."""
