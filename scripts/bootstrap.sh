@@ -30,6 +30,7 @@ PACKAGES=(
   "qemu-system-x86:/usr/bin/qemu-system-x86_64"  # the microvm backend's VMM
   "busybox-static:/bin/busybox"  # the microVM guest's initramfs tools
   "squashfs-tools:/usr/bin/mksquashfs"  # the microVM guest's read-only images
+  "socat:/usr/bin/socat"  # carries the microVM guest's forwards to egress
 )
 missing=()
 for entry in "${PACKAGES[@]}"; do

@@ -109,7 +109,7 @@ class Guest:
 
 
 def start_agent(
-    agent: Path, tmp_path: Path, *, limits: GuestLimits = NO_LIMITS, port: str = "socket"
+    agent: Path, tmp_path: Path, *, limits: GuestLimits = NO_LIMITS, port: str = "socket", chroot: bool = False
 ) -> tuple[Guest, socket.socket | int]:
     """Start the agent; returns the guest and the host end of the port (socket or pty master)."""
     cgroup_root = CGROUP2 / f"contain-agent-test-{uuid.uuid4().hex[:12]}"
@@ -134,8 +134,12 @@ def start_agent(
         port_args, pass_fds = ["--port", port_path], ()
     argv = [
         "unshare", "--pid", "--uts", "--mount-proc", "--fork", "--kill-child", "--",
+        # root's group as a supplementary group, as an /init might leave it: file requests must
+        # not read through it
+        "setpriv", "--groups", "0", "--",
         str(agent), *port_args,
         "--cgroup-root", str(cgroup_root), "--machine-id-path", str(machine_id),
+        *(["--chroot", str(top)] if chroot else []),
     ]  # fmt: skip
     proc = subprocess.Popen(argv, pass_fds=pass_fds, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE)
     if port == "socket":
@@ -244,7 +248,7 @@ def test_a_command_runs_as_uid_1000_in_a_new_session_without_capabilities(guest:
     lines = result.stdout.decode().split("\n")
     assert lines[:3] == ["1000", "1000", "1000"]
     status = dict(line.split(":\t") for line in lines[3:9] if ":\t" in line)
-    assert status["CapEff"] == status["CapPrm"] == status["CapInh"] == status["CapAmb"] == "0000000000000000"
+    assert {status[key] for key in ("CapEff", "CapPrm", "CapInh", "CapAmb", "CapBnd")} == {"0000000000000000"}
     assert status["NoNewPrivs"] == "1"
 
 
@@ -348,10 +352,14 @@ def test_the_output_cap_closes_the_stream_in_the_guest(guest: Guest) -> None:
 def test_the_output_max_is_enforced_inside_the_guest(agent_binary: Path, tmp_path: Path) -> None:
     made, keep = start_agent(agent_binary, tmp_path, limits=GuestLimits(output_max_bytes=1000))
     try:
-        result = run(made, "sh", "-c", "head -c 100000 /dev/zero; echo done-$? >&2")
-        assert len(result.stdout) == 1000
+        # the host's own cap is the same 1000 bytes (as Sandbox sets both from output_bytes): it
+        # must still see that the command wrote past it, or the result would not say "truncated"
+        result = run(made, "sh", "-c", "head -c 100000 /dev/zero; echo done-$? >&2", output_cap=1000)
+        assert (len(result.stdout), result.truncated) == (1000, True)
         assert result.exited is not None and result.exited.exit_code == 0
         assert result.stderr == b"done-141\n"  # SIGPIPE once the agent closed its end of the pipe
+        exact = run(made, "sh", "-c", "head -c 1000 /dev/zero", output_cap=1000)
+        assert (len(exact.stdout), exact.truncated) == (1000, False)  # exactly the cap is not a truncation
     finally:
         made.sandbox.close()
         if isinstance(keep, socket.socket):
@@ -509,3 +517,68 @@ def test_reseed_and_identity_take_effect_in_the_guest(guest: Guest) -> None:
     assert run(guest, "hostname").stdout == b"vm-0f3a\n"
     assert guest.machine_id.read_text() == "0123456789abcdef0123456789abcdef\n"
     assert os.uname().nodename != "vm-0f3a"  # the host's own hostname did not change
+
+
+def test_with_a_chroot_file_requests_name_paths_as_the_workload_sees_them(agent_binary: Path, tmp_path: Path) -> None:
+    """In the guest the workload is chrooted to /newroot while the agent is not: /work must mean
+    /newroot/work for put, get and export, never the initramfs's /work."""
+    made, keep = start_agent(agent_binary, tmp_path, chroot=True)
+    try:
+        made.sandbox.put_file("/scratch", "in.txt", b"inside", mode=0o644, label="in.txt")
+        assert (made.scratch / "in.txt").read_bytes() == b"inside"
+        assert made.sandbox.get_file("/scratch", "in.txt", max_bytes=100, label="in.txt") == b"inside"
+        anchor = anchor_export_destination(str(tmp_path / "out"))
+        try:
+            report = made.sandbox.export("/scratch", anchor, max_bytes=100)
+        finally:
+            anchor.close()
+        assert (report.files, (tmp_path / "out/in.txt").read_bytes()) == (1, b"inside")
+    finally:
+        made.sandbox.close()
+        if isinstance(keep, socket.socket):
+            keep.close()
+        remove_guest_dirs(made)
+
+
+def test_a_file_transfer_while_a_command_streams_output_keeps_the_channel(guest: Guest) -> None:
+    """The pump's CREDIT and stdin frames may fall between a PUT_FILE's data frames; the agent
+    must take them as flow control, not as a request in the middle of the transfer."""
+    out_r, out_w = os.pipe2(os.O_CLOEXEC)
+    err_r, err_w = os.pipe2(os.O_CLOEXEC)
+    devnull = os.open("/dev/null", os.O_RDONLY | os.O_CLOEXEC)
+    reply = guest.sandbox.spawn(
+        CommandRequest(("sh", "-c", "head -c 200000000 /dev/zero"), ENV, "/", ()), (devnull, out_w, err_w)
+    )
+    assert isinstance(reply, Started)
+    for fd in (devnull, out_w, err_w):
+        os.close(fd)
+    drained = {"bytes": 0}
+
+    def drain() -> None:
+        while chunk := os.read(out_r, 1 << 16):
+            drained["bytes"] += len(chunk)
+
+    reader = threading.Thread(target=drain)
+    reader.start()
+    data = os.urandom(8 << 20)
+    for index in range(4):
+        guest.sandbox.put_file(str(guest.scratch), f"during-{index}.bin", data, mode=0o644, label="during")
+    exited = guest.sandbox.wait_exited(60)
+    reader.join(timeout=60)
+    os.close(out_r)
+    os.close(err_r)
+    assert exited is not None and exited.exit_code == 0
+    assert drained["bytes"] == 200_000_000
+    assert (guest.scratch / "during-3.bin").read_bytes() == data
+
+
+def test_get_reads_only_what_the_workload_could_read(guest: Guest) -> None:
+    """File requests act as the workload: a root-owned 0640 file (group root) in scratch stays
+    unreadable even though the agent itself is root (and began with root's groups)."""
+    secret = guest.scratch / "root-only"
+    secret.write_text("root only")
+    os.chown(secret, 0, 0)
+    secret.chmod(0o640)
+    with pytest.raises(FileTransferError, match="Permission denied"):
+        guest.sandbox.get_file(str(guest.scratch), "root-only", max_bytes=100, label="root-only")
+    assert run(guest, "cat", str(secret)).exited.exit_code != 0  # type: ignore[union-attr]  # same verdict

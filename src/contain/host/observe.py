@@ -21,7 +21,6 @@ beyond the cgroup directory it removes at once and (only when asked) the supervi
 from __future__ import annotations
 
 import errno
-import glob
 import os
 import shutil
 import subprocess
@@ -57,7 +56,6 @@ OCI_RUNTIMES: tuple[tuple[str, str], ...] = (
     ("runsc", "install gVisor: https://gvisor.dev/docs/user_guide/install/"),
 )
 QEMU = "qemu-system-x86_64"
-KERNEL_IMAGE_GLOBS = ("/boot/vmlinuz*", "/boot/vmlinux*")
 _COMPILERS = ("cc", "gcc", "clang")
 _TRIAL_TIMEOUT_S = 5.0
 _VERSION_TIMEOUT_S = 3.0
@@ -123,13 +121,14 @@ class Observations:
     kvm_guest: KvmGuestResult | None
     qemu: DetectedTool
     qemu_microvm: bool | None  # None: QEMU absent or `-machine help` failed
-    kernel_images: tuple[str, ...]
+    guest_image: str | None  # the built microVM guest (kernel release, agent), None: not built
     oci: tuple[DetectedTool, ...]
     supervisor: DetectedSupervisor
     # The real guest kernel booted under KVM (runtime/microvm/accel.py); None: not tried, and
     # kvm_boot_skipped says why. Only this decides whether microvm sandboxes use KVM.
     kvm_boot: KvmBootVerdict | None = None
     kvm_boot_skipped: str = ""
+    guest_image_error: str = ""  # why the guest could not be built (cause and fix)
 
 
 def _errno_text(exc: OSError) -> str:
@@ -318,7 +317,7 @@ def observe_host(facts: HostFacts, *, build_supervisor: bool = False) -> Observa
     trials = try_cgroup_children(facts, pid=os.getpid())
     kvm_present = os.path.exists(KVM_DEVICE)
     qemu = detect_tool(QEMU)
-    kvm_boot, kvm_boot_skipped = _kvm_boot(kvm_present)
+    guest = _microvm_guest(kvm_present)
     return Observations(
         userns_trial=try_user_namespace(facts),
         bwrap_version=bwrap_version(facts.bwrap_path),
@@ -332,25 +331,41 @@ def observe_host(facts: HostFacts, *, build_supervisor: bool = False) -> Observa
         kvm_guest=check_kvm_guest(arch=facts.arch) if kvm_present else None,
         qemu=qemu,
         qemu_microvm=_qemu_microvm(qemu),
-        kernel_images=tuple(sorted(p for g in KERNEL_IMAGE_GLOBS for p in glob.glob(g))),
+        guest_image=guest.description if guest.description else None,
         oci=tuple(detect_tool(name) for name, _ in OCI_RUNTIMES),
         supervisor=observe_supervisor(build=build_supervisor),
-        kvm_boot=kvm_boot,
-        kvm_boot_skipped=kvm_boot_skipped,
+        kvm_boot=guest.kvm_boot,
+        kvm_boot_skipped=guest.kvm_boot_skipped,
+        guest_image_error=guest.error,
     )
 
 
-def _kvm_boot(kvm_present: bool) -> tuple[KvmBootVerdict | None, str]:
-    """The real guest boot under KVM (``accel.check_kvm_boot``), building the guest if needed."""
-    if not kvm_present:
-        return None, f"no {KVM_DEVICE}"
+@dataclass(frozen=True)
+class _Guest:
+    description: str = ""
+    error: str = ""
+    kvm_boot: KvmBootVerdict | None = None
+    kvm_boot_skipped: str = ""
+
+
+def _microvm_guest(kvm_present: bool) -> _Guest:
+    """Build (or find, cached) the microVM guest, then boot it under KVM (``accel.check_kvm_boot``)."""
     from contain.errors import ContainError
     from contain.runtime.microvm.accel import check_kvm_boot
     from contain.runtime.microvm.guest_build import ensure_guest_image
     from contain.runtime.microvm.vmm import detect_vmm_facts
 
     try:
-        verdict = check_kvm_boot(ensure_guest_image(), detect_vmm_facts())
+        image = ensure_guest_image()
     except ContainError as exc:
-        return None, f"the microVM guest could not be built: {exc.cause}"
-    return verdict, ""
+        why = f"the microVM guest could not be built: {exc.cause}"
+        return _Guest(error=f"{exc.cause} (fix: {exc.fix})", kvm_boot_skipped=why)
+    agent = "with the guest agent" if image.initramfs.has_agent else "without a guest agent"
+    description = f"Debian cloud kernel {image.kernel.release}, initramfs {agent}, squashfs userland (cached)"
+    if not kvm_present:
+        return _Guest(description=description, kvm_boot_skipped=f"no {KVM_DEVICE}")
+    try:
+        verdict = check_kvm_boot(image, detect_vmm_facts())
+    except ContainError as exc:
+        return _Guest(description=description, kvm_boot_skipped=f"the boot check failed: {exc.cause}")
+    return _Guest(description=description, kvm_boot=verdict)

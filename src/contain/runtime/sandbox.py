@@ -552,7 +552,8 @@ class Sandbox:
         run_s = time.perf_counter() - began
         after = self._cgroup.usage() if self._cgroup else None
 
-        oom = bool(after and before and after.oom_kills > before.oom_kills)
+        # A guest kernel's cgroup is invisible to the host's: the exit report carries its counts.
+        oom = bool(after and before and after.oom_kills > before.oom_kills) or bool(exited and exited.oom_kills)
         if after is not None and before is not None:
             usage = Usage(max(0.0, after.cpu_s - before.cpu_s), after.memory_peak_bytes, "cgroup")
         else:
@@ -576,7 +577,8 @@ class Sandbox:
                     "the kernel killed the largest process",
                 )
             )
-        if after is not None and before is not None and after.pids_limit_hits > before.pids_limit_hits:
+        pids_hit = after is not None and before is not None and after.pids_limit_hits > before.pids_limit_hits
+        if pids_hit or (exited is not None and exited.pids_limit_hits > 0):
             violations.append(
                 Violation("pids", f"process creation was refused at the {resources.pids_max}-process limit")
             )

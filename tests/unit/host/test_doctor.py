@@ -73,7 +73,8 @@ OBS = Observations(
     kvm_boot=KvmBootVerdict(True, "booted to the probe marker in 0.9 s", 0.9),
     qemu=DetectedTool("qemu-system-x86_64", None),
     qemu_microvm=None,
-    kernel_images=(),
+    guest_image=None,
+    guest_image_error="no linux-image-*-cloud-amd64 package (fix: place one in /var/cache/apt/archives)",
     oci=(DetectedTool("runc", "/usr/bin/runc", "runc version 1.1.12"),),
     supervisor=DetectedSupervisor("/var/cache/contain/contain-supervisor-0123", compiler="/usr/bin/cc"),
 )
@@ -103,7 +104,7 @@ def test_healthy_host_reports_every_check_in_table_order():
         ("kvm-api", "ok"),
         ("kvm-guest", "ok"),
         ("qemu", "warn"),
-        ("kernel-image", "warn"),
+        ("guest-image", "warn"),
         ("runc", "ok"),
         ("crun", "warn"),
         ("runsc", "warn"),
@@ -125,10 +126,11 @@ def test_healthy_host_verdicts_are_exact():
         Check(
             "microvm backend",
             Status.WARN,
-            "not implemented in contain yet; QEMU: qemu-system-x86_64 is not installed; "
-            "accelerator: KVM; kernel: no guest kernel in /boot",
-            "qemu: apt-get install qemu-system-x86; kernel-image: apt-get install "
-            "linux-image-amd64 (or point the microvm backend at a vmlinux)",
+            "qemu: qemu-system-x86_64 is not installed; guest-image: not built: no "
+            "linux-image-*-cloud-amd64 package (fix: place one in /var/cache/apt/archives); accelerator: KVM",
+            "qemu: apt-get install qemu-system-x86; guest-image: run `contain doctor --build-guest` (needs "
+            "qemu-system-x86, busybox-static, squashfs-tools and a linux-image-*-cloud-amd64 package, which is "
+            "never installed on the host)",
         ),
     )
 
@@ -350,6 +352,21 @@ def test_kvm_guest_is_ok_only_when_the_real_guest_kernel_booted():
     report = build_report(FACTS, replace(OBS, kvm_boot=booted))
     assert _by_name(report.checks)["kvm-guest"].status is Status.OK
     assert "accelerator: KVM" in _by_name(report.verdicts)["microvm backend"].detail
+
+
+def test_the_microvm_backend_works_with_qemu_and_a_built_guest_on_tcg():
+    qemu = DetectedTool("qemu-system-x86_64", "/usr/bin/qemu-system-x86_64", "QEMU emulator version 7.2.22")
+    obs = replace(
+        OBS,
+        qemu=qemu,
+        qemu_microvm=True,
+        guest_image="Debian cloud kernel 6.1.0-53-cloud-amd64, initramfs with the guest agent, squashfs userland",
+        kvm_boot=KvmBootVerdict(False, "QEMU exited with status -6", 0.3),
+    )
+    verdict = _by_name(build_report(replace(FACTS, is_root=True), obs).verdicts)["microvm backend"]
+    assert verdict == Check(
+        "microvm backend", Status.OK, "works (QEMU -M microvm; accelerator: TCG (software emulation))"
+    )
 
 
 def test_kvm_guest_not_tried_says_why():

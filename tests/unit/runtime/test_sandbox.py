@@ -253,3 +253,13 @@ def test_layer_lines_a_backend_learns_only_at_start_reach_the_result(wakeup):
         result = sb.run(["/bin/true"])
     assert result.layers["accelerator"] == "tcg (software emulation: KVM does not boot the guest here)"
     assert result.layers["seccomp"] == "applied"  # the planned lines stay
+
+
+def test_an_oom_kill_and_a_pids_limit_counted_inside_the_sandbox_are_reported(wakeup):
+    """A microVM guest's cgroup is not the host's: its exit report's counts must reach the result."""
+    counted = Exited(status=signal.SIGKILL, utime_us=0, stime_us=0, maxrss_kb=0, oom_kills=1, pids_limit_hits=2)
+    backend = RecordingBackend(wakeup_fd=wakeup, replies=[counted])
+    with Sandbox(BOUNDARY, backend=backend, facts=FACTS) as sb:
+        result = sb.run(["/bin/true"])
+    assert result.oom_killed
+    assert [v.kind for v in result.violations] == ["memory", "pids"]

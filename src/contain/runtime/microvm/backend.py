@@ -3,17 +3,19 @@
 ``start(plan)`` is the checklist (``Sandbox`` already decided the layers, created the host cgroup
 with the boundary's limits, and checked scratch paths):
 
-1. refuse what a VM cannot carry (``plan_microvm_refusals``, pure, one table row per refusal with
-   its reason): write binds (there is no safe live sharing: no 9p or virtiofs here, and a copy
-   back would need the whole write-bind audit on a second path; refused, never weakened),
-   attachments (a host socket cannot cross into a VM), and ``network.allow`` (egress is not wired
-   into the guest in this version; the guest gets no NIC);
+1. refuse what a VM cannot carry (``plan_microvm_refusals``, pure, one row per refusal with its
+   reason): write binds (there is no safe live sharing: no 9p or virtiofs here, and a copy back
+   would need the whole write-bind audit on a second path; refused, never weakened) and
+   attachments (a host socket cannot cross into a VM);
 2. build or find the guest (``guest_build.ensure_guest_image``: kernel, initramfs with the agent,
    userland) and an image per read bind (``images.ensure_read_image``, cached by content);
 3. decide the accelerator (``accel``: KVM only where the real guest kernel booted under it);
 4. plan the VM (``plan_vm``, pure): guest RAM from the memory budget less ``VMM_OVERHEAD_BYTES``
    (the VMM's own memory is counted in the same host cgroup, whose limit is the budget), vCPUs
-   from the CPU budget, the kernel command line (scratch, read binds, the disk budget);
+   from the CPU budget, the kernel command line (scratch, read binds, the disk budget); with
+   ``network.allow``, one virtio NIC on QEMU's user network with ``restrict=on`` whose only
+   reachable addresses are ``GUEST_FORWARDS`` (contain's proxy and DNS stub, which ``Sandbox``
+   starts in QEMU's network namespace right after this returns); no NIC otherwise;
 5. start QEMU in the sandbox's cgroup and an empty network namespace (``vmm.VmProcess``), with
    the agent's port on one end of a socket pair;
 6. connect ``GuestSandbox`` (the agent's handle, guest_handle.py) over the other end and wait for
@@ -31,14 +33,16 @@ A pool's sandboxes start through ``open_warm_start()`` instead: one template VM 
 once, each sandbox a QEMU restored from that file, then RESEED and IDENTITY as in 7
 (warm_start.py, snapshot.py; docs/runtime.md "microVM snapshots").
 
-What this backend does not do: egress, write binds (see 1), or
-Firecracker.
+What this backend does not do: write binds (see 1), Firecracker, or carry a direct connection to
+a DNS placeholder address (only proxy-aware clients reach allowed hosts from the guest; a direct
+connection is dropped by QEMU's restricted network).
 """
 
 from __future__ import annotations
 
 import os
 import secrets
+import shutil
 import socket
 import time
 from dataclasses import dataclass
@@ -59,10 +63,13 @@ from contain.runtime.microvm.accel import (
 from contain.runtime.microvm.guest_build import GuestImage, ensure_guest_image
 from contain.runtime.microvm.guest_channel import GuestChannel
 from contain.runtime.microvm.guest_handle import GuestLimits, GuestSandbox
+from contain.runtime.microvm.handle import MicroVMHandle
 from contain.runtime.microvm.images import ensure_read_image
 from contain.runtime.microvm.vmm import VmmFacts, VmProcess, detect_vmm_facts
 from contain.runtime.microvm.vmm_plan import (
+    GuestForward,
     GuestMode,
+    NetworkPlan,
     VmPlan,
     plan_clock_words,
     plan_kernel_cmdline,
@@ -84,6 +91,13 @@ BOOT_TIMEOUT_S = 60.0  # TCG on a loaded 2-core host: measured boots take 3-8 s
 VMM_OVERHEAD_BYTES = 96 * 1024**2  # QEMU's own RSS beside guest RAM under TCG (tb-size 64 MiB), measured ~70 MiB
 GUEST_KERNEL_RESERVE_BYTES = 48 * 1024**2  # guest kernel, agent and page cache outside the workload's cgroup
 SERIAL_TAIL_LINES = 15
+GUEST_EGRESS_ADDRESS = "10.0.2.100"  # inside QEMU's user network, outside its DHCP range (10.0.2.15+)
+# The only destinations the guest's NIC reaches: contain's proxy and DNS stub in QEMU's netns
+# (egress.session.PROXY_ADDRESS and DNS_ADDRESS).
+GUEST_FORWARDS = (
+    GuestForward(GUEST_EGRESS_ADDRESS, 3128, "127.0.0.1", 3128),
+    GuestForward(GUEST_EGRESS_ADDRESS, 53, "127.0.0.1", 53),
+)
 
 
 @dataclass(frozen=True)
@@ -127,14 +141,6 @@ def plan_microvm_refusals(boundary: PlainBoundary, *, attachments: int) -> tuple
                 "use --backend process for tasks that talk to the broker",
             )
         )
-    if boundary.allows_network:
-        refusals.append(
-            Refusal(
-                "network.allow",
-                "egress is not wired into the microVM guest in this version (the guest has no network device)",
-                "remove network.allow, or use --backend process",
-            )
-        )
     return tuple(refusals)
 
 
@@ -146,12 +152,25 @@ def plan_vm(
     facts: VmmFacts,
     read_binds: tuple[tuple[str, str], ...],
     agent_fd: int | None,
+    connector: str | None = None,
 ) -> tuple[VmPlan, GuestLimits]:
     """The VM for ``boundary`` and the limits the agent applies inside it (pure).
 
     Args:
         read_binds: (guest path, image path) per read bind, in order.
+        connector: socat's path, needed when the boundary allows network destinations.
+
+    Raises:
+        UnsupportedHost: the boundary allows network destinations and there is no connector.
     """
+    network = None
+    if boundary.allows_network:
+        if connector is None:
+            raise UnsupportedHost(
+                "the microvm backend forwards the guest's egress with socat, which is not installed",
+                "apt-get install socat",
+            )
+        network = NetworkPlan(forwards=GUEST_FORWARDS, connector=connector)
     resources = boundary.resources
     guest_bytes = max(0, resources.memory_bytes - VMM_OVERHEAD_BYTES)
     memory_mib, vcpus = plan_vm_size(memory_bytes=guest_bytes, cpu_cores=resources.cpu_cores)
@@ -162,7 +181,7 @@ def plan_vm(
         inodes=inode_budget(resources.disk_bytes),
         scratch_paths=tuple(p for p in default_scratch_paths(boundary) if p != "/tmp"),
         read_paths=tuple(path for path, _ in read_binds),
-        network=False,
+        network=network is not None,
     )
     assert facts.qemu is not None
     plan = VmPlan(
@@ -175,6 +194,7 @@ def plan_vm(
         userland_image=str(image.userland.path),
         read_images=tuple(path for _, path in read_binds),
         agent_fd=agent_fd,
+        network=network,
         qemu=facts.qemu,
     )
     workload_bytes = max(32 * 1024**2, memory_mib * 1024**2 - GUEST_KERNEL_RESERVE_BYTES)
@@ -254,7 +274,13 @@ class MicroVMBackend:
         guest_fd = guest_end.detach()  # QEMU inherits it under this number (pass_fds keeps numbers)
         try:
             vm_plan, limits = plan_vm(
-                plan.boundary, image=image, choice=choice, facts=facts, read_binds=read_binds, agent_fd=guest_fd
+                plan.boundary,
+                image=image,
+                choice=choice,
+                facts=facts,
+                read_binds=read_binds,
+                agent_fd=guest_fd,
+                connector=shutil.which("socat"),
             )
         except BaseException:
             os.close(guest_fd)
@@ -283,12 +309,13 @@ class MicroVMBackend:
             handle.destroy()
             handle.close()
             raise
+        network = vm_plan.network is not None
         self.layer_report = {
             "accelerator": choice.reason,
             "guest": f"kernel {image.kernel.release}, {vm_plan.memory_mib} MiB, {vm_plan.vcpus} vCPU, "
             f"up in {time.monotonic() - began:.2f} s",
         }
-        return handle
+        return MicroVMHandle(handle, serial_tail=vm.serial.tail_lines, network=network)
 
     def _choose_accel(self, image: GuestImage, facts: VmmFacts) -> AccelChoice:
         kvm_present = os.path.exists(KVM_DEVICE)

@@ -288,12 +288,8 @@ def parse_ready(body: bytes) -> GuestReady:
     )
 
 
-@dataclass(frozen=True)
-class GuestExited(Exited):
-    """``Exited`` plus what the guest's run cgroup counted during the run."""
-
-    oom_kills: int = 0
-    pids_limit_hits: int = 0
+# The agent's exit report is a supervisor ``Exited`` with the guest cgroup's counts filled in.
+GuestExited = Exited
 
 
 SPAWN_STAGES: tuple[str, ...] = ("fork", "setup", "cgroup", "rlimit", "ids", "chdir", "exec")

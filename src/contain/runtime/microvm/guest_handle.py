@@ -32,10 +32,8 @@ import contextlib
 import errno
 import os
 import queue
-import selectors
-import stat
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from contain._log import LazyLogger
@@ -64,6 +62,8 @@ from contain.runtime.microvm.guest_channel import (
     parse_spawn_failed,
     parse_started,
 )
+from contain.runtime.microvm.guest_export import BrokenRule, ExportWalk
+from contain.runtime.microvm.guest_stdio import CommandStdio
 from contain.runtime.supervisor_channel import SpawnFailed, Started
 
 __all__ = ["GuestLimits", "GuestSandbox", "Vmm"]
@@ -72,12 +72,6 @@ log = LazyLogger(__name__)
 
 _REPLY_TIMEOUT_S = 30.0  # one reply frame; TCG guests answer in well under a second
 _REPLY_QUEUE_FRAMES = 64  # replies wait here for the requester: at most 64 frames of 256 KiB
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-_SKIP_REASONS = {
-    "type": "not a regular file or directory",
-    "bytes": "export limit of {max_bytes} bytes reached",
-    "open": "could not be opened",
-}
 
 
 class Vmm(Protocol):
@@ -112,46 +106,10 @@ class GuestLimits(NamedTuple):
 
     memory_max_bytes: int | None = None
     pids_max: int | None = None
-    output_max_bytes: int | None = None
+    output_max_bytes: int | None = None  # the boundary's output cap; the agent stops one byte past it
 
 
 _NO_LIMITS = GuestLimits()
-
-
-class _Output:
-    """One output stream of the running command, as the host holds it."""
-
-    def __init__(self, fd: int) -> None:
-        self.fd = fd  # the host pipe's write end (ours: a dup), -1 once closed
-        self.pending = bytearray()
-        self.unacked = 0  # bytes the guest sent that the host has not credited back
-        self.eof = False
-        self.discard = False  # the host reader went away: drop data, credit it back
-        self.owed = 0  # credit for dropped data that the pump still has to send
-
-
-class _Run:
-    """The state of one command: its host-side fds and flow-control counters."""
-
-    def __init__(self, fds: tuple[int, int, int]) -> None:
-        self.stdin_fd = fds[0]
-        self.out = {Stream.STDOUT: _Output(fds[1]), Stream.STDERR: _Output(fds[2])}
-        self.stdin_credit = WINDOW_BYTES
-        self.exited: GuestExited | None = None
-        self.exit_taken = False
-        self.pump: threading.Thread | None = None
-
-    def close_fds(self) -> None:
-        for out in self.out.values():
-            if out.fd >= 0:
-                os.close(out.fd)
-                out.fd = -1
-        if self.stdin_fd >= 0:
-            os.close(self.stdin_fd)
-            self.stdin_fd = -1
-
-    def outputs_done(self) -> bool:
-        return all(out.fd < 0 for out in self.out.values())
 
 
 class GuestSandbox:
@@ -169,7 +127,7 @@ class GuestSandbox:
         self._replies: queue.Queue[Frame | None] = queue.Queue(_REPLY_QUEUE_FRAMES)
         self._awaiting = False
         self._tx_unacked = 0
-        self._run: _Run | None = None
+        self._run: CommandStdio | None = None
         self._lost: str | None = None
         self._closed = False
         self._wake_r, self._wake_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
@@ -269,13 +227,18 @@ class GuestSandbox:
             request.rlimits,
             memory_max_bytes=self._limits.memory_max_bytes,
             pids_max=self._limits.pids_max,
-            output_max_bytes=self._limits.output_max_bytes,
+            # one byte past the host's own cap, so the host's reader still sees the cap passed
+            output_max_bytes=None if self._limits.output_max_bytes is None else self._limits.output_max_bytes + 1,
         )
         with self._request_lock:
             self._finish_previous_run()
-            run = _Run((os.dup(fds[0]), os.dup(fds[1]), os.dup(fds[2])))
-            for fd in (run.stdin_fd, run.out[Stream.STDOUT].fd, run.out[Stream.STDERR].fd):
-                os.set_blocking(fd, False)
+            run = CommandStdio(
+                (os.dup(fds[0]), os.dup(fds[1]), os.dup(fds[2])),
+                lock=self._lock,
+                send=self._send,
+                is_lost=lambda: self._lost is not None,
+                wake_fd=self._pump_wake_r,
+            )
             with self._lock:
                 self._run = run
             try:
@@ -287,8 +250,7 @@ class GuestSandbox:
                 self._awaiting = False
             if reply.type is MsgType.STARTED:
                 started = parse_started(reply.body)
-                run.pump = threading.Thread(target=self._pump, args=(run,), name="contain-guest-pump", daemon=True)
-                run.pump.start()
+                run.start_pump()
                 return started
             self._drop_run(run)
             if reply.type is MsgType.SPAWN_FAILED:
@@ -309,7 +271,6 @@ class GuestSandbox:
                 raise ValueError("no command is running")
             self._lock.wait_for(lambda: run.exited is not None or self._lost is not None, timeout=timeout_s)
             if run.exited is not None:
-                run.exit_taken = True
                 with contextlib.suppress(BlockingIOError):
                     os.read(self._wake_r, 64)
                 return run.exited
@@ -380,7 +341,7 @@ class GuestSandbox:
                     raise self._lose(f"the guest announced {size} bytes for {label}, over the {max_bytes} asked for")
                 chunks: list[bytes] = []
                 received = 0
-                for chunk in _ChunkIter(self, size):
+                for chunk in self._chunks(size):
                     chunks.append(chunk)
                     received += len(chunk)
             finally:
@@ -399,7 +360,7 @@ class GuestSandbox:
             SandboxLost: the guest broke the export rules.
         """
         max_entries = export_entry_limit(max_bytes)
-        walk = _ExportWalk(destination.open_for_export(), max_bytes=max_bytes, max_depth=EXPORT_MAX_DEPTH)
+        walk = ExportWalk(destination.open_for_export(), max_bytes=max_bytes, max_depth=EXPORT_MAX_DEPTH)
         items = [
             f"root={sandbox_path}",
             f"max_bytes={max_bytes}",
@@ -421,8 +382,8 @@ class GuestSandbox:
                         if entries > max_entries:
                             raise self._lose(f"the guest sent more than {max_entries} export entries")
                         try:
-                            walk.entry(reply.body, lambda size: _ChunkIter(self, size))
-                        except _BrokenRule as exc:
+                            walk.entry(reply.body, lambda size: self._chunks(size))
+                        except BrokenRule as exc:
                             raise self._lose(str(exc)) from None
                         reply = self._next_reply()
                     if reply.type is not MsgType.EXPORT_END:
@@ -437,6 +398,21 @@ class GuestSandbox:
         finally:
             walk.close()
         return walk.finish()
+
+    def _chunks(self, size: int) -> Iterator[bytes]:
+        """The DATA frames of one file on the transfer stream, each credited back once consumed."""
+        left = size
+        while (frame := self._next_reply()).body:
+            if frame.type is not MsgType.DATA:
+                raise self._lose(f"the guest sent {frame.type.name} inside a file's data")
+            if len(frame.body) > left:
+                raise self._lose("the guest sent more file data than it announced")
+            left -= len(frame.body)
+            self._tx_unacked -= len(frame.body)
+            self._send(encode_request(MsgType.CREDIT, [f"bytes={len(frame.body)}"], stream=Stream.TRANSFER))
+            yield frame.body
+        if frame.type is not MsgType.DATA:
+            raise self._lose(f"the guest sent {frame.type.name} inside a file's data")
 
     # -- destroy / close --------------------------------------------------------------------------
 
@@ -458,8 +434,14 @@ class GuestSandbox:
         self._vmm.close()
         self._reader.join(timeout=5.0)
         run = self._run
-        if run is not None and run.pump is not None:
-            run.pump.join(timeout=5.0)
+        pump = run.pump_thread if run is not None else None
+        if pump is not None:
+            pump.join(timeout=5.0)
+        if self._reader.is_alive() or (pump is not None and pump.is_alive()):
+            # A thread still blocked on these descriptors would act on whatever file reuses their
+            # numbers; leaking four descriptors is the lesser harm.
+            log.warning("guest sandbox threads did not stop; leaving their descriptors open")
+            return
         self._channel.close()
         for fd in (self._wake_r, self._wake_w, self._pump_wake_r, self._pump_wake_w):
             os.close(fd)
@@ -496,14 +478,14 @@ class GuestSandbox:
             return
         if run.exited is None and self._lost is None:
             raise ValueError("a command is still running; wait_exited() first")
-        if run.pump is not None:
-            run.pump.join(timeout=_REPLY_TIMEOUT_S)
-            if run.pump.is_alive():
+        if run.pump_thread is not None:
+            run.pump_thread.join(timeout=_REPLY_TIMEOUT_S)
+            if run.pump_thread.is_alive():
                 raise self._lose("the previous command's output did not end")
         with self._lock:
             self._run = None
 
-    def _drop_run(self, run: _Run) -> None:
+    def _drop_run(self, run: CommandStdio) -> None:
         with self._lock:
             run.close_fds()
             if self._run is run:
@@ -597,141 +579,6 @@ class GuestSandbox:
         with contextlib.suppress(OSError):
             os.write(self._pump_wake_w, b"x")
 
-    # -- internals: the pump thread ---------------------------------------------------------------
-
-    def _return_credit(self, run: _Run, stream: Stream, count: int) -> None:
-        with self._lock:
-            run.out[stream].unacked -= count
-        with contextlib.suppress(SandboxLost):
-            self._send(encode_request(MsgType.CREDIT, [f"bytes={count}"], stream=stream))
-
-    def _pump(self, run: _Run) -> None:
-        try:
-            while not self._pump_step(run):
-                pass
-        except SandboxLost:
-            pass
-        finally:
-            with self._lock:
-                run.close_fds()
-
-    def _pump_step(self, run: _Run) -> bool:
-        """One round of the pump: wait, then move what can move. True when the run is over."""
-        with self._lock:
-            if self._lost is not None:
-                return True
-            for out in run.out.values():
-                if out.fd >= 0 and out.eof and not out.pending:
-                    os.close(out.fd)
-                    out.fd = -1
-            if run.exited is not None and run.stdin_fd >= 0:
-                os.close(run.stdin_fd)  # the command is gone: nothing reads stdin any more
-                run.stdin_fd = -1
-            owed = [(stream, out.owed) for stream, out in run.out.items() if out.owed]
-            for _, out in run.out.items():
-                out.owed = 0
-        for stream, count in owed:
-            self._return_credit(run, stream, count)
-        with self._lock:
-            if run.exited is not None and run.outputs_done():
-                return True
-            wanted: dict[int, tuple[int, Stream | None]] = {self._pump_wake_r: (selectors.EVENT_READ, None)}
-            for stream, out in run.out.items():
-                if out.fd >= 0 and out.pending:
-                    wanted[out.fd] = (selectors.EVENT_WRITE, stream)
-            if run.stdin_fd >= 0 and run.stdin_credit > 0:
-                wanted[run.stdin_fd] = (selectors.EVENT_READ, Stream.STDIN)
-        selector = selectors.PollSelector()  # no kernel state: fds closed between steps cannot linger
-        for fd, (events, tag) in wanted.items():
-            selector.register(fd, events, tag)
-        for key, _ in selector.select(timeout=1.0):
-            if key.data is None:
-                with contextlib.suppress(BlockingIOError):
-                    os.read(self._pump_wake_r, 4096)
-            elif key.data is Stream.STDIN:
-                self._pump_stdin(run)
-            else:
-                self._pump_output(run, key.data)
-        return False
-
-    def _pump_output(self, run: _Run, stream: Stream) -> None:
-        out = run.out[stream]
-        with self._lock:
-            chunk = bytes(out.pending[:CHUNK_BYTES])
-        try:
-            written = os.write(out.fd, chunk)
-        except BlockingIOError:
-            return
-        except OSError:  # EPIPE: the host reader went away (output cap): stop the stream in the guest
-            with self._lock:
-                dropped = len(out.pending)
-                out.pending.clear()
-                out.discard = True
-                os.close(out.fd)
-                out.fd = -1
-            if not out.eof:
-                self._send(encode_request(MsgType.CLOSE_OUTPUT, stream=stream))
-            if dropped:
-                self._return_credit(run, stream, dropped)
-            return
-        with self._lock:
-            del out.pending[:written]
-        self._return_credit(run, stream, written)
-
-    def _pump_stdin(self, run: _Run) -> None:
-        with self._lock:
-            room = min(run.stdin_credit, CHUNK_BYTES)
-        try:
-            data = os.read(run.stdin_fd, room)
-        except BlockingIOError:
-            return
-        except OSError:
-            data = b""
-        with self._lock:
-            if data:
-                run.stdin_credit -= len(data)
-            else:
-                os.close(run.stdin_fd)
-                run.stdin_fd = -1
-        self._send(encode_frame(MsgType.DATA, data, stream=Stream.STDIN))
-
-
-class _ChunkIter:
-    """The DATA frames of one file on the transfer stream, crediting each back once consumed."""
-
-    def __init__(self, sandbox: GuestSandbox, size: int) -> None:
-        self._sandbox = sandbox
-        self._left = size
-
-    def __iter__(self) -> _ChunkIter:
-        return self
-
-    def __next__(self) -> bytes:
-        sandbox = self._sandbox
-        frame = sandbox._next_reply()
-        if frame.type is not MsgType.DATA:
-            raise sandbox._lose(f"the guest sent {frame.type.name} inside a file's data")
-        if not frame.body:
-            raise StopIteration
-        if len(frame.body) > self._left:
-            raise sandbox._lose("the guest sent more file data than it announced")
-        self._left -= len(frame.body)
-        sandbox._tx_unacked -= len(frame.body)
-        sandbox._send(encode_request(MsgType.CREDIT, [f"bytes={len(frame.body)}"], stream=Stream.TRANSFER))
-        return frame.body
-
-
-def _make_dir(parent_fd: int, name: str, path: str, report: ExportReport) -> int:
-    with contextlib.suppress(FileExistsError):
-        os.mkdir(name, 0o755, dir_fd=parent_fd)
-    try:
-        child = os.open(name, _DIR_FLAGS, dir_fd=parent_fd)
-    except OSError:
-        report.skip(f"{path}/ (not a plain directory on one side)")
-        return -1
-    report.dirs += 1
-    return child
-
 
 def _get_fix(err: int) -> str:
     if err == errno.EFBIG:
@@ -739,97 +586,6 @@ def _get_fix(err: int) -> str:
     if err in (errno.ELOOP, errno.ENOTDIR):
         return "use a plain path with no symlinks"
     return "get only regular files under a scratch path"
-
-
-class _BrokenRule(Exception):
-    """The guest's export stream broke a rule the host checks (the channel is then lost)."""
-
-
-class _ExportWalk:
-    """The host half of an export: checks each entry the guest announces and writes it under the
-    destination through ``O_NOFOLLOW`` descriptors, like ``files._copy_tree``."""
-
-    def __init__(self, dst_fd: int, *, max_bytes: int, max_depth: int) -> None:
-        self.stack: list[tuple[str, int]] = [("", dst_fd)]  # (relative path, host dir fd or -1: not copied)
-        self.report = ExportReport()
-        self.too_deep: list[str] = []
-        self.announced = 0  # bytes of every file the guest announced, copied or not
-        self.max_bytes = max_bytes
-        self.max_depth = max_depth
-
-    def entry(self, body: bytes, chunks: Callable[[int], Iterator[bytes]]) -> None:
-        """Check and apply one ENTRY (``chunks(size)`` yields a file's data).
-
-        Raises:
-            _BrokenRule: a path out of order or not normalised, a size past the limit, an unknown kind.
-        """
-        fields = parse_fields(MsgType.ENTRY, body, frozenset({"kind", "path"}), frozenset({"size", "reason"}))
-        kind, path = fields["kind"], fields["path"]
-        parts = path.split("/")
-        if any(part in ("", ".", "..") for part in parts) or len(parts) > self.max_depth:
-            raise _BrokenRule(f"the guest sent export path {path[:100]!r}: not normalised or too deep")
-        parent = "/".join(parts[:-1])
-        while len(self.stack) > 1 and self.stack[-1][0] != parent:
-            _, fd = self.stack.pop()
-            if fd >= 0:
-                os.close(fd)
-        if self.stack[-1][0] != parent:
-            raise _BrokenRule(f"the guest sent export entry {path[:100]!r} outside the walk order")
-        parent_fd = self.stack[-1][1]
-        if kind == "dir" and fields.keys() == {"kind", "path"}:
-            child = _make_dir(parent_fd, parts[-1], path, self.report) if parent_fd >= 0 else -1
-            self.stack.append((path, child))
-            if child >= 0 and len(parts) >= self.max_depth:
-                self.too_deep.append(path)
-        elif kind == "file" and fields.keys() == {"kind", "path", "size"}:
-            size = number("ENTRY", "size", fields["size"])
-            self.announced += size
-            if self.announced > self.max_bytes:
-                raise _BrokenRule(f"the guest exported {path[:100]!r} past the {self.max_bytes}-byte limit")
-            self._receive_file(parent_fd, parts[-1], path, chunks(size))
-        elif kind == "skip" and fields.keys() == {"kind", "path", "reason"} and fields["reason"] in _SKIP_REASONS:
-            if parent_fd >= 0:
-                self.report.skip(f"{path} ({_SKIP_REASONS[fields['reason']].format(max_bytes=self.max_bytes)})")
-        else:
-            raise _BrokenRule(f"the guest sent a malformed export entry (kind {kind[:20]!r})")
-
-    def _receive_file(self, parent_fd: int, name: str, path: str, data: Iterator[bytes]) -> None:
-        fd = -1
-        if parent_fd >= 0:
-            try:
-                flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
-                fd = os.open(name, flags, 0o644, dir_fd=parent_fd)
-                if not stat.S_ISREG(os.fstat(fd).st_mode):
-                    os.close(fd)
-                    fd = -1
-            except OSError:
-                fd = -1
-            if fd < 0:
-                self.report.skip(f"{path} (destination is not a plain file)")
-        copied = 0
-        try:
-            for chunk in data:  # consumed whole even when not written: it is on the wire
-                copied += len(chunk)
-                view = memoryview(chunk)
-                while fd >= 0 and view:
-                    view = view[os.write(fd, view) :]
-        finally:
-            if fd >= 0:
-                os.close(fd)
-        if fd >= 0:
-            self.report.files += 1
-            self.report.bytes += copied
-
-    def close(self) -> None:
-        for _, fd in self.stack:
-            if fd >= 0:
-                os.close(fd)
-        self.stack = []
-
-    def finish(self) -> ExportReport:
-        for relative in self.too_deep:
-            self.report.skip(f"{relative}/ (deeper than {self.max_depth} levels: its content was not copied)")
-        return self.report
 
 
 if TYPE_CHECKING:

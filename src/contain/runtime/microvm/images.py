@@ -13,9 +13,15 @@ and the image is built from that copy (not from the live directory); if the two 
 (the directory changed in between) the start fails, so what the guest sees is what was hashed.
 
 What is copied: regular files, directories and symlinks (as links: they resolve inside the
-guest, never on the host). Devices, fifos and sockets are left out and listed in
-``TreeSnapshot.skipped``. Every file is owned by the workload user 1000 in the image (the host's
-owners mean nothing in the guest; the image is read-only whatever the modes say). Bounded:
+guest, never on the host), and of those only what the bind's owner (the owner of its top
+directory) may read by the mode bits (``owner_may_read``: the owner's bits when it owns the
+entry, the group bits when the entry's group is the top directory's, else the other bits; a
+directory needs read and search). contain reads as root, and the image is owned by the workload,
+so without this rule a 0600 file of another user inside the bind would become readable in the
+guest, where the process backend's idmapped view keeps it unreadable. Devices, fifos, sockets and
+entries the owner may not read are left out and listed in ``TreeSnapshot.skipped``. Every file
+is owned by the workload user 1000 in the image (the host's owners mean nothing in the guest;
+the image is read-only whatever the modes say). Bounded:
 ``max_bytes`` of content and ``max_entries`` entries, past either the build fails with
 ``SandboxStartError`` naming the bind (a partial read bind would be a silent change of input).
 
@@ -37,7 +43,14 @@ from contain.errors import SandboxStartError, UnsupportedHost
 from contain.runtime.microvm.artefacts import DIGEST_HEX_DIGITS, ensure_artefact, guest_cache_dir
 from contain.runtime.microvm.userland import MKSQUASHFS, SQUASHFS_COMPRESSION
 
-__all__ = ["READ_IMAGE_MAX_BYTES", "READ_IMAGE_MAX_ENTRIES", "TreeSnapshot", "ensure_read_image", "snapshot_tree"]
+__all__ = [
+    "READ_IMAGE_MAX_BYTES",
+    "READ_IMAGE_MAX_ENTRIES",
+    "TreeSnapshot",
+    "ensure_read_image",
+    "owner_may_read",
+    "snapshot_tree",
+]
 
 READ_IMAGE_MAX_BYTES = 4 * 1024**3
 READ_IMAGE_MAX_ENTRIES = 500_000
@@ -45,6 +58,21 @@ WORKLOAD_ID = "1000"
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 _TOOL_TIMEOUT_S = 600
+
+
+def owner_may_read(info: os.stat_result, *, owner: tuple[int, int]) -> bool:
+    """Whether a user ``owner`` = (uid, gid) may read ``info`` by its mode bits alone (directories:
+    read and search). Supplementary groups are not known here, so they never grant access."""
+    uid, gid = owner
+    mode = info.st_mode
+    need = (stat.S_IRUSR | stat.S_IXUSR) if stat.S_ISDIR(mode) else stat.S_IRUSR
+    if info.st_uid == uid:
+        shift = 0
+    elif info.st_gid == gid:
+        shift = 3
+    else:
+        shift = 6
+    return (mode << shift) & need == need
 
 
 @dataclass
@@ -78,6 +106,8 @@ def snapshot_tree(
             f"read bind {source} cannot be opened as a directory: {exc.strerror}",
             "bind a directory that exists (a symlink as the bind itself is refused here)",
         ) from exc
+    top = os.fstat(root)
+    owner = (top.st_uid, top.st_gid)
     stack: list[tuple[int, str]] = [(root, "")]
     try:
         while stack:
@@ -86,7 +116,7 @@ def snapshot_tree(
                 names = sorted(os.listdir(dir_fd))
                 for name in names:
                     child = f"{relative}/{name}" if relative else name
-                    _take(dir_fd, name, child, stage, digest, snap, stack)
+                    _take(dir_fd, name, child, stage, digest, snap, stack, owner)
                     if snap.entries > max_entries or snap.bytes > max_bytes:
                         raise SandboxStartError(
                             f"read bind {source} is larger than the microvm backend images "
@@ -110,10 +140,14 @@ def _take(
     digest: hashlib._Hash,
     snap: TreeSnapshot,
     stack: list[tuple[int, str]],
+    owner: tuple[int, int],
 ) -> None:
     info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
     target = stage / relative if stage is not None else None
     mode = stat.S_IMODE(info.st_mode)
+    if not stat.S_ISLNK(info.st_mode) and not owner_may_read(info, owner=owner):
+        snap.skipped.append(f"{relative}: the bind's owner (uid {owner[0]}) may not read it")
+        return
     snap.entries += 1
     if stat.S_ISLNK(info.st_mode):
         link = os.readlink(name, dir_fd=dir_fd)

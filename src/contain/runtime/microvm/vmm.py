@@ -3,8 +3,9 @@
 ``VmProcess.start`` is a checklist:
 
 1. ``plan_vmm_launch`` (pure) wraps the planned QEMU argv so that QEMU starts in a network
-   namespace of its own (``unshare --net``: its only interface is a down ``lo``, so the VMM
-   process itself can reach nothing, and egress listeners are what ``netns_path`` names) and in
+   namespace of its own (``unshare --net``: its only interface is ``lo``, brought up so that
+   contain's egress listeners can bind there; the VMM process itself reaches nothing else, and
+   ``netns_path`` names this namespace) and in
    the sandbox's host cgroup from its first instruction (a shell writes its own pid into each
    ``cgroup.procs`` and then execs QEMU, so the VMM's memory, pids and CPU are counted and
    limited before the guest has a page);
@@ -39,7 +40,10 @@ __all__ = ["SERIAL_TAIL_BYTES", "SerialLog", "VmProcess", "VmmFacts", "detect_vm
 SERIAL_TAIL_BYTES = 64 * 1024
 CLOSE_GRACE_S = 1.0  # a guest that was asked to power off does so in ~0.1 s under TCG
 UNSHARE = "/usr/bin/unshare"
-_JOIN_AND_EXEC = 'n=$1; shift; while [ "$n" -gt 0 ]; do echo $$ > "$1" || exit 125; shift; n=$((n-1)); done; exec "$@"'
+_JOIN_AND_EXEC = (
+    'n=$1; shift; while [ "$n" -gt 0 ]; do echo $$ > "$1" || exit 125; shift; n=$((n-1)); done; '
+    'ip link set lo up || exit 125; exec "$@"'
+)
 
 
 @dataclass(frozen=True)
@@ -140,13 +144,17 @@ class VmProcess:
         guest_fd: int | None = None,
         extra_argv: Sequence[str] = (),
         extra_fds: Sequence[int] = (),
+        console_input: bool = False,
     ) -> None:
         """``extra_argv``/``extra_fds``: QEMU words after the plan's and the descriptors they name
         (snapshot_plan.py: the template's monitor, a restore's ``-incoming``); the caller keeps
-        and closes its copies of ``extra_fds``."""
+        and closes its copies of ``extra_fds``. ``console_input``: keep a pipe to the guest
+        console (``type_on_console``), for the shell mode only (initramfs.py); every other VM gets
+        /dev/null."""
         self.plan = plan
         self._extra_argv = tuple(extra_argv)
         self._extra_fds = tuple(extra_fds)
+        self._console_input = console_input
         self.serial = SerialLog()
         self.cgroup = cgroup
         self._cgroup_procs = tuple(f"{path}/cgroup.procs" for path in cgroup.paths) if cgroup is not None else ()
@@ -173,7 +181,7 @@ class VmProcess:
         try:
             self._proc = subprocess.Popen(
                 argv,
-                stdin=subprocess.DEVNULL,
+                stdin=subprocess.PIPE if self._console_input else subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
                 pass_fds=((self._guest_fd,) if self._guest_fd is not None else ()) + self._extra_fds,
@@ -196,6 +204,13 @@ class VmProcess:
         while chunk := os.read(stream.fileno(), 65536):
             self.serial.feed(chunk)
         self.serial.close()
+
+    def type_on_console(self, data: bytes) -> None:
+        """Write ``data`` to the guest console (a VM started with ``console_input`` only)."""
+        if self._proc is None or self._proc.stdin is None:
+            raise ValueError("this VM's console takes no input")
+        self._proc.stdin.write(data)
+        self._proc.stdin.flush()
 
     def exit_code(self) -> int | None:
         """QEMU's exit status once it ended (negative: the signal), else None."""
@@ -229,5 +244,8 @@ class VmProcess:
         if self._reader is not None:
             self._reader.join(timeout=5.0)
             self._reader = None
-        if self._proc is not None and self._proc.stdout is not None:
-            self._proc.stdout.close()
+        if self._proc is not None:
+            for stream in (self._proc.stdout, self._proc.stdin):
+                if stream is not None:
+                    with contextlib.suppress(OSError):
+                        stream.close()

@@ -37,6 +37,7 @@ from contain.errors import UnsupportedHost
 
 __all__ = [
     "Accel",
+    "GuestForward",
     "GuestMode",
     "NetworkPlan",
     "VmPlan",
@@ -75,15 +76,28 @@ class GuestMode(StrEnum):
 
 
 @dataclass(frozen=True)
+class GuestForward:
+    """One TCP forward: a guest connection to ``guest_address:guest_port`` is carried, by a
+    ``connector`` process QEMU starts per connection (``socat - TCP:host:port``), to
+    ``host_address:host_port`` in QEMU's own network namespace (where contain's egress listens)."""
+
+    guest_address: str
+    guest_port: int
+    host_address: str
+    host_port: int
+
+
+@dataclass(frozen=True)
 class NetworkPlan:
     """QEMU user networking with ``restrict=on``: the guest reaches only these forwards.
 
-    Attributes:
-        forwards: (guest address, guest port, host address, host port): a TCP connection from
-            the guest to the first pair is carried to the second (``guestfwd``), nothing else.
+    ``restrict=on`` (libslirp's restricted mode) drops every guest packet that is not to a
+    ``guestfwd`` address or DHCP/TFTP on the virtual network: the gateway 10.0.2.2 (the host's
+    loopback, seen from QEMU) and the built-in DNS forwarder 10.0.2.3 answer nothing.
     """
 
-    forwards: tuple[tuple[str, int, str, int], ...]
+    forwards: tuple[GuestForward, ...]
+    connector: str  # absolute path of socat
 
 
 @dataclass(frozen=True)
@@ -210,9 +224,10 @@ def plan_qemu_argv(plan: VmPlan) -> list[str]:
             "-device", f"virtio-blk-device,drive=disk{i},serial={serial}",
         ]  # fmt: skip
     if plan.network is not None:
+        connector = plan.network.connector
         forwards = "".join(
-            f",guestfwd=tcp:{g_addr}:{g_port}-tcp:{h_addr}:{h_port}"
-            for g_addr, g_port, h_addr, h_port in plan.network.forwards
+            f",guestfwd=tcp:{f.guest_address}:{f.guest_port}-cmd:{connector} - TCP:{f.host_address}:{f.host_port}"
+            for f in plan.network.forwards
         )
         argv += [
             "-netdev", f"user,id=net0,restrict=on,ipv6=off{forwards}",

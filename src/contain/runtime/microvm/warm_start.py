@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import shutil
 import socket
 import threading
 import time
@@ -50,6 +51,7 @@ from contain.runtime.backend import BackendPlan, RunningSandbox
 from contain.runtime.microvm.backend import MicroVMBackend, PreparedGuest, plan_vm
 from contain.runtime.microvm.guest_channel import GuestChannel
 from contain.runtime.microvm.guest_handle import GuestSandbox
+from contain.runtime.microvm.handle import MicroVMHandle
 from contain.runtime.microvm.snapshot import build_template, open_cached_snapshot, open_snapshot_dir, qemu_identity
 from contain.runtime.microvm.snapshot_plan import artefacts_fingerprint, plan_restore_words, template_key
 from contain.runtime.microvm.vmm import VmProcess
@@ -97,6 +99,7 @@ class MicroVMWarmStart:
                 facts=prepared.facts,
                 read_binds=prepared.read_binds,
                 agent_fd=guest_fd,
+                connector=shutil.which("socat"),
             )
             qemu = qemu_identity(prepared.facts)
             key = template_key(vm_plan, qemu)
@@ -139,6 +142,7 @@ class MicroVMWarmStart:
             handle.close()
             raise
         self.last_restore_s = time.monotonic() - began
+        network = vm_plan.network is not None
         self.layer_report = {
             "accelerator": prepared.choice.reason,
             "guest": f"kernel {prepared.image.kernel.release}, {vm_plan.memory_mib} MiB, {vm_plan.vcpus} vCPU, "
@@ -146,7 +150,7 @@ class MicroVMWarmStart:
             "warm start": f"restored from template {key} ({how}); RNG reseeded from the host after the "
             "restore (RNDADDENTROPY + RNDRESEEDCRNG), fresh machine id, boot_id drawn after the reseed",
         }
-        return handle
+        return MicroVMHandle(handle, serial_tail=vm.serial.tail_lines, network=network)
 
     def _prepare(self, plan: BackendPlan) -> PreparedGuest:
         """Step 1. The guest build, QEMU's facts and the accelerator are looked up once per warm

@@ -17,7 +17,7 @@ from contain.runtime.microvm.initramfs import Initramfs
 from contain.runtime.microvm.kernel import GuestKernel
 from contain.runtime.microvm.userland import Userland
 from contain.runtime.microvm.vmm import VmmFacts
-from contain.runtime.microvm.vmm_plan import Accel
+from contain.runtime.microvm.vmm_plan import Accel, GuestForward, NetworkPlan
 
 IMAGE = GuestImage(
     kernel=GuestKernel(Path("/c/kernel-1"), "6.1.0-53-cloud-amd64", "1", ("virtio",), ()),
@@ -36,7 +36,7 @@ def test_a_scratch_only_boundary_is_accepted():
     assert plan_microvm_refusals(_boundary({}), attachments=0) == ()
 
 
-def test_write_binds_attachments_and_egress_are_refused_each_with_a_reason(tmp_path):
+def test_write_binds_and_attachments_are_refused_each_with_a_reason(tmp_path):
     boundary = _boundary(
         {
             "files": [{"path": "/repo", "host": str(tmp_path), "access": "write"}],
@@ -44,8 +44,22 @@ def test_write_binds_attachments_and_egress_are_refused_each_with_a_reason(tmp_p
         }
     )
     refusals = plan_microvm_refusals(boundary, attachments=1)
-    assert [r.what for r in refusals] == ["write binds (/repo)", "1 attachment(s) under /.contain", "network.allow"]
+    assert [r.what for r in refusals] == ["write binds (/repo)", "1 attachment(s) under /.contain"]
     assert all(r.why and r.fix for r in refusals)
+
+
+def test_egress_gives_one_restricted_nic_whose_only_peers_are_the_proxy_and_dns_stub():
+    boundary = _boundary({"network": {"allow": [{"host": "pypi.org", "ports": [443]}]}})
+    plan, _ = plan_vm(boundary, image=IMAGE, choice=TCG, facts=FACTS, read_binds=(), agent_fd=9, connector="/bin/socat")
+    assert plan.network == NetworkPlan(
+        forwards=(GuestForward("10.0.2.100", 3128, "127.0.0.1", 3128), GuestForward("10.0.2.100", 53, "127.0.0.1", 53)),
+        connector="/bin/socat",
+    )
+    assert "contain.net=1" in plan.cmdline
+    with pytest.raises(UnsupportedHost, match="socat"):
+        plan_vm(boundary, image=IMAGE, choice=TCG, facts=FACTS, read_binds=(), agent_fd=9, connector=None)
+    no_network, _ = plan_vm(_boundary({}), image=IMAGE, choice=TCG, facts=FACTS, read_binds=(), agent_fd=9)
+    assert (no_network.network, "contain.net=0" in no_network.cmdline) == (None, True)
 
 
 def test_the_backend_refuses_before_it_builds_or_boots_anything(tmp_path):

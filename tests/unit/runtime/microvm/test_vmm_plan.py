@@ -7,6 +7,7 @@ import pytest
 from contain.errors import UnsupportedHost
 from contain.runtime.microvm.vmm_plan import (
     Accel,
+    GuestForward,
     GuestMode,
     NetworkPlan,
     VmPlan,
@@ -58,16 +59,22 @@ def test_the_whole_argv_has_no_default_device_and_every_disk_read_only():
 def test_kvm_uses_the_host_cpu_and_a_network_is_only_user_mode_restricted_to_its_forwards():
     from dataclasses import replace
 
-    plan = replace(PLAN, accel=Accel.KVM, agent_fd=None, read_images=(), network=NetworkPlan(
-        forwards=(("10.0.2.100", 3128, "127.0.0.1", 3128),)
-    ))  # fmt: skip
+    network = NetworkPlan(
+        forwards=(GuestForward("10.0.2.100", 3128, "127.0.0.1", 3128), GuestForward("10.0.2.100", 53, "127.0.0.1", 53)),
+        connector="/usr/bin/socat",
+    )
+    plan = replace(PLAN, accel=Accel.KVM, agent_fd=None, read_images=(), network=network)
     argv = plan_qemu_argv(plan)
     assert argv[argv.index("-accel") + 1 : argv.index("-accel") + 4] == ["kvm", "-cpu", "host"]
     assert "socket,id=agent,fd=7" not in " ".join(argv)
     assert argv[-4:] == [
-        "-netdev", "user,id=net0,restrict=on,ipv6=off,guestfwd=tcp:10.0.2.100:3128-tcp:127.0.0.1:3128",
-        "-device", "virtio-net-device,netdev=net0",
-    ]  # fmt: skip
+        "-netdev",
+        "user,id=net0,restrict=on,ipv6=off"
+        ",guestfwd=tcp:10.0.2.100:3128-cmd:/usr/bin/socat - TCP:127.0.0.1:3128"
+        ",guestfwd=tcp:10.0.2.100:53-cmd:/usr/bin/socat - TCP:127.0.0.1:53",
+        "-device",
+        "virtio-net-device,netdev=net0",
+    ]
     assert "-netdev" not in plan_qemu_argv(PLAN)
 
 

@@ -844,6 +844,15 @@ static void __attribute__((noreturn)) child_exec(struct spawn_request *rq, const
     }
     if (g_cfg.chroot_dir != NULL && (chroot(g_cfg.chroot_dir) < 0 || chdir("/") < 0))
         child_fail(errfd, ST_IDS, errno);
+    /* Empty the bounding set while CAP_SETPCAP is still held: with no_new_privs no exec could
+     * raise a capability anyway; this leaves nothing to raise even without it. */
+    for (int cap = 0; cap < 64; cap++) {
+        int has = prctl(PR_CAPBSET_READ, cap, 0, 0, 0);
+        if (has < 0)
+            break; /* EINVAL: past the last capability this kernel knows */
+        if (has == 1 && prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) < 0)
+            child_fail(errfd, ST_IDS, errno);
+    }
     if (setgroups(0, NULL) < 0 || setresgid(g_cfg.gid, g_cfg.gid, g_cfg.gid) < 0 ||
         setresuid(g_cfg.uid, g_cfg.uid, g_cfg.uid) < 0)
         child_fail(errfd, ST_IDS, errno);
@@ -1034,9 +1043,25 @@ static int open_dir_chain(int dirfd, const char *path, int create) {
     return fd;
 }
 
+/* Open a scratch root named as the workload sees it: with --chroot, below the chroot directory
+ * (the agent's own, made by /init before any workload existed), else below /. Every component of
+ * the root is opened O_NOFOLLOW. */
+static int open_root(const char *root) {
+    if (g_cfg.chroot_dir == NULL)
+        return open_dir_chain(-1, root, 0);
+    int base = open(g_cfg.chroot_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (base < 0)
+        return -1;
+    int fd = open_dir_chain(base, root + 1, 0); /* root is absolute: its components, relative */
+    int e = errno;
+    close(base);
+    errno = e;
+    return fd;
+}
+
 /* Splits rel into its parent directory (opened under root, created when asked) and last name. */
 static int open_parent(const char *root, const char *rel, int create, const char **name) {
-    int rootfd = open_dir_chain(-1, root, 0); /* as root: the scratch root's ancestors are not the workload's */
+    int rootfd = open_root(root); /* as root: the scratch root's ancestors are not the workload's */
     if (rootfd < 0)
         return -1;
     as_workload_fs(1);
@@ -1272,7 +1297,7 @@ static void handle_export(char **items, long n) {
         parse_u64(mb, UINT64_MAX - 1, &g_tx.max_bytes) < 0 || parse_u64(me, UINT64_MAX - 1, &g_tx.max_entries) < 0 ||
         parse_u64(md, MAX_EXPORT_DEPTH, &depth) < 0 || depth == 0)
         protocol_error("EXPORT needs root=ABS max_bytes=N max_entries=N max_depth=1..%d", MAX_EXPORT_DEPTH);
-    int fd = open_dir_chain(-1, root, 0);
+    int fd = open_root(root); /* as put/get do; everything below is read as the workload (export_step) */
     DIR *dir = fd >= 0 ? fdopendir(fd) : NULL;
     if (dir == NULL) {
         int e = errno;
@@ -1482,7 +1507,10 @@ static void dispatch(int type, int stream, unsigned char *body, size_t len) {
             protocol_error("DATA on stream %d from the host", stream);
         return;
     }
-    if (g_put.active)
+    /* Flow control (CREDIT, CLOSE_OUTPUT, stdin DATA) and KILL come from the host's pump and run
+     * loop at any time, also between a PUT_FILE's data frames; a request there is out of step. */
+    int is_flow = type == T_CREDIT || type == T_CLOSE_OUTPUT || type == T_KILL;
+    if (g_put.active && !is_flow)
         protocol_error("frame type %d in the middle of a PUT_FILE", type);
     char **items = NULL;
     long n = 0;
@@ -1669,6 +1697,12 @@ int main(int argc, char **argv) {
         return EXIT_REFUSED;
     if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) < 0 || write_text("/proc/self/oom_score_adj", "-1000") < 0)
         logmsg("cannot harden the agent (dumpable/oom_score_adj): %s", strerror(errno));
+    /* File requests act with the workload's fsuid/fsgid; supplementary groups still count in
+     * permission checks, so the agent keeps none (root needs none). */
+    if (setgroups(0, NULL) < 0) {
+        logmsg("cannot drop supplementary groups: %s", strerror(errno));
+        return EXIT_REFUSED;
+    }
     g_port = open_port();
     g_inbuf = malloc(HEADER_BYTES + MAX_BODY_BYTES + 1);
     g_run.stdin_buf = malloc(WINDOW_BYTES);
