@@ -7,14 +7,19 @@ never received them), and nothing is left once the pools close: no QEMU, no desc
 temporary snapshot file. Each test's boundary has a disk budget of its own, so its template key
 is new and the build path runs; the test removes its snapshot at the end.
 
-Boots: test 1 builds one template and restores three VMs; test 2 builds two templates.
+Boots: test 1 builds one template and restores three VMs; test 2 builds two templates; test 3
+builds one (with a network device) and restores one.
 """
 
 from __future__ import annotations
 
+import http.server
 import os
 import secrets
 import shutil
+import socketserver
+import threading
+from typing import ClassVar
 
 import pytest
 
@@ -155,4 +160,49 @@ def test_a_changed_read_bind_gets_a_template_of_its_own_and_the_restored_vm_sees
         assert seen == [("first\n", True), ("second, longer\n", True)]
         assert len(_keys() - keys_before) == 2
     finally:
+        _forget_snapshots(_keys() - keys_before)
+
+
+class _Hello(http.server.BaseHTTPRequestHandler):
+    seen: ClassVar[list[str]] = []
+
+    def do_GET(self) -> None:
+        type(self).seen.append(self.path)
+        self.send_response(200)
+        self.end_headers()
+        self.wfile.write(b"hello from host\n")
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_a_restored_vm_reaches_only_allowed_names_through_its_own_egress_proxy():
+    _Hello.seen = []
+    server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), _Hello)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    port = server.server_address[1]
+    boundary = _boundary(network={"allow": [{"host": "api.test", "ports": [port]}], "hosts": {"api.test": "127.0.0.1"}})
+    probe = (
+        "import urllib.request\n"
+        f"print(urllib.request.urlopen('http://api.test:{port}/warm', timeout=20).read().decode().strip())\n"
+        "try:\n"
+        "    urllib.request.urlopen('http://denied.test/', timeout=20)\n"
+        "    print('denied.test REACHED')\n"
+        "except Exception as exc:\n"
+        "    print('denied.test refused', getattr(exc, 'code', type(exc).__name__))\n"
+    )
+    keys_before = _keys()
+    try:
+        with SandboxPool(boundary, backend="microvm", size=1) as pool, pool.acquire(timeout_s=300) as sandbox:
+            result = sandbox.run(["python3", "-c", probe], timeout=120)
+            assert "warm start" in sandbox.layers
+        assert result.stdout.data.decode().splitlines() == ["hello from host", "denied.test refused 403"], (
+            result.stderr.data[-2000:]
+        )
+        assert _Hello.seen == ["/warm"]
+        assert ("api.test", "allow") in [(e["host"], e["verdict"]) for e in result.egress]
+        assert any(v.kind == "egress" and "denied.test" in v.message for v in result.violations)
+    finally:
+        server.shutdown()
+        server.server_close()
         _forget_snapshots(_keys() - keys_before)
