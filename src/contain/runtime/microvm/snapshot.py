@@ -47,6 +47,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from contain._log import LazyLogger
 from contain.errors import ContainError, SandboxStartError
 from contain.runtime.cgroups import SandboxCgroup
 from contain.runtime.microvm.artefacts import guest_cache_dir, prepare_private_dir
@@ -79,6 +80,8 @@ __all__ = [
     "remove_stale_snapshots",
     "snapshot_dir",
 ]
+
+log = LazyLogger(__name__)
 
 TEMPLATE_BOOT_TIMEOUT_S = 90.0  # TCG boots here take 6-11 s on a loaded 2-core host; generous
 MONITOR_TIMEOUT_S = 30.0  # one QMP reply (stop, getfd, quit answer at once)
@@ -258,7 +261,10 @@ def build_template(
             host_end.close()
         vm.close(grace_s=0)
         monitor_host.close()
-    remove_stale_snapshots(dir_fd, keep_key=key, current_artefacts=artefacts)
+    try:
+        remove_stale_snapshots(dir_fd, keep_key=key, current_artefacts=artefacts)
+    except OSError as exc:  # the template is built and usable; old ones stay until the next build
+        log.debug("could not remove stale microVM templates: %r", exc)
     return TemplateBuild(key=key, boot_s=boot_s, save_s=save_s, size_bytes=size)
 
 

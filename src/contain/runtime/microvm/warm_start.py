@@ -104,6 +104,7 @@ class MicroVMWarmStart:
             qemu = qemu_identity(prepared.facts)
             key = template_key(vm_plan, qemu)
             snapshot_fd, how = self._template(key, vm_plan, artefacts=artefacts_fingerprint(vm_plan, qemu), plan=plan)
+            clock_behind_s = max(0.0, time.time() - os.fstat(snapshot_fd).st_mtime)  # saved when written
             restore_fd = os.open(f"/proc/self/fd/{snapshot_fd}", os.O_RDONLY | os.O_CLOEXEC)  # own offset
         except BaseException:
             os.close(guest_fd)
@@ -148,7 +149,9 @@ class MicroVMWarmStart:
             "guest": f"kernel {prepared.image.kernel.release}, {vm_plan.memory_mib} MiB, {vm_plan.vcpus} vCPU, "
             f"restored in {self.last_restore_s:.2f} s",
             "warm start": f"restored from template {key} ({how}); RNG reseeded from the host after the "
-            "restore (RNDADDENTROPY + RNDRESEEDCRNG), fresh machine id, boot_id drawn after the reseed",
+            "restore (RNDADDENTROPY + RNDRESEEDCRNG), fresh machine id, boot_id drawn after the reseed; "
+            f"the guest clock starts {clock_behind_s:.0f} s behind the host's (the template's age: the guest "
+            "agent has no clock request)",
         }
         return MicroVMHandle(handle, serial_tail=vm.serial.tail_lines, network=network)
 
