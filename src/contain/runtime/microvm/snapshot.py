@@ -18,8 +18,10 @@ key covers):
 5. stop the template (QMP ``quit``, then kill and reap), write the sidecar (what it was built
    from, 0600) and rename both into place (atomic: a concurrent reader sees no file or a whole
    one);
-6. remove the snapshots this build can never restore again (another QEMU or guest build) and the
-   oldest beyond ``MAX_CACHED_SNAPSHOTS`` (``plan_stale_snapshots``).
+6. remove the snapshots of another QEMU or guest build that nobody restored for
+   ``UNUSED_AFTER_S`` (one cache serves every checkout on the host: another build may still use
+   its own), then the least recently used beyond ``MAX_CACHED_SNAPSHOTS``
+   (``plan_stale_snapshots``; a restore marks its template used: ``mark_used``).
 
 What the snapshot directory enforces (``open_snapshot_dir``): ``<contain cache>/microvm/snapshots``
 is a real directory, owned by the current user, mode 0700; a snapshot is used only when it is a
@@ -73,6 +75,7 @@ __all__ = [
     "build_template",
     "clear_snapshots",
     "list_snapshots",
+    "mark_used",
     "open_cached_snapshot",
     "open_snapshot_dir",
     "qemu_identity",
@@ -323,6 +326,9 @@ def list_snapshots(dir_fd: int) -> list[dict[str, Any]]:
                 entry = loaded
         with contextlib.suppress(OSError):
             entry["bytes"] = os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_size
+        with contextlib.suppress(OSError):
+            side = name.replace(".vmstate", ".json")
+            entry["used_at"] = os.stat(side, dir_fd=dir_fd, follow_symlinks=False).st_mtime
         found.append(entry)
     return sorted(found, key=lambda e: float(e.get("built_at", 0.0)))
 
@@ -330,13 +336,19 @@ def list_snapshots(dir_fd: int) -> list[dict[str, Any]]:
 def remove_stale_snapshots(dir_fd: int, *, keep_key: str, current_artefacts: str) -> list[str]:
     """Step 6; returns the keys removed."""
     cached = [
-        CachedSnapshot(key=e["key"], artefacts=str(e.get("artefacts", "")), built_at=float(e.get("built_at", 0.0)))
+        CachedSnapshot(key=e["key"], artefacts=str(e.get("artefacts", "")), used_at=float(e.get("used_at", 0.0)))
         for e in list_snapshots(dir_fd)
     ]
-    stale = plan_stale_snapshots(cached, current_artefacts=current_artefacts, keep_key=keep_key)
+    stale = plan_stale_snapshots(cached, current_artefacts=current_artefacts, keep_key=keep_key, now=time.time())
     for key in stale:
         remove_snapshot(dir_fd, key)
     return stale
+
+
+def mark_used(dir_fd: int, key: str) -> None:
+    """Record a restore from ``key`` (the sidecar's mtime: what ``plan_stale_snapshots`` orders by)."""
+    with contextlib.suppress(OSError):
+        os.utime(snapshot_file_name(key).replace(".vmstate", ".json"), dir_fd=dir_fd, follow_symlinks=False)
 
 
 def clear_snapshots(dir_fd: int) -> list[str]:
