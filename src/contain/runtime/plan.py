@@ -127,19 +127,6 @@ def _check_process_host(facts: HostFacts) -> None:
         )
 
 
-def _check_runsc_boundary(boundary: PlainBoundary) -> None:
-    # runsc's gofer (host root) creates files for the workload; through the idmapped view that gives
-    # a write bind its owner, root is unmapped and every create fails with EOVERFLOW (measured,
-    # runsc 20221219). Refused rather than bound without the view, which would leave files owned
-    # by a leased uid in the user's tree.
-    if has_write_binds(boundary):
-        raise UnsupportedHost(
-            "write binds are not supported under runsc: its gofer cannot create files through the "
-            "idmapped view that keeps them owned by the bind's owner",
-            "use --backend container:runc or process for this boundary, or make the bind read-only",
-        )
-
-
 def _check_container_host(
     boundary: PlainBoundary, facts: HostFacts, backend: str, runtime: RuntimeFacts | None
 ) -> dict[str, str]:
@@ -163,7 +150,13 @@ def _check_container_host(
         )
     if variant == "runsc":
         platform = plan_runsc_platform(runtime.platforms)
-        _check_runsc_boundary(boundary)
+        kept = [r.path for r in boundary.files if r.allow_sockets]
+        if kept:  # --host-uds=none (container/oci_runtime.py): no host socket is connectable in gVisor
+            raise UnsupportedHost(
+                f"files[] {', '.join(kept)} keep Unix sockets connectable (allow_sockets), which runsc cannot: "
+                "the sentry refuses connect() to host sockets",
+                "use --backend container:runc or process for this boundary, or drop allow_sockets",
+            )
         return {
             "runtime": f"runsc ({runtime.version}): gVisor user-space kernel",
             "platform": f"{platform.name} ({platform.why})",

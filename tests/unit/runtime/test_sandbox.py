@@ -5,6 +5,7 @@ tests/integration/test_sandbox_containment.py and test_sandbox_spawn_and_attachm
 from __future__ import annotations
 
 import builtins
+import dataclasses
 import errno
 import io
 import os
@@ -16,7 +17,7 @@ from types import SimpleNamespace
 import pytest
 
 from contain.boundary import Boundary
-from contain.errors import SandboxLost, SandboxStartError, UnknownBackend
+from contain.errors import SandboxLost, SandboxStartError, UnknownBackend, UnsupportedHost
 from contain.host.facts import HostFacts
 from contain.runtime import sandbox as sandbox_module
 from contain.runtime.backend import CommandRequest, RecordingBackend
@@ -41,23 +42,12 @@ def test_the_hidden_sockets_line_names_eight_and_counts_the_rest():
 
 
 FACTS = HostFacts(
-    arch="x86_64",
-    is_root=False,
-    uid=1000,
-    gid=1000,
-    bwrap_path="/usr/bin/bwrap",
-    user_namespaces=True,
-    seccomp=True,
-    landlock_abi=0,
+    arch="x86_64", is_root=False, uid=1000, gid=1000, bwrap_path="/usr/bin/bwrap",
+    user_namespaces=True, seccomp=True, landlock_abi=0,
     libseccomp_path="/usr/lib/x86_64-linux-gnu/libseccomp.so.2",
 )
 EXITED = Exited(status=3 << 8, utime_us=250_000, stime_us=250_000, maxrss_kb=100)
-BOUNDARY = Boundary.model_validate(
-    {
-        "hardening": {"cgroups": "off"},
-        "resources": {"wall_s": 7, "cpu_s": 3, "memory_bytes": 64 * 2**20, "output_bytes": 4096},
-    }
-)
+BOUNDARY = Boundary.model_validate({"hardening": {"cgroups": "off"}, "resources": {"wall_s": 7, "cpu_s": 3, "memory_bytes": 64 * 2**20, "output_bytes": 4096}})
 
 
 @pytest.fixture
@@ -154,14 +144,8 @@ def test_orchestration_never_touches_proc_or_starts_a_process(wakeup, monkeypatc
         monkeypatch.setattr(*name, wrapper)
 
     for target in (
-        (os, "open"),
-        (os, "stat"),
-        (os, "lstat"),
-        (os, "readlink"),
-        (os, "listdir"),
-        (os, "scandir"),
-        (builtins, "open"),
-        (io, "open"),
+        (os, "open"), (os, "stat"), (os, "lstat"), (os, "readlink"), (os, "listdir"), (os, "scandir"),
+        (builtins, "open"), (io, "open"),
     ):
         watch(target, getattr(*target))
 
@@ -243,6 +227,30 @@ def test_an_unknown_backend_spec_is_refused_with_unknown_backend_before_anything
         Sandbox(BOUNDARY, backend=spec)
     assert caught.value.cause == cause
     assert caught.value.exit_code == 125
+
+
+def test_a_container_backend_gets_layers_planned_from_its_runtime_facts_and_reports_its_spec(wakeup, monkeypatch):
+    from contain.runtime.backend_names import RuntimeFacts
+
+    backend = RecordingBackend(wakeup_fd=wakeup, replies=[EXITED], name="container:runsc")
+    backend.runtime_facts = RuntimeFacts("runsc", "/usr/bin/runsc", "runsc version 0.0~20221219.0", ("ptrace",))  # type: ignore[attr-defined]
+    root = dataclasses.replace(FACTS, is_root=True, uid=0, gid=0, bwrap_path=None)
+    monkeypatch.setattr(Sandbox, "_choose_host_ids", lambda self, facts: (1611, 1611))  # no lease dir here
+    with Sandbox(BOUNDARY, backend=backend, facts=root) as sb:
+        result = sb.run(["/bin/true"])
+    (plan,) = backend.plans
+    assert result.backend == "container:runsc"
+    assert plan.layers.report["runtime"] == "runsc (runsc version 0.0~20221219.0): gVisor user-space kernel"
+    assert plan.layers.report["platform"].startswith("ptrace")
+    assert plan.layers.landlock is None  # gVisor has none; auto says so instead of failing
+
+
+def test_a_container_backend_without_runtime_facts_is_refused_before_it_starts(wakeup):
+    backend = RecordingBackend(wakeup_fd=wakeup, replies=[EXITED], name="container:runc")
+    root = dataclasses.replace(FACTS, is_root=True, uid=0, gid=0)
+    with pytest.raises(UnsupportedHost, match="no facts about the runc binary"):
+        Sandbox(BOUNDARY, backend=backend, facts=root).start()
+    assert backend.plans == []
 
 
 def test_layer_lines_a_backend_learns_only_at_start_reach_the_result(wakeup):

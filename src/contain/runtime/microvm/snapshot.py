@@ -5,8 +5,8 @@ key covers):
 
 1. start the template VM exactly as the sandboxes restored from it will be started (the same
    ``VmPlan``), plus a QMP monitor on a socket pair and ``store-global-state=off``
-   (``plan_template_words``), in the cgroup of the sandbox that asked for it (so the template
-   is counted against, and limited by, that sandbox's budget);
+   (``plan_template_words``), as the leased host uid and in the cgroup of the sandbox that asked
+   for it (so the template is counted against, and limited by, that sandbox's budget);
 2. wait for /init's ``READY_MARKER`` on the console, then for the agent's answer to a RESEED: the
    agent is in its frame loop, waiting, with no command and no transfer. Nothing else is asked:
    no HELLO (its READY reads ``/proc/sys/kernel/random/boot_id``, which the kernel draws on first
@@ -191,6 +191,7 @@ def build_template(
     artefacts: str,
     dir_fd: int,
     cgroup: SandboxCgroup | None,
+    run_as: tuple[int, int],
 ) -> TemplateBuild:
     """Boot, quiesce and save the template for ``plan`` as ``key``; see the module docstring.
 
@@ -199,6 +200,7 @@ def build_template(
         artefacts: ``snapshot_plan.artefacts_fingerprint`` of this build (kept in the sidecar).
         dir_fd: ``open_snapshot_dir()``.
         cgroup: where the template's QEMU runs (the asking sandbox's cgroup).
+        run_as: the host uid and gid it runs as (the asking sandbox's leased ids; never root).
 
     Raises:
         SandboxStartError: the template did not come up, or QEMU did not save it; the VM is killed
@@ -211,6 +213,7 @@ def build_template(
         replace(plan, agent_fd=guest_fd),
         cgroup=cgroup,
         guest_fd=guest_fd,
+        run_as=run_as,
         extra_argv=plan_template_words(monitor_fd=monitor_fd),
         extra_fds=(monitor_fd,),
     )

@@ -13,8 +13,8 @@
    (``snapshot.open_cached_snapshot``), else build it now (``snapshot.build_template``: in this
    sandbox's cgroup; the first sandbox of a pool pays for it, about one cold boot);
 4. start a new QEMU from the same plan with ``-incoming fd:N`` on a fresh read-only open of the
-   snapshot, in this sandbox's own host cgroup and an empty network namespace (``vmm.VmProcess``,
-   as cold), on a new agent socket pair; QEMU resumes the guest once the stream is loaded;
+   snapshot, as this sandbox's leased host uid, in its own host cgroup and an empty network
+   namespace (``vmm.VmProcess``, as cold), on a new agent socket pair; QEMU resumes the guest once the stream is loaded;
 5. over the agent channel, before anything else: RESEED with 64 fresh host bytes (the agent adds
    them with RNDADDENTROPY and then forces a CRNG reseed with RNDRESEEDCRNG, so the restored
    kernel stops drawing from the template's RNG state), IDENTITY (hostname, and a fresh random
@@ -157,6 +157,7 @@ class MicroVMWarmStart:
             vm_plan,
             cgroup=plan.cgroup,
             guest_fd=guest_fd,
+            run_as=plan.host_ids,
             extra_argv=plan_restore_words(snapshot_fd=restore_fd),
             extra_fds=(restore_fd,),
         )
@@ -224,7 +225,9 @@ class MicroVMWarmStart:
                 how = "cached"
                 mark_used(dir_fd, key)
                 if fd is None:
-                    build = build_template(vm_plan, key=key, artefacts=artefacts, dir_fd=dir_fd, cgroup=plan.cgroup)
+                    build = build_template(
+                        vm_plan, key=key, artefacts=artefacts, dir_fd=dir_fd, cgroup=plan.cgroup, run_as=plan.host_ids
+                    )
                     how = f"built now: boot {build.boot_s:.2f} s, save {build.save_s:.2f} s, {build.size_bytes} bytes"
                     fd = open_cached_snapshot(dir_fd, key)
                     if fd is None:
