@@ -29,7 +29,8 @@
    In a pool this runs in the refill thread, off the task's path.
 
 Any failure kills the VM and fails the start with the console's tail (``SandboxStartError``);
-the pool retries.
+the pool retries. When QEMU ended before the guest's first answer (the snapshot did not load: a
+truncated or damaged file), the template is also removed, so the retry rebuilds it.
 
 Why a restored VM holds nothing of another task: the template never ran a command, never received
 a file, an environment or an attachment (step 2 of ``snapshot.build_template``); each restore is
@@ -67,8 +68,14 @@ from contain.runtime.microvm.snapshot import (
     open_cached_snapshot,
     open_snapshot_dir,
     qemu_identity,
+    remove_snapshot,
 )
-from contain.runtime.microvm.snapshot_plan import artefacts_fingerprint, plan_restore_words, template_key
+from contain.runtime.microvm.snapshot_plan import (
+    artefacts_fingerprint,
+    plan_restore_words,
+    snapshot_file_name,
+    template_key,
+)
 from contain.runtime.microvm.vmm import VmProcess
 from contain.runtime.microvm.vmm_plan import VmPlan
 from contain.runtime.supervisor_channel import SpawnFailed
@@ -82,6 +89,7 @@ RESEED_BYTES = 64  # 512 bits from the host's CSPRNG; the agent accepts 32..512 
 # restored VM before it is handed out; see the module docstring for why.
 WARM_UP = CommandRequest(argv=("/bin/true",), env={}, cwd="/", rlimits=())
 WARM_UP_TIMEOUT_S = 60.0
+QEMU_EXIT_GRACE_S = 1.0  # after the channel broke: whether QEMU ended (the stream did not load)
 
 
 def _warm_up(handle: GuestSandbox) -> None:
@@ -170,19 +178,33 @@ class MicroVMWarmStart:
         finally:
             os.close(restore_fd)
         handle = GuestSandbox(GuestChannel.from_socket(host_end), vm, limits=limits)
+        answered = False
         try:
             handle.reseed(secrets.token_bytes(RESEED_BYTES))
+            answered = True
             handle.set_identity(hostname=GUEST_HOSTNAME, machine_id=secrets.token_hex(16))
             handle.hello()
             restored_s = time.monotonic() - began
             _warm_up(handle)
         except ContainError as exc:
+            # QEMU ending before the guest's first answer: the stream did not load (a truncated or
+            # foreign file); drop the template so the next start rebuilds it instead of failing
+            # the same way for ever. A guest that answered and then failed keeps its template.
+            unloadable = not answered and vm.wait(QEMU_EXIT_GRACE_S) is not None
             handle.destroy()
             handle.close()
+            if unloadable:
+                self._drop_template(key, snapshot_fd)
             raise SandboxStartError(
-                f"the restored microVM failed its start ({exc.cause}); its console ended with:\n"
+                f"the restored microVM failed its start ({exc.cause})"
+                + (
+                    "; QEMU could not load the template, which was removed (the next start rebuilds it)"
+                    if unloadable
+                    else ""
+                )
+                + "; its console ended with:\n"
                 + for_terminal(vm.serial.tail_lines(15)),
-                "run `contain microvm snapshot clear` (the template is rebuilt), or use a cold start",
+                "retry (a pool retries by itself); `contain microvm snapshot clear` rebuilds every template",
             ) from exc
         except BaseException:
             handle.destroy()
@@ -236,6 +258,24 @@ class MicroVMWarmStart:
                 os.close(dir_fd)
             self._templates[key] = fd
             return fd, how
+
+    def _drop_template(self, key: str, snapshot_fd: int) -> None:
+        """Forget ``key`` and remove its file, only if the file is still the one ``snapshot_fd``
+        reads (a concurrent build may have replaced it with a good one)."""
+        with self._lock:
+            if self._templates.get(key) == snapshot_fd:
+                del self._templates[key]
+            ours = os.fstat(snapshot_fd)
+            os.close(snapshot_fd)
+            dir_fd = open_snapshot_dir()
+            try:
+                current = os.stat(snapshot_file_name(key), dir_fd=dir_fd, follow_symlinks=False)
+                if (current.st_dev, current.st_ino) == (ours.st_dev, ours.st_ino):
+                    remove_snapshot(dir_fd, key)
+            except FileNotFoundError:
+                pass
+            finally:
+                os.close(dir_fd)
 
     def close(self) -> None:
         """Close the snapshot descriptors this warm start held; idempotent. The snapshot files
