@@ -40,6 +40,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "egress-proxy": ("contain.cli.egress_proxy", "serve the egress proxy on an address (what the k8s proxy Pod runs)"),
     "k8s": ("contain.cli.k8s", "render a boundary as Kubernetes objects: Pod, NetworkPolicies, egress proxy"),
     "fleet": ("contain.cli.fleet", "run batches of sandboxed jobs across a Ray cluster"),
+    "microvm": ("contain.cli.microvm", "build, show or clear the snapshots microVM pools restore from"),
 }
 
 

@@ -173,13 +173,20 @@ class VmProcess:
         *,
         cgroup: SandboxCgroup | None = None,
         guest_fd: int | None = None,
+        extra_argv: Sequence[str] = (),
+        extra_fds: Sequence[int] = (),
         console_input: bool = False,
         run_as: tuple[int, int] = NOBODY,
     ) -> None:
-        """``console_input``: keep a pipe to the guest console (``type_on_console``), for the
-        shell mode only (initramfs.py); every other VM gets /dev/null. ``run_as``: the host uid
-        and gid QEMU runs as (the sandbox's leased ids; never root)."""
+        """``extra_argv``/``extra_fds``: QEMU words after the plan's and the descriptors they name
+        (snapshot_plan.py: the template's monitor, a restore's ``-incoming``); the caller keeps
+        and closes its copies of ``extra_fds``. ``console_input``: keep a pipe to the guest
+        console (``type_on_console``), for the shell mode only (initramfs.py); every other VM gets
+        /dev/null. ``run_as``: the host uid and gid QEMU runs as (the sandbox's leased ids; never
+        root)."""
         self.plan = plan
+        self._extra_argv = tuple(extra_argv)
+        self._extra_fds = tuple(extra_fds)
         self._run_as = run_as
         self._console_input = console_input
         self.serial = SerialLog()
@@ -206,7 +213,7 @@ class VmProcess:
         """
         kvm_gid = _kvm_group() if self.plan.accel is Accel.KVM else None
         argv = plan_vmm_launch(
-            plan_qemu_argv(self.plan),
+            [*plan_qemu_argv(self.plan), *self._extra_argv],
             cgroup_procs=self._cgroup_procs,
             run_as=self._run_as,
             extra_gids=(kvm_gid,) if kvm_gid is not None else (),
@@ -217,7 +224,7 @@ class VmProcess:
                 stdin=subprocess.PIPE if self._console_input else subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
-                pass_fds=(self._guest_fd,) if self._guest_fd is not None else (),
+                pass_fds=((self._guest_fd,) if self._guest_fd is not None else ()) + self._extra_fds,
                 start_new_session=True,
             )
         except OSError as exc:
