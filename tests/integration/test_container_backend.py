@@ -493,3 +493,34 @@ def test_a_bare_container_spec_takes_the_manifests_runtime_and_reports_the_full_
     assert run_on("container", manifest, ["/bin/true"]).backend == f"container:{runtime}"
     with Sandbox(manifest) as sb:  # no spec at all: the manifest's backend and runtime
         assert sb.run(["/bin/true"]).backend == f"container:{runtime}"
+
+
+@pytest.mark.skipif(RUNC_MISSING, reason="runc is not installed")
+def test_runc_delete_is_asked_only_once_the_supervisor_has_exited(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``runc delete --force`` of a running container kills it and then polls in 100 ms sleeps
+    (runc 1.1 ``killContainer``); close must let the supervisor exit first, then delete."""
+    from contain.runtime.container import backend as container_backend
+
+    real_run_bounded = container_backend.run_bounded
+    seen: list[tuple[str, str]] = []
+    pid = 0
+
+    def state_of(pid: int) -> str:  # the kernel's view, read in microseconds: no race is hidden
+        try:
+            return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except FileNotFoundError:
+            return "gone"
+
+    def record_then_run(argv: list[str], timeout_s: float) -> int | None:
+        seen.append((next(a for a in argv[1:] if not a.startswith("-")), state_of(pid)))
+        return real_run_bounded(argv, timeout_s)
+
+    monkeypatch.setattr(container_backend, "run_bounded", record_then_run)
+    with Sandbox(boundary(), backend="container:runc") as sb:
+        assert sb.supervisor_pid is not None
+        pid = sb.supervisor_pid
+        name = leaf_of(pid)
+        assert state_of(pid) in {"R", "S"}  # positive control: a live supervisor reads as running
+        assert sb.run(["/bin/true"]).exit_code == 0
+    assert seen in ([("delete", "gone")], [("delete", "Z")])
+    assert leftovers(name) == []

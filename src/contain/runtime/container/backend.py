@@ -56,6 +56,7 @@ import contextlib
 import errno
 import os
 import resource
+import select
 import shutil
 import signal
 import socket
@@ -82,7 +83,6 @@ from contain.runtime.container.host_setup import (
     runsc_plan,
     tail_of,
     umount,
-    wait_gone,
     wait_pid,
     wait_popen,
     write_bundle,
@@ -112,6 +112,9 @@ _LOADER_PATHS = ("/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32")
 _RLIMIT_NAMES = ("CPU", "NPROC", "FSIZE", "NOFILE", "CORE", "DATA")
 _STARTUP_TIMEOUT_S = 30.0  # runsc on ptrace takes ~0.2 s; runc ~0.1 s; bounded either way
 _DELETE_TIMEOUT_S = 20.0
+# After EXIT the supervisor kills its children and exits, and the kernel ends the rest of its pid
+# namespace before it is gone. Bounded: a supervisor that does not go is killed by `delete --force`.
+_EXIT_WAIT_S = 2.0
 _CONTROL_FD = {"runc": 3, "runsc": 0}  # runc: --preserve-fds 1 gives fd 3; runsc: its stdin
 _WORKLOAD_KERNEL = {"runc": "linux", "runsc": "gvisor"}  # kernel_differences.WORKLOAD_KERNELS
 
@@ -188,6 +191,7 @@ class ContainerSandbox:
         self._channel: SupervisorChannel | None = None
         self._proc: subprocess.Popen[bytes] | None = None  # runsc's foreground `run`
         self._pid = 0
+        self._pidfd: int | None = None  # of the process at ``_pid``, opened while it is known to be ours
         self._disk_mounted = False
         self._rootfs_mounted = False
         self._netns_pinned = False
@@ -287,6 +291,7 @@ class ContainerSandbox:
         assert self._channel is not None
         self._channel.read_ready(_STARTUP_TIMEOUT_S)
         self._pid = int((self.dir / "pid").read_text().strip())
+        self._pidfd = os.pidfd_open(self._pid)  # before the check: what is checked is what close waits on
         if self._cgroup is not None:
             self._cgroup.check_member(self._pid)
         if self._rt.runtime == "runc":
@@ -535,12 +540,14 @@ class ContainerSandbox:
         if self._closed:
             return
         self._closed = True
+        asked_to_exit = False
         if self._channel is not None:
             with contextlib.suppress(ContainError):
                 self._channel.exit()
+                asked_to_exit = True
         try:
             if self._created:
-                self._delete_container()
+                self._delete_container(asked_to_exit=asked_to_exit)
         except (OSError, subprocess.SubprocessError, ContainError) as exc:
             log.warning("container %s: delete failed (%s); killing its cgroup", self.name, exc)
             if self._cgroup is not None:
@@ -549,12 +556,23 @@ class ContainerSandbox:
         finally:
             if self._channel is not None:
                 self._channel.close()
+            if self._pidfd is not None:
+                os.close(self._pidfd)
+                self._pidfd = None
             try:
                 self._remove_host_traces()
             except (OSError, ContainError) as exc:
                 log.warning("container %s: traces left for the next sweep: %s", self.name, exc)
 
-    def _delete_container(self) -> None:
+    def _delete_container(self, *, asked_to_exit: bool) -> None:
+        """``delete --force`` the container, once its pid 1 is gone when it was asked to exit.
+
+        Why wait first: ``runc delete --force`` of a container whose init still runs sends SIGKILL
+        and then checks in 100 ms sleeps (runc 1.1 ``killContainer``), so deleting right after
+        EXIT cost a tenth of a second per close; a stopped container is destroyed at once.
+        """
+        if self._proc is None and asked_to_exit:
+            self._wait_supervisor_gone(_EXIT_WAIT_S)
         if self._proc is not None and not wait_popen(self._proc, 2.0):
             run_bounded(
                 plan_kill_argv(self._rt, state_dir=self.state_dir, log_file=self.log_file, name=self.name), 10.0
@@ -566,13 +584,18 @@ class ContainerSandbox:
         if self._proc is not None and not wait_popen(self._proc, 5.0):
             self._proc.kill()
             self._proc.wait(timeout=5.0)
-        if self._pid:  # runc: the supervisor was reparented to init; wait until it is gone
-            wait_gone(self._pid, 5.0)
+        self._wait_supervisor_gone(5.0)  # runc: the supervisor was reparented to init
         if done is not None and done != 0 and os.path.exists(os.path.join(self.state_dir, self.name)):
             raise SandboxStartError(
                 f"{self._rt.runtime} delete --force {self.name} failed (status {done}): {self.runtime_log()}",
                 f"run `{self._rt.path} --root {self.state_dir} delete --force {self.name}` as root",
             )
+
+    def _wait_supervisor_gone(self, timeout_s: float) -> bool:
+        """Wait (bounded) until the process at ``host_pid`` has exited; True when it has."""
+        if self._pidfd is None:
+            return True
+        return bool(select.select([self._pidfd], [], [], timeout_s)[0])
 
     def _remove_host_traces(self) -> None:
         if self._rootfs_mounted:  # before the tmpfs that holds its upper layer

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from contain.errors import SandboxStartError
+from contain.runtime.container import host_setup
 from contain.runtime.container.bundle import BundleFile, BundlePlan, RootfsEntry
 from contain.runtime.container.host_setup import make_private_dir, write_bundle
 
@@ -99,3 +100,22 @@ def test_a_non_empty_image_directory_where_a_file_is_mounted_is_refused(tmp_path
     plan = BundlePlan(config={}, rootfs=(RootfsEntry("/etc/passwd", "file"),), files=())
     with pytest.raises(SandboxStartError, match="non-empty directory at /etc/passwd"):
         write_bundle(plan, tmp_path / "bundle", rootfs_mounted=True)
+
+
+def test_run_bounded_returns_the_commands_exit_status() -> None:
+    assert host_setup.run_bounded(["/bin/sh", "-c", "exit 7"], 30.0) == 7
+
+
+def test_run_bounded_kills_a_command_that_outlives_its_bound_and_returns_none() -> None:
+    assert host_setup.run_bounded(["/bin/sh", "-c", "exec /bin/sleep 30"], 0.2) is None
+
+
+def test_run_bounded_waits_on_a_pidfd_not_on_subprocess_polling(monkeypatch: pytest.MonkeyPatch) -> None:
+    """subprocess.run(timeout=) polls with sleeps growing to 50 ms: half of every `runc delete`."""
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("subprocess's polling wait was used")
+
+    monkeypatch.setattr(host_setup.subprocess, "run", refuse)
+    monkeypatch.setattr(host_setup.subprocess, "Popen", refuse)
+    assert host_setup.run_bounded(["/bin/true"], 30.0) == 0
