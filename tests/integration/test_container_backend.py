@@ -524,3 +524,29 @@ def test_runc_delete_is_asked_only_once_the_supervisor_has_exited(monkeypatch: p
         assert sb.run(["/bin/true"]).exit_code == 0
     assert seen in ([("delete", "gone")], [("delete", "Z")])
     assert leftovers(name) == []
+
+
+@pytest.mark.skipif(RUNSC_MISSING, reason="runsc is not installed")
+def test_runsc_close_skips_delete_when_its_foreground_run_removed_the_container(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``runsc run`` deletes its container when the sandbox ends; a second runsc process to
+    ``delete`` it again costs a runsc start per close. Judged from outside: nothing is left."""
+    from contain.runtime.container import backend as container_backend
+
+    real_run_bounded = container_backend.run_bounded
+    verbs: list[str] = []
+
+    def record_then_run(argv: list[str], timeout_s: float) -> int | None:
+        verbs.append(next(a for a in argv[1:] if not a.startswith("-")))
+        return real_run_bounded(argv, timeout_s)
+
+    monkeypatch.setattr(container_backend, "run_bounded", record_then_run)
+    with Sandbox(boundary(), backend="container:runsc") as sb:
+        assert sb.supervisor_pid is not None
+        name = leaf_of(sb.supervisor_pid)
+        state = CONTAINER_ROOT / name / "state"
+        assert any(name in entry for entry in os.listdir(state))  # positive control: runsc's state is there
+        assert sb.run(["/bin/true"]).exit_code == 0
+    assert verbs == []
+    assert leftovers(name) == []

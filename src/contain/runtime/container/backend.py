@@ -570,17 +570,24 @@ class ContainerSandbox:
         Why wait first: ``runc delete --force`` of a container whose init still runs sends SIGKILL
         and then checks in 100 ms sleeps (runc 1.1 ``killContainer``), so deleting right after
         EXIT cost a tenth of a second per close; a stopped container is destroyed at once.
+
+        runsc's foreground ``run`` deletes its container itself when the sandbox ends; ``delete``
+        is then skipped, but only when that ``run`` exited and nothing at all is left in the
+        state root (any entry, whatever its name, and ``delete --force`` runs as before).
         """
         if self._proc is None and asked_to_exit:
             self._wait_supervisor_gone(_EXIT_WAIT_S)
-        if self._proc is not None and not wait_popen(self._proc, 2.0):
+        ran_to_end = self._proc is not None and wait_popen(self._proc, 2.0)
+        if self._proc is not None and not ran_to_end:
             run_bounded(
                 plan_kill_argv(self._rt, state_dir=self.state_dir, log_file=self.log_file, name=self.name), 10.0
             )
-        done = run_bounded(
-            plan_delete_argv(self._rt, state_dir=self.state_dir, log_file=self.log_file, name=self.name),
-            _DELETE_TIMEOUT_S,
-        )
+        done: int | None = 0
+        if not (ran_to_end and self._state_is_empty()):
+            done = run_bounded(
+                plan_delete_argv(self._rt, state_dir=self.state_dir, log_file=self.log_file, name=self.name),
+                _DELETE_TIMEOUT_S,
+            )
         if self._proc is not None and not wait_popen(self._proc, 5.0):
             self._proc.kill()
             self._proc.wait(timeout=5.0)
@@ -590,6 +597,13 @@ class ContainerSandbox:
                 f"{self._rt.runtime} delete --force {self.name} failed (status {done}): {self.runtime_log()}",
                 f"run `{self._rt.path} --root {self.state_dir} delete --force {self.name}` as root",
             )
+
+    def _state_is_empty(self) -> bool:
+        """Nothing at all in the runtime's state root (``--root``, ours alone)."""
+        try:
+            return not os.listdir(self.state_dir)
+        except FileNotFoundError:
+            return True
 
     def _wait_supervisor_gone(self, timeout_s: float) -> bool:
         """Wait (bounded) until the process at ``host_pid`` has exited; True when it has."""

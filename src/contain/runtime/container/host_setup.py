@@ -352,11 +352,20 @@ def wait_pid(pid: int, timeout_s: float) -> int | None:
 
 
 def wait_popen(proc: subprocess.Popen[bytes], timeout_s: float) -> bool:
-    try:
-        proc.wait(timeout=timeout_s)
+    """Wait (bounded) for a child started with Popen; True once it exited (and is reaped).
+
+    On a pidfd, as ``run_bounded``: ``Popen.wait(timeout=)`` polls with sleeps up to 50 ms.
+    """
+    if proc.poll() is not None:
         return True
-    except subprocess.TimeoutExpired:
-        return False
+    pidfd = os.pidfd_open(proc.pid)
+    try:
+        if not select.select([pidfd], [], [], timeout_s)[0]:
+            return False
+    finally:
+        os.close(pidfd)
+    proc.wait()
+    return True
 
 
 def wait_gone(pid: int, timeout_s: float) -> None:

@@ -119,3 +119,31 @@ def test_run_bounded_waits_on_a_pidfd_not_on_subprocess_polling(monkeypatch: pyt
     monkeypatch.setattr(host_setup.subprocess, "run", refuse)
     monkeypatch.setattr(host_setup.subprocess, "Popen", refuse)
     assert host_setup.run_bounded(["/bin/true"], 30.0) == 0
+
+
+def test_wait_popen_reaps_an_exited_child_and_bounds_a_running_one() -> None:
+    import subprocess
+
+    done = subprocess.Popen(["/bin/true"])
+    running = subprocess.Popen(["/bin/sh", "-c", "exec /bin/sleep 30"])
+    try:
+        assert host_setup.wait_popen(done, 30.0) is True and done.returncode == 0
+        assert host_setup.wait_popen(running, 0.1) is False and running.returncode is None
+    finally:
+        running.kill()
+        running.wait()
+
+
+def test_wait_popen_waits_on_a_pidfd_not_on_popens_polling_wait(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``Popen.wait(timeout=)`` polls with sleeps growing to 50 ms; only the final reap may call wait()."""
+    import subprocess
+
+    proc = subprocess.Popen(["/bin/sh", "-c", "exec /bin/sleep 0.05"])
+    real_wait = proc.wait
+
+    def wait_without_timeout(timeout: float | None = None) -> int:
+        assert timeout is None, "Popen's polling wait was used"
+        return real_wait()
+
+    monkeypatch.setattr(proc, "wait", wait_without_timeout)
+    assert host_setup.wait_popen(proc, 30.0) is True
