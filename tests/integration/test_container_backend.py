@@ -550,3 +550,45 @@ def test_runsc_close_skips_delete_when_its_foreground_run_removed_the_container(
         assert sb.run(["/bin/true"]).exit_code == 0
     assert verbs == []
     assert leftovers(name) == []
+
+
+@pytest.mark.skipif(RUNC_MISSING, reason="runc is not installed")
+def test_runc_namespace_helper_starts_before_the_bundle_is_written_and_is_pinned_before_runc_runs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The helper's three execs overlap the bundle's planning and writing; nothing is mapped or
+    pinned until the bundle exists, and runc starts only once both namespaces are pinned."""
+    from contain.runtime.container import backend as container_backend
+
+    events: list[str] = []
+    helper_class = container_backend.NamespaceHelper
+
+    class RecordingHelper(helper_class):  # type: ignore[misc,valid-type]
+        def __init__(self, **kwargs: object) -> None:
+            events.append("helper started")
+            super().__init__(**kwargs)
+
+        def pin(self, **kwargs: object) -> None:
+            events.append("helper pinned")
+            super().pin(**kwargs)
+
+    def recorded(name: str, real):  # type: ignore[no-untyped-def]
+        def call(*args: object, **kwargs: object) -> object:
+            events.append(name)
+            return real(*args, **kwargs)
+
+        return call
+
+    monkeypatch.setattr(container_backend, "NamespaceHelper", RecordingHelper)
+    monkeypatch.setattr(container_backend, "write_bundle", recorded("bundle written", container_backend.write_bundle))
+    monkeypatch.setattr(
+        container_backend.ContainerSandbox,
+        "_start_runtime",
+        recorded("runc started", container_backend.ContainerSandbox._start_runtime),
+    )
+    with Sandbox(boundary(), backend="container:runc") as sb:
+        assert sb.run(["/bin/true"]).exit_code == 0
+        assert sb.supervisor_pid is not None
+        name = leaf_of(sb.supervisor_pid)
+    assert events == ["helper started", "bundle written", "helper pinned", "runc started"]
+    assert leftovers(name) == []

@@ -3,19 +3,23 @@ supervisor as the container's pid 1.
 
 ``ContainerBackend.start(plan)``, in order (each step undone by ``ContainerSandbox.close``):
   1. runc: lease a second host id for the container's root (bundle.py explains why runc needs
-     one); make the sandbox's directory ``<CONTAINER_ROOT>/<name>`` (below);
+     one) and start the helper that makes the sandbox's user and network namespaces
+     (host_setup.NamespaceHelper: three execs, which run while steps 2-5 are done here; nothing
+     is pinned or mapped until step 6); make the sandbox's directory ``<CONTAINER_ROOT>/<name>`` (below);
   2. mount the one disk budget tmpfs (``size=disk_bytes``, ``nr_inodes``) on the host at
      ``<dir>/disk`` and create its places as the sandbox user (disk_budget.py) — before the
      runtime exists, so its binds resolve to that one superblock;
   3. with an image: unpack it into the content-addressed cache (image.py; refused images raise
      ``ImageError``) and mount it at ``<dir>/rootfs`` under an overlay whose upper layer lives on
      the disk budget (``_mount_image_root`` says why an overlay, not a copy);
-  4. make the container's own network namespace, pinned at ``<dir>/netns`` (host_setup.py): egress
-     attaches there (``netns_path``) before any workload exists, and the bundle names it (runsc:
-     ``--network=host`` uses it);
-  5. plan the bundle (``plan_oci_bundle``; for runsc with bundle.RUNTIME_DIFFERENCES and the seccomp
+  4. plan the bundle (``plan_oci_bundle``; for runsc with bundle.RUNTIME_DIFFERENCES and the seccomp
      self-check program), write ``pids.max`` as the bundle has it, and write the bundle
-     (``host_setup.write_bundle``: through descriptors, never following a link);
+     (``host_setup.write_bundle``: through descriptors, never following a link); it names the
+     namespace pins by path, which are made next;
+  5. pin the container's own network namespace at ``<dir>/netns`` (runc: and its user namespace
+     at ``<dir>/userns``, host_setup.py): egress attaches there (``netns_path``) before any
+     workload exists, and the bundle names it (runsc: ``--network=host`` uses it); no runtime
+     has started yet, so the bundle is never used before its namespaces exist;
   6. start the runtime (oci_runtime.py plans the argv): runc ``run --detach --preserve-fds 1`` with
      the control socket as fd 3; runsc ``run`` in the foreground with it as stdin;
   7. wait for the supervisor's READY, read the runtime's pid file, confirm that pid is in the
@@ -39,10 +43,18 @@ sentry's host pid has no view of the container's files, so scratch files move th
 directory of the disk budget place that backs the scratch path (the same files.py calls); a bind
 mounted *below* a scratch path is not visible that way (the transfer sees the tmpfs under it).
 
-Close (idempotent, never raises): EXIT, ``delete --force``, unmount the overlay, tmpfs and pins,
-remove the directory, the cgroup leaves and the empty ``contain-container`` parents runc leaves
-in every v1 hierarchy, release the lease (``close`` has the order; sweep.py does the same for a
-sandbox whose owner died). An OOM kill or ``pids.max`` ends a whole runsc sandbox (``wait_exited``).
+Close (idempotent, never raises, and complete when it returns): EXIT; wait (bounded) until the
+supervisor is gone (runc) or runsc's foreground ``run`` has exited; ``delete --force`` (skipped
+for runsc only when its ``run`` exited and left nothing at all in the state root, which is what
+runsc's own delete does; ``_delete_container`` says why the wait comes first); unmount the
+overlay, tmpfs and pins, remove the directory, the cgroup leaves and the empty
+``contain-container`` parents runc leaves in every v1 hierarchy, release the lease (``close`` has
+the order; sweep.py does the same for a sandbox whose owner died). An OOM kill or ``pids.max``
+ends a whole runsc sandbox (``wait_exited``).
+
+Why one file past 600 lines: it is the orchestrator of one mechanism, a container sandbox's
+start, files and close; the host-side syscalls are in host_setup.py and the plans in bundle.py
+and oci_runtime.py, and the start and close sequences read best side by side.
 
 Does NOT: decide layers (plan_layers), create the cgroup or write its limits (``Sandbox`` does,
 under the ``contain-container`` parent; the runtime joins it and writes the same limits), start
@@ -73,11 +85,11 @@ from contain.runtime.bwrap import ETC_PASSTHROUGH, default_scratch_paths, genera
 from contain.runtime.cgroups import SandboxCgroup
 from contain.runtime.container.bundle import BundleInputs, plan_oci_bundle
 from contain.runtime.container.host_setup import (
+    NamespaceHelper,
     make_private_dir,
     mount_disk_budget,
     mount_overlay_root,
     pin_new_netns,
-    pin_owned_namespaces,
     remove_empty_parents,
     run_bounded,
     runsc_plan,
@@ -196,6 +208,7 @@ class ContainerSandbox:
         self._rootfs_mounted = False
         self._netns_pinned = False
         self._userns_pinned = False
+        self._ns_helper: NamespaceHelper | None = None  # runc: started in step 1, pinned in step 5
         self._created = False
         self._closed = False
         self._limits_before: tuple[int, int] | None = None  # OOM kills, refused forks when the command began
@@ -246,10 +259,12 @@ class ContainerSandbox:
         # the container's root; under runsc file transfers go through the disk places as the
         # sandbox user (see the module docstring)
         traverse_gid = plan.host_ids[1]
+        supervisor = ensure_supervisor_binary()
         if self._rt.runtime == "runc":
             self._root_lease = lease_host_ids()
             root_ids = (self._root_lease.uid, self._root_lease.gid)
             traverse_gid = root_ids[1]
+            self._start_namespace_helper(str(supervisor))
         make_private_dir(CONTAINER_ROOT, 0o711, 0)
         os.mkdir(self.dir, 0o750)
         os.chown(self.dir, 0, traverse_gid)
@@ -257,8 +272,6 @@ class ContainerSandbox:
         self._mount_disk_budget()
         if self._image is not None:
             self._mount_image_root(self._image)
-        supervisor = ensure_supervisor_binary()
-        self._pin_namespaces(str(supervisor), root_ids)
         etc = generated_etc_files(home=default_scratch_paths(plan.boundary)[0], resolv_conf=plan.resolv_conf)
         on_host = self._image is None  # the host's /usr and loader paths, or an image's own
         args = ["--control-fd", str(_CONTROL_FD[self._rt.runtime])]
@@ -287,6 +300,7 @@ class ContainerSandbox:
         if self._cgroup is not None and pids is not None:
             self._cgroup.set_pids_max(pids["limit"])  # the bundle's value, before the runtime starts in it
         write_bundle(bundle, self.dir, rootfs_mounted=not on_host)
+        self._pin_namespaces(root_ids)
         self._start_runtime()
         assert self._channel is not None
         self._channel.read_ready(_STARTUP_TIMEOUT_S)
@@ -327,23 +341,20 @@ class ContainerSandbox:
             rootfs=str(self.dir / "rootfs"),
         )
 
-    def _pin_namespaces(self, launcher: str, root_ids: tuple[int, int]) -> None:
-        """Step 4: runc gets a user namespace owned by the sandbox's uid and a netns owned by it
-        (host_setup.pin_owned_namespaces); runsc (no user namespace of ours) a netns."""
-        if self._rt.runtime == "runc":
-            unshare = shutil.which("unshare", path="/usr/bin:/bin")
-            if unshare is None:
-                raise SandboxStartError("unshare (util-linux) is not installed", "apt-get install util-linux")
+    def _start_namespace_helper(self, launcher: str) -> None:
+        """Step 1 (runc): start the helper whose namespaces step 5 pins (host_setup.NamespaceHelper)."""
+        unshare = shutil.which("unshare", path="/usr/bin:/bin")
+        if unshare is None:
+            raise SandboxStartError("unshare (util-linux) is not installed", "apt-get install util-linux")
+        self._ns_helper = NamespaceHelper(launcher=launcher, unshare=unshare, ids=self._ids)
+
+    def _pin_namespaces(self, root_ids: tuple[int, int]) -> None:
+        """Step 5: runc pins the helper's user namespace owned by the sandbox's uid and its netns
+        (host_setup.NamespaceHelper); runsc (no user namespace of ours) a new netns."""
+        if self._ns_helper is not None:
             self._userns_pinned = True  # from here on, close() unmounts whatever was pinned
             self._netns_pinned = True
-            pin_owned_namespaces(
-                launcher=launcher,
-                unshare=unshare,
-                ids=self._ids,
-                root_ids=root_ids,
-                user_path=self.userns_path,
-                net_path=self.netns_path,
-            )
+            self._ns_helper.pin(root_ids=root_ids, user_path=self.userns_path, net_path=self.netns_path)
         else:
             self._netns_pinned = True
             pin_new_netns(self.netns_path)
@@ -559,6 +570,8 @@ class ContainerSandbox:
             if self._pidfd is not None:
                 os.close(self._pidfd)
                 self._pidfd = None
+            if self._ns_helper is not None:
+                self._ns_helper.abandon()
             try:
                 self._remove_host_traces()
             except (OSError, ContainError) as exc:
