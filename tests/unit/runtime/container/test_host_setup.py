@@ -149,7 +149,7 @@ def test_wait_popen_waits_on_a_pidfd_not_on_popens_polling_wait(monkeypatch: pyt
     assert host_setup.wait_popen(proc, 30.0) is True
 
 
-def test_config_json_is_encoded_by_the_c_encoder_not_json_dumps_streaming_one(
+def test_config_json_is_encoded_by_the_c_encoder_not_by_json_dumps_streaming_encoder(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """``json.dump`` to a file runs the pure-Python iterencode (16 ms for a bundle's config)."""
