@@ -498,8 +498,11 @@ def test_a_bare_container_spec_takes_the_manifests_runtime_and_reports_the_full_
 @pytest.mark.skipif(RUNC_MISSING, reason="runc is not installed")
 def test_runc_delete_is_asked_only_once_the_supervisor_has_exited(monkeypatch: pytest.MonkeyPatch) -> None:
     """``runc delete --force`` of a running container kills it and then polls in 100 ms sleeps
-    (runc 1.1 ``killContainer``); close must let the supervisor exit first, then delete."""
+    (runc 1.1 ``killContainer``); close must let the supervisor exit first, then delete. (The
+    state is made not understood, so close falls back to runc's delete.)"""
     from contain.runtime.container import backend as container_backend
+
+    monkeypatch.setattr(container_backend, "plan_stopped_removal", lambda state, *, name: None)
 
     real_run_bounded = container_backend.run_bounded
     seen: list[tuple[str, str]] = []
@@ -591,4 +594,30 @@ def test_runc_namespace_helper_starts_before_the_bundle_is_written_and_is_pinned
         assert sb.supervisor_pid is not None
         name = leaf_of(sb.supervisor_pid)
     assert events == ["helper started", "bundle written", "helper pinned", "runc started"]
+    assert leftovers(name) == []
+
+
+@pytest.mark.skipif(RUNC_MISSING, reason="runc is not installed")
+def test_runc_close_removes_a_stopped_container_without_starting_runc_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Once the supervisor is gone, close does runc delete's work (runc_state.py) and no runtime
+    process starts; judged from outside: every cgroup directory of the name (in every hierarchy,
+    also those ``Sandbox`` never made), the state, the processes and mounts are gone."""
+    from contain.runtime.container import backend as container_backend
+
+    real_run_bounded = container_backend.run_bounded
+    verbs: list[str] = []
+
+    def record_then_run(argv: list[str], timeout_s: float) -> int | None:
+        verbs.append(next(a for a in argv[1:] if not a.startswith("-")))
+        return real_run_bounded(argv, timeout_s)
+
+    monkeypatch.setattr(container_backend, "run_bounded", record_then_run)
+    with Sandbox(boundary(), backend="container:runc") as sb:
+        assert sb.supervisor_pid is not None
+        name = leaf_of(sb.supervisor_pid)
+        runc_dirs = glob.glob(f"/sys/fs/cgroup/*/**/{name}", recursive=True)
+        assert len(runc_dirs) > 1  # positive control: runc made the leaf in several hierarchies
+        assert sb.run(["/bin/true"]).exit_code == 0
+    assert verbs == []
+    assert [d for d in runc_dirs if os.path.exists(d)] == []
     assert leftovers(name) == []

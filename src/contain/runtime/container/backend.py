@@ -4,8 +4,8 @@ supervisor as the container's pid 1.
 ``ContainerBackend.start(plan)``, in order (each step undone by ``ContainerSandbox.close``):
   1. runc: lease a second host id for the container's root (bundle.py explains why runc needs
      one) and start the helper that makes the sandbox's user and network namespaces
-     (host_setup.NamespaceHelper: three execs, which run while steps 2-5 are done here; nothing
-     is pinned or mapped until step 6); make the sandbox's directory ``<CONTAINER_ROOT>/<name>`` (below);
+     (host_setup.NamespaceHelper: three execs, which run while steps 1-4 are done here; nothing
+     is pinned or mapped until step 5); make the sandbox's directory ``<CONTAINER_ROOT>/<name>`` (below);
   2. mount the one disk budget tmpfs (``size=disk_bytes``, ``nr_inodes``) on the host at
      ``<dir>/disk`` and create its places as the sandbox user (disk_budget.py) — before the
      runtime exists, so its binds resolve to that one superblock;
@@ -66,6 +66,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import json
 import os
 import resource
 import select
@@ -106,6 +107,7 @@ from contain.runtime.container.oci_runtime import (
     plan_start_argv,
     probe_runtime,
 )
+from contain.runtime.container.runc_state import plan_stopped_removal
 from contain.runtime.container.seccomp_probe import CLONE3_NOT_ENOSYS, PROBE_SANDBOX_PATH, probe_program
 from contain.runtime.container.sweep import sweep_stale
 from contain.runtime.disk_budget import check_disk_mounts, plan_disk_places
@@ -208,6 +210,7 @@ class ContainerSandbox:
         self._rootfs_mounted = False
         self._netns_pinned = False
         self._userns_pinned = False
+        self._own_pid_namespace = False  # the bundle gives the container a new pid namespace
         self._ns_helper: NamespaceHelper | None = None  # runc: started in step 1, pinned in step 5
         self._created = False
         self._closed = False
@@ -296,6 +299,7 @@ class ContainerSandbox:
             seccomp_probe=probe_program(plan.facts.arch) if self._rt.runtime == "runsc" else None,
         )
         bundle = plan_oci_bundle(plan, inputs)
+        self._own_pid_namespace = {"type": "pid"} in bundle.config["linux"]["namespaces"]
         pids = bundle.config["linux"]["resources"].get("pids")
         if self._cgroup is not None and pids is not None:
             self._cgroup.set_pids_max(pids["limit"])  # the bundle's value, before the runtime starts in it
@@ -584,12 +588,17 @@ class ContainerSandbox:
         and then checks in 100 ms sleeps (runc 1.1 ``killContainer``), so deleting right after
         EXIT cost a tenth of a second per close; a stopped container is destroyed at once.
 
+        runc, once the supervisor is gone and its pid namespace with it: runc_state.py's plan of
+        what ``delete`` would remove is carried out here, falling back to ``delete --force``
+        whenever the state is not fully understood or a removal fails.
+
         runsc's foreground ``run`` deletes its container itself when the sandbox ends; ``delete``
         is then skipped, but only when that ``run`` exited and nothing at all is left in the
         state root (any entry, whatever its name, and ``delete --force`` runs as before).
         """
-        if self._proc is None and asked_to_exit:
-            self._wait_supervisor_gone(_EXIT_WAIT_S)
+        stopped = self._proc is None and asked_to_exit and self._wait_supervisor_gone(_EXIT_WAIT_S)
+        if stopped and self._own_pid_namespace and self._remove_stopped_runc_container():
+            return  # what `runc delete` of a stopped container does, done without starting runc
         ran_to_end = self._proc is not None and wait_popen(self._proc, 2.0)
         if self._proc is not None and not ran_to_end:
             run_bounded(
@@ -610,6 +619,34 @@ class ContainerSandbox:
                 f"{self._rt.runtime} delete --force {self.name} failed (status {done}): {self.runtime_log()}",
                 f"run `{self._rt.path} --root {self.state_dir} delete --force {self.name}` as root",
             )
+
+    def _remove_stopped_runc_container(self) -> bool:
+        """runc's own ``delete`` of a stopped container, done here (runc_state.py says why and
+        when); False, with nothing assumed, when runc must do it."""
+        try:
+            dir_fd = os.open(os.path.join(self.state_dir, self.name), os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+            try:
+                fd = os.open("state.json", os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+                with os.fdopen(fd, "rb") as handle:
+                    state = json.loads(handle.read())
+            finally:
+                os.close(dir_fd)
+        except (OSError, ValueError) as exc:
+            log.debug("container %s: runc state unreadable (%s); runc deletes it", self.name, exc)
+            return False
+        cgroup_dirs = plan_stopped_removal(state, name=self.name) if isinstance(state, dict) else None
+        if cgroup_dirs is None:
+            return False
+        for path in cgroup_dirs:
+            try:
+                os.rmdir(path)
+            except FileNotFoundError:
+                continue
+            except OSError as exc:
+                log.debug("container %s: cannot remove %s (%s); runc deletes it", self.name, path, exc)
+                return False
+        shutil.rmtree(os.path.join(self.state_dir, self.name))
+        return True
 
     def _state_is_empty(self) -> bool:
         """Nothing at all in the runtime's state root (``--root``, ours alone)."""
