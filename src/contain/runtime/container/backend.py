@@ -44,9 +44,11 @@ directory of the disk budget place that backs the scratch path (the same files.p
 mounted *below* a scratch path is not visible that way (the transfer sees the tmpfs under it).
 
 Close (idempotent, never raises, and complete when it returns): EXIT; wait (bounded) until the
-supervisor is gone (runc) or runsc's foreground ``run`` has exited; ``delete --force`` (skipped
-for runsc only when its ``run`` exited and left nothing at all in the state root, which is what
-runsc's own delete does; ``_delete_container`` says why the wait comes first); unmount the
+supervisor is gone (runc) or runsc's foreground ``run`` has exited; ``delete --force``, except
+when its work is already done or can be done here: runc, once the supervisor is gone, removes
+the cgroup directories and state ``delete`` would (runc_state.py, falling back to ``delete``);
+runsc, when its ``run`` exited and left nothing at all in the state root (``_delete_container``
+says why the wait comes first); unmount the
 overlay, tmpfs and pins, remove the directory, the cgroup leaves and the empty
 ``contain-container`` parents runc leaves in every v1 hierarchy, release the lease (``close`` has
 the order; sweep.py does the same for a sandbox whose owner died). An OOM kill or ``pids.max``
@@ -624,7 +626,9 @@ class ContainerSandbox:
         """runc's own ``delete`` of a stopped container, done here (runc_state.py says why and
         when); False, with nothing assumed, when runc must do it."""
         try:
-            dir_fd = os.open(os.path.join(self.state_dir, self.name), os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+            dir_fd = os.open(
+                os.path.join(self.state_dir, self.name), os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+            )
             try:
                 fd = os.open("state.json", os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
                 with os.fdopen(fd, "rb") as handle:
