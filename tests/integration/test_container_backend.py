@@ -493,3 +493,131 @@ def test_a_bare_container_spec_takes_the_manifests_runtime_and_reports_the_full_
     assert run_on("container", manifest, ["/bin/true"]).backend == f"container:{runtime}"
     with Sandbox(manifest) as sb:  # no spec at all: the manifest's backend and runtime
         assert sb.run(["/bin/true"]).backend == f"container:{runtime}"
+
+
+@pytest.mark.skipif(RUNC_MISSING, reason="runc is not installed")
+def test_runc_delete_is_asked_only_once_the_supervisor_has_exited(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``runc delete --force`` of a running container kills it and then polls in 100 ms sleeps
+    (runc 1.1 ``killContainer``); close must let the supervisor exit first, then delete. (The
+    state is made not understood, so close falls back to runc's delete.)"""
+    from contain.runtime.container import backend as container_backend
+
+    monkeypatch.setattr(container_backend, "plan_stopped_removal", lambda state, *, name: None)
+
+    real_run_bounded = container_backend.run_bounded
+    seen: list[tuple[str, str]] = []
+    pid = 0
+
+    def state_of(pid: int) -> str:  # the kernel's view, read in microseconds: no race is hidden
+        try:
+            return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except FileNotFoundError:
+            return "gone"
+
+    def record_then_run(argv: list[str], timeout_s: float) -> int | None:
+        seen.append((next(a for a in argv[1:] if not a.startswith("-")), state_of(pid)))
+        return real_run_bounded(argv, timeout_s)
+
+    monkeypatch.setattr(container_backend, "run_bounded", record_then_run)
+    with Sandbox(boundary(), backend="container:runc") as sb:
+        assert sb.supervisor_pid is not None
+        pid = sb.supervisor_pid
+        name = leaf_of(pid)
+        assert state_of(pid) in {"R", "S"}  # positive control: a live supervisor reads as running
+        assert sb.run(["/bin/true"]).exit_code == 0
+    assert seen in ([("delete", "gone")], [("delete", "Z")])
+    assert leftovers(name) == []
+
+
+@pytest.mark.skipif(RUNSC_MISSING, reason="runsc is not installed")
+def test_runsc_close_skips_delete_when_its_foreground_run_removed_the_container(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``runsc run`` deletes its container when the sandbox ends; a second runsc process to
+    ``delete`` it again costs a runsc start per close. Judged from outside: nothing is left."""
+    from contain.runtime.container import backend as container_backend
+
+    real_run_bounded = container_backend.run_bounded
+    verbs: list[str] = []
+
+    def record_then_run(argv: list[str], timeout_s: float) -> int | None:
+        verbs.append(next(a for a in argv[1:] if not a.startswith("-")))
+        return real_run_bounded(argv, timeout_s)
+
+    monkeypatch.setattr(container_backend, "run_bounded", record_then_run)
+    with Sandbox(boundary(), backend="container:runsc") as sb:
+        assert sb.supervisor_pid is not None
+        name = leaf_of(sb.supervisor_pid)
+        state = CONTAINER_ROOT / name / "state"
+        assert any(name in entry for entry in os.listdir(state))  # positive control: runsc's state is there
+        assert sb.run(["/bin/true"]).exit_code == 0
+    assert verbs == []
+    assert leftovers(name) == []
+
+
+@pytest.mark.skipif(RUNC_MISSING, reason="runc is not installed")
+def test_runc_namespace_helper_starts_before_the_bundle_is_written_and_is_pinned_before_runc_runs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The helper's three execs overlap the bundle's planning and writing; nothing is mapped or
+    pinned until the bundle exists, and runc starts only once both namespaces are pinned."""
+    from contain.runtime.container import backend as container_backend
+
+    events: list[str] = []
+    helper_class = container_backend.NamespaceHelper
+
+    class RecordingHelper(helper_class):  # type: ignore[misc,valid-type]
+        def __init__(self, **kwargs: object) -> None:
+            events.append("helper started")
+            super().__init__(**kwargs)
+
+        def pin(self, **kwargs: object) -> None:
+            events.append("helper pinned")
+            super().pin(**kwargs)
+
+    def recorded(name: str, real):  # type: ignore[no-untyped-def]
+        def call(*args: object, **kwargs: object) -> object:
+            events.append(name)
+            return real(*args, **kwargs)
+
+        return call
+
+    monkeypatch.setattr(container_backend, "NamespaceHelper", RecordingHelper)
+    monkeypatch.setattr(container_backend, "write_bundle", recorded("bundle written", container_backend.write_bundle))
+    monkeypatch.setattr(
+        container_backend.ContainerSandbox,
+        "_start_runtime",
+        recorded("runc started", container_backend.ContainerSandbox._start_runtime),
+    )
+    with Sandbox(boundary(), backend="container:runc") as sb:
+        assert sb.run(["/bin/true"]).exit_code == 0
+        assert sb.supervisor_pid is not None
+        name = leaf_of(sb.supervisor_pid)
+    assert events == ["helper started", "bundle written", "helper pinned", "runc started"]
+    assert leftovers(name) == []
+
+
+@pytest.mark.skipif(RUNC_MISSING, reason="runc is not installed")
+def test_runc_close_removes_a_stopped_container_without_starting_runc_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Once the supervisor is gone, close does runc delete's work (runc_state.py) and no runtime
+    process starts; judged from outside: every cgroup directory of the name (in every hierarchy,
+    also those ``Sandbox`` never made), the state, the processes and mounts are gone."""
+    from contain.runtime.container import backend as container_backend
+
+    real_run_bounded = container_backend.run_bounded
+    verbs: list[str] = []
+
+    def record_then_run(argv: list[str], timeout_s: float) -> int | None:
+        verbs.append(next(a for a in argv[1:] if not a.startswith("-")))
+        return real_run_bounded(argv, timeout_s)
+
+    monkeypatch.setattr(container_backend, "run_bounded", record_then_run)
+    with Sandbox(boundary(), backend="container:runc") as sb:
+        assert sb.supervisor_pid is not None
+        name = leaf_of(sb.supervisor_pid)
+        runc_dirs = glob.glob(f"/sys/fs/cgroup/*/**/{name}", recursive=True)
+        assert len(runc_dirs) > 1  # positive control: runc made the leaf in several hierarchies
+        assert sb.run(["/bin/true"]).exit_code == 0
+    assert verbs == []
+    assert [d for d in runc_dirs if os.path.exists(d)] == []
+    assert leftovers(name) == []

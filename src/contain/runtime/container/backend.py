@@ -3,19 +3,23 @@ supervisor as the container's pid 1.
 
 ``ContainerBackend.start(plan)``, in order (each step undone by ``ContainerSandbox.close``):
   1. runc: lease a second host id for the container's root (bundle.py explains why runc needs
-     one); make the sandbox's directory ``<CONTAINER_ROOT>/<name>`` (below);
+     one) and start the helper that makes the sandbox's user and network namespaces
+     (host_setup.NamespaceHelper: three execs, which run while steps 1-4 are done here; nothing
+     is pinned or mapped until step 5); make the sandbox's directory ``<CONTAINER_ROOT>/<name>`` (below);
   2. mount the one disk budget tmpfs (``size=disk_bytes``, ``nr_inodes``) on the host at
      ``<dir>/disk`` and create its places as the sandbox user (disk_budget.py) — before the
      runtime exists, so its binds resolve to that one superblock;
   3. with an image: unpack it into the content-addressed cache (image.py; refused images raise
      ``ImageError``) and mount it at ``<dir>/rootfs`` under an overlay whose upper layer lives on
      the disk budget (``_mount_image_root`` says why an overlay, not a copy);
-  4. make the container's own network namespace, pinned at ``<dir>/netns`` (host_setup.py): egress
-     attaches there (``netns_path``) before any workload exists, and the bundle names it (runsc:
-     ``--network=host`` uses it);
-  5. plan the bundle (``plan_oci_bundle``; for runsc with bundle.RUNTIME_DIFFERENCES and the seccomp
+  4. plan the bundle (``plan_oci_bundle``; for runsc with bundle.RUNTIME_DIFFERENCES and the seccomp
      self-check program), write ``pids.max`` as the bundle has it, and write the bundle
-     (``host_setup.write_bundle``: through descriptors, never following a link);
+     (``host_setup.write_bundle``: through descriptors, never following a link); it names the
+     namespace pins by path, which are made next;
+  5. pin the container's own network namespace at ``<dir>/netns`` (runc: and its user namespace
+     at ``<dir>/userns``, host_setup.py): egress attaches there (``netns_path``) before any
+     workload exists, and the bundle names it (runsc: ``--network=host`` uses it); no runtime
+     has started yet, so the bundle is never used before its namespaces exist;
   6. start the runtime (oci_runtime.py plans the argv): runc ``run --detach --preserve-fds 1`` with
      the control socket as fd 3; runsc ``run`` in the foreground with it as stdin;
   7. wait for the supervisor's READY, read the runtime's pid file, confirm that pid is in the
@@ -39,10 +43,20 @@ sentry's host pid has no view of the container's files, so scratch files move th
 directory of the disk budget place that backs the scratch path (the same files.py calls); a bind
 mounted *below* a scratch path is not visible that way (the transfer sees the tmpfs under it).
 
-Close (idempotent, never raises): EXIT, ``delete --force``, unmount the overlay, tmpfs and pins,
-remove the directory, the cgroup leaves and the empty ``contain-container`` parents runc leaves
-in every v1 hierarchy, release the lease (``close`` has the order; sweep.py does the same for a
-sandbox whose owner died). An OOM kill or ``pids.max`` ends a whole runsc sandbox (``wait_exited``).
+Close (idempotent, never raises, and complete when it returns): EXIT; wait (bounded) until the
+supervisor is gone (runc) or runsc's foreground ``run`` has exited; ``delete --force``, except
+when its work is already done or can be done here: runc, once the supervisor is gone, removes
+the cgroup directories and state ``delete`` would (runc_state.py, falling back to ``delete``);
+runsc, when its ``run`` exited and left nothing at all in the state root (``_delete_container``
+says why the wait comes first); unmount the
+overlay, tmpfs and pins, remove the directory, the cgroup leaves and the empty
+``contain-container`` parents runc leaves in every v1 hierarchy, release the lease (``close`` has
+the order; sweep.py does the same for a sandbox whose owner died). An OOM kill or ``pids.max``
+ends a whole runsc sandbox (``wait_exited``).
+
+Why one file past 600 lines: it is the orchestrator of one mechanism, a container sandbox's
+start, files and close; the host-side syscalls are in host_setup.py and the plans in bundle.py
+and oci_runtime.py, and the start and close sequences read best side by side.
 
 Does NOT: decide layers (plan_layers), create the cgroup or write its limits (``Sandbox`` does,
 under the ``contain-container`` parent; the runtime joins it and writes the same limits), start
@@ -54,8 +68,10 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import json
 import os
 import resource
+import select
 import shutil
 import signal
 import socket
@@ -72,17 +88,16 @@ from contain.runtime.bwrap import ETC_PASSTHROUGH, default_scratch_paths, genera
 from contain.runtime.cgroups import SandboxCgroup
 from contain.runtime.container.bundle import BundleInputs, plan_oci_bundle
 from contain.runtime.container.host_setup import (
+    NamespaceHelper,
     make_private_dir,
     mount_disk_budget,
     mount_overlay_root,
     pin_new_netns,
-    pin_owned_namespaces,
     remove_empty_parents,
     run_bounded,
     runsc_plan,
     tail_of,
     umount,
-    wait_gone,
     wait_pid,
     wait_popen,
     write_bundle,
@@ -94,6 +109,7 @@ from contain.runtime.container.oci_runtime import (
     plan_start_argv,
     probe_runtime,
 )
+from contain.runtime.container.runc_state import plan_stopped_removal
 from contain.runtime.container.seccomp_probe import CLONE3_NOT_ENOSYS, PROBE_SANDBOX_PATH, probe_program
 from contain.runtime.container.sweep import sweep_stale
 from contain.runtime.disk_budget import check_disk_mounts, plan_disk_places
@@ -112,6 +128,9 @@ _LOADER_PATHS = ("/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32")
 _RLIMIT_NAMES = ("CPU", "NPROC", "FSIZE", "NOFILE", "CORE", "DATA")
 _STARTUP_TIMEOUT_S = 30.0  # runsc on ptrace takes ~0.2 s; runc ~0.1 s; bounded either way
 _DELETE_TIMEOUT_S = 20.0
+# After EXIT the supervisor kills its children and exits, and the kernel ends the rest of its pid
+# namespace before it is gone. Bounded: a supervisor that does not go is killed by `delete --force`.
+_EXIT_WAIT_S = 2.0
 _CONTROL_FD = {"runc": 3, "runsc": 0}  # runc: --preserve-fds 1 gives fd 3; runsc: its stdin
 _WORKLOAD_KERNEL = {"runc": "linux", "runsc": "gvisor"}  # kernel_differences.WORKLOAD_KERNELS
 
@@ -188,10 +207,13 @@ class ContainerSandbox:
         self._channel: SupervisorChannel | None = None
         self._proc: subprocess.Popen[bytes] | None = None  # runsc's foreground `run`
         self._pid = 0
+        self._pidfd: int | None = None  # of the process at ``_pid``, opened while it is known to be ours
         self._disk_mounted = False
         self._rootfs_mounted = False
         self._netns_pinned = False
         self._userns_pinned = False
+        self._own_pid_namespace = False  # the bundle gives the container a new pid namespace
+        self._ns_helper: NamespaceHelper | None = None  # runc: started in step 1, pinned in step 5
         self._created = False
         self._closed = False
         self._limits_before: tuple[int, int] | None = None  # OOM kills, refused forks when the command began
@@ -242,10 +264,12 @@ class ContainerSandbox:
         # the container's root; under runsc file transfers go through the disk places as the
         # sandbox user (see the module docstring)
         traverse_gid = plan.host_ids[1]
+        supervisor = ensure_supervisor_binary()
         if self._rt.runtime == "runc":
             self._root_lease = lease_host_ids()
             root_ids = (self._root_lease.uid, self._root_lease.gid)
             traverse_gid = root_ids[1]
+            self._start_namespace_helper(str(supervisor))
         make_private_dir(CONTAINER_ROOT, 0o711, 0)
         os.mkdir(self.dir, 0o750)
         os.chown(self.dir, 0, traverse_gid)
@@ -253,8 +277,6 @@ class ContainerSandbox:
         self._mount_disk_budget()
         if self._image is not None:
             self._mount_image_root(self._image)
-        supervisor = ensure_supervisor_binary()
-        self._pin_namespaces(str(supervisor), root_ids)
         etc = generated_etc_files(home=default_scratch_paths(plan.boundary)[0], resolv_conf=plan.resolv_conf)
         on_host = self._image is None  # the host's /usr and loader paths, or an image's own
         args = ["--control-fd", str(_CONTROL_FD[self._rt.runtime])]
@@ -279,14 +301,17 @@ class ContainerSandbox:
             seccomp_probe=probe_program(plan.facts.arch) if self._rt.runtime == "runsc" else None,
         )
         bundle = plan_oci_bundle(plan, inputs)
+        self._own_pid_namespace = {"type": "pid"} in bundle.config["linux"]["namespaces"]
         pids = bundle.config["linux"]["resources"].get("pids")
         if self._cgroup is not None and pids is not None:
             self._cgroup.set_pids_max(pids["limit"])  # the bundle's value, before the runtime starts in it
         write_bundle(bundle, self.dir, rootfs_mounted=not on_host)
+        self._pin_namespaces(root_ids)
         self._start_runtime()
         assert self._channel is not None
         self._channel.read_ready(_STARTUP_TIMEOUT_S)
         self._pid = int((self.dir / "pid").read_text().strip())
+        self._pidfd = os.pidfd_open(self._pid)  # before the check: what is checked is what close waits on
         if self._cgroup is not None:
             self._cgroup.check_member(self._pid)
         if self._rt.runtime == "runc":
@@ -322,23 +347,20 @@ class ContainerSandbox:
             rootfs=str(self.dir / "rootfs"),
         )
 
-    def _pin_namespaces(self, launcher: str, root_ids: tuple[int, int]) -> None:
-        """Step 4: runc gets a user namespace owned by the sandbox's uid and a netns owned by it
-        (host_setup.pin_owned_namespaces); runsc (no user namespace of ours) a netns."""
-        if self._rt.runtime == "runc":
-            unshare = shutil.which("unshare", path="/usr/bin:/bin")
-            if unshare is None:
-                raise SandboxStartError("unshare (util-linux) is not installed", "apt-get install util-linux")
+    def _start_namespace_helper(self, launcher: str) -> None:
+        """Step 1 (runc): start the helper whose namespaces step 5 pins (host_setup.NamespaceHelper)."""
+        unshare = shutil.which("unshare", path="/usr/bin:/bin")
+        if unshare is None:
+            raise SandboxStartError("unshare (util-linux) is not installed", "apt-get install util-linux")
+        self._ns_helper = NamespaceHelper(launcher=launcher, unshare=unshare, ids=self._ids)
+
+    def _pin_namespaces(self, root_ids: tuple[int, int]) -> None:
+        """Step 5: runc pins the helper's user namespace owned by the sandbox's uid and its netns
+        (host_setup.NamespaceHelper); runsc (no user namespace of ours) a new netns."""
+        if self._ns_helper is not None:
             self._userns_pinned = True  # from here on, close() unmounts whatever was pinned
             self._netns_pinned = True
-            pin_owned_namespaces(
-                launcher=launcher,
-                unshare=unshare,
-                ids=self._ids,
-                root_ids=root_ids,
-                user_path=self.userns_path,
-                net_path=self.netns_path,
-            )
+            self._ns_helper.pin(root_ids=root_ids, user_path=self.userns_path, net_path=self.netns_path)
         else:
             self._netns_pinned = True
             pin_new_netns(self.netns_path)
@@ -535,12 +557,14 @@ class ContainerSandbox:
         if self._closed:
             return
         self._closed = True
+        asked_to_exit = False
         if self._channel is not None:
             with contextlib.suppress(ContainError):
                 self._channel.exit()
+                asked_to_exit = True
         try:
             if self._created:
-                self._delete_container()
+                self._delete_container(asked_to_exit=asked_to_exit)
         except (OSError, subprocess.SubprocessError, ContainError) as exc:
             log.warning("container %s: delete failed (%s); killing its cgroup", self.name, exc)
             if self._cgroup is not None:
@@ -549,30 +573,97 @@ class ContainerSandbox:
         finally:
             if self._channel is not None:
                 self._channel.close()
+            if self._pidfd is not None:
+                os.close(self._pidfd)
+                self._pidfd = None
+            if self._ns_helper is not None:
+                self._ns_helper.abandon()
             try:
                 self._remove_host_traces()
             except (OSError, ContainError) as exc:
                 log.warning("container %s: traces left for the next sweep: %s", self.name, exc)
 
-    def _delete_container(self) -> None:
-        if self._proc is not None and not wait_popen(self._proc, 2.0):
+    def _delete_container(self, *, asked_to_exit: bool) -> None:
+        """``delete --force`` the container, once its pid 1 is gone when it was asked to exit.
+
+        Why wait first: ``runc delete --force`` of a container whose init still runs sends SIGKILL
+        and then checks in 100 ms sleeps (runc 1.1 ``killContainer``), so deleting right after
+        EXIT cost a tenth of a second per close; a stopped container is destroyed at once.
+
+        runc, once the supervisor is gone and its pid namespace with it: runc_state.py's plan of
+        what ``delete`` would remove is carried out here, falling back to ``delete --force``
+        whenever the state is not fully understood or a removal fails.
+
+        runsc's foreground ``run`` deletes its container itself when the sandbox ends; ``delete``
+        is then skipped, but only when that ``run`` exited and nothing at all is left in the
+        state root (any entry, whatever its name, and ``delete --force`` runs as before).
+        """
+        stopped = self._proc is None and asked_to_exit and self._wait_supervisor_gone(_EXIT_WAIT_S)
+        if stopped and self._own_pid_namespace and self._remove_stopped_runc_container():
+            return  # what `runc delete` of a stopped container does, done without starting runc
+        ran_to_end = self._proc is not None and wait_popen(self._proc, 2.0)
+        if self._proc is not None and not ran_to_end:
             run_bounded(
                 plan_kill_argv(self._rt, state_dir=self.state_dir, log_file=self.log_file, name=self.name), 10.0
             )
-        done = run_bounded(
-            plan_delete_argv(self._rt, state_dir=self.state_dir, log_file=self.log_file, name=self.name),
-            _DELETE_TIMEOUT_S,
-        )
+        done: int | None = 0
+        if not (ran_to_end and self._state_is_empty()):
+            done = run_bounded(
+                plan_delete_argv(self._rt, state_dir=self.state_dir, log_file=self.log_file, name=self.name),
+                _DELETE_TIMEOUT_S,
+            )
         if self._proc is not None and not wait_popen(self._proc, 5.0):
             self._proc.kill()
             self._proc.wait(timeout=5.0)
-        if self._pid:  # runc: the supervisor was reparented to init; wait until it is gone
-            wait_gone(self._pid, 5.0)
+        self._wait_supervisor_gone(5.0)  # runc: the supervisor was reparented to init
         if done is not None and done != 0 and os.path.exists(os.path.join(self.state_dir, self.name)):
             raise SandboxStartError(
                 f"{self._rt.runtime} delete --force {self.name} failed (status {done}): {self.runtime_log()}",
                 f"run `{self._rt.path} --root {self.state_dir} delete --force {self.name}` as root",
             )
+
+    def _remove_stopped_runc_container(self) -> bool:
+        """runc's own ``delete`` of a stopped container, done here (runc_state.py says why and
+        when); False, with nothing assumed, when runc must do it."""
+        try:
+            dir_fd = os.open(
+                os.path.join(self.state_dir, self.name), os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+            )
+            try:
+                fd = os.open("state.json", os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+                with os.fdopen(fd, "rb") as handle:
+                    state = json.loads(handle.read())
+            finally:
+                os.close(dir_fd)
+        except (OSError, ValueError) as exc:
+            log.debug("container %s: runc state unreadable (%s); runc deletes it", self.name, exc)
+            return False
+        cgroup_dirs = plan_stopped_removal(state, name=self.name) if isinstance(state, dict) else None
+        if cgroup_dirs is None:
+            return False
+        for path in cgroup_dirs:
+            try:
+                os.rmdir(path)
+            except FileNotFoundError:
+                continue
+            except OSError as exc:
+                log.debug("container %s: cannot remove %s (%s); runc deletes it", self.name, path, exc)
+                return False
+        shutil.rmtree(os.path.join(self.state_dir, self.name))
+        return True
+
+    def _state_is_empty(self) -> bool:
+        """Nothing at all in the runtime's state root (``--root``, ours alone)."""
+        try:
+            return not os.listdir(self.state_dir)
+        except FileNotFoundError:
+            return True
+
+    def _wait_supervisor_gone(self, timeout_s: float) -> bool:
+        """Wait (bounded) until the process at ``host_pid`` has exited; True when it has."""
+        if self._pidfd is None:
+            return True
+        return bool(select.select([self._pidfd], [], [], timeout_s)[0])
 
     def _remove_host_traces(self) -> None:
         if self._rootfs_mounted:  # before the tmpfs that holds its upper layer

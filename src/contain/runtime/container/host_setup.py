@@ -11,7 +11,7 @@ the orchestrator; bundle.py and oci_runtime.py are the plans). What they enforce
   *replaced* in the sandbox's own overlay layer, never followed: an image's ``/tmp -> /etc`` must
   not lead the host's mkdir into the host's /etc;
 - ``make_private_dir`` refuses a path that is not a real directory owned by the expected uid;
-- ``pin_owned_namespaces`` (runc) makes the user namespace as the sandbox's leased uid, so the
+- ``NamespaceHelper`` / ``pin_owned_namespaces`` (runc) makes the user namespace as the sandbox's leased uid, so the
   kernel charges per-user counts made inside to that uid and not to host root, with a network
   namespace it owns; ``pin_new_netns`` (runsc) makes a network namespace in a throwaway thread
   (``unshare(CLONE_NEWNET)`` moves only the calling thread); both bring ``lo`` up and pin with
@@ -59,6 +59,7 @@ __all__ = [
     "CGROUP_PARENT",
     "MS_NODEV",
     "MS_NOSUID",
+    "NamespaceHelper",
     "make_private_dir",
     "mount",
     "mount_disk_budget",
@@ -101,8 +102,21 @@ def pin_owned_namespaces(
     net_path: str,
     timeout_s: float = 10.0,
 ) -> None:
+    """``NamespaceHelper`` started and pinned in one call (see there).
+
+    Raises:
+        SandboxStartError: the helper failed, or a map, pin or ``lo`` could not be made.
+    """
+    helper = NamespaceHelper(launcher=launcher, unshare=unshare, ids=ids)
+    try:
+        helper.pin(root_ids=root_ids, user_path=user_path, net_path=net_path, timeout_s=timeout_s)
+    finally:
+        helper.abandon()
+
+
+class NamespaceHelper:
     """runc: a user namespace *owned by the sandbox's host uid* (container 0 -> ``root_ids``, 1000
-    -> ``ids``) and a network namespace owned by it, with ``lo`` up, pinned at the two paths.
+    -> ``ids``) and a network namespace owned by it, with ``lo`` up, pinned at two paths.
 
     Why not let runc make the user namespace: runc runs as host root, so a namespace it makes is
     owned by root, and the kernel charges every per-user count made inside it (inotify instances
@@ -113,48 +127,74 @@ def pin_owned_namespaces(
     waits; the host (root in the parent namespace) writes the id maps, pins both namespaces with
     bind mounts and lets the helper exit.
 
+    Two halves so that the helper's three execs run while the backend writes the bundle: the
+    constructor only starts the helper (nothing exists yet that a workload could use); ``pin``
+    waits for it and makes the maps and pins; ``abandon`` kills and reaps a helper that was not
+    pinned (idempotent, for every error path).
+
     Raises:
-        SandboxStartError: the helper failed, or a map, pin or ``lo`` could not be made.
+        SandboxStartError: (``pin``) the helper failed, or a map, pin or ``lo`` could not be made.
     """
-    for path in (user_path, net_path):
-        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, 0o400))
-    argv = [launcher, "--exec-as", str(ids[0]), str(ids[1]), "--", unshare, "--user", "--net", "--"]
-    argv += ["/bin/sh", "-c", "echo ready; read line"]
-    helper = subprocess.Popen(
-        argv,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env={"PATH": "/usr/bin:/bin"},
-        cwd="/",
-        close_fds=True,
-    )
-    assert helper.stdin is not None and helper.stdout is not None and helper.stderr is not None
-    try:
-        ready = select.select([helper.stdout], [], [], timeout_s)[0]
-        if not ready or helper.stdout.readline() != b"ready\n":
-            helper.kill()
-            helper.wait(timeout=timeout_s)
-            raise SandboxStartError(
-                f"the namespace helper did not start: {helper.stderr.read(2048).decode(errors='replace').strip()}",
-                f"check that {unshare} (util-linux) works as root",
-            )
-        maps = {"uid_map": (root_ids[0], ids[0]), "gid_map": (root_ids[1], ids[1])}
-        for name, (root, sandbox) in maps.items():
-            with open(f"/proc/{helper.pid}/{name}", "w") as handle:  # 0 -> root, 1000 -> the sandbox's
-                handle.write(f"0 {root} 1\n{_SANDBOX_ID} {sandbox} 1\n")
-        mount(f"/proc/{helper.pid}/ns/user".encode(), user_path.encode(), b"none", _MS_BIND, None)
-        mount(f"/proc/{helper.pid}/ns/net".encode(), net_path.encode(), b"none", _MS_BIND, None)
-    finally:
-        helper.stdin.close()
+
+    def __init__(self, *, launcher: str, unshare: str, ids: tuple[int, int]) -> None:
+        self.ids = ids
+        self.unshare = unshare
+        argv = [launcher, "--exec-as", str(ids[0]), str(ids[1]), "--", unshare, "--user", "--net", "--"]
+        argv += ["/bin/sh", "-c", "echo ready; read line"]
+        self._proc: subprocess.Popen[bytes] | None = subprocess.Popen(
+            argv,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env={"PATH": "/usr/bin:/bin"},
+            cwd="/",
+            close_fds=True,
+        )
+
+    def pin(self, *, root_ids: tuple[int, int], user_path: str, net_path: str, timeout_s: float = 10.0) -> None:
+        """Wait for the helper's ``ready``, write its id maps, pin both namespaces, bring ``lo`` up."""
+        helper = self._proc
+        if helper is None:
+            raise SandboxStartError("the namespace helper was already used", "this is a bug in the backend")
+        assert helper.stdin is not None and helper.stdout is not None and helper.stderr is not None
+        for path in (user_path, net_path):
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, 0o400))
         try:
-            helper.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
+            ready = select.select([helper.stdout], [], [], timeout_s)[0]
+            if not ready or helper.stdout.readline() != b"ready\n":
+                helper.kill()
+                helper.wait(timeout=timeout_s)
+                raise SandboxStartError(
+                    f"the namespace helper did not start: {helper.stderr.read(2048).decode(errors='replace').strip()}",
+                    f"check that {self.unshare} (util-linux) works as root",
+                )
+            maps = {"uid_map": (root_ids[0], self.ids[0]), "gid_map": (root_ids[1], self.ids[1])}
+            for name, (root, sandbox) in maps.items():
+                with open(f"/proc/{helper.pid}/{name}", "w") as handle:  # 0 -> root, 1000 -> the sandbox's
+                    handle.write(f"0 {root} 1\n{_SANDBOX_ID} {sandbox} 1\n")
+            mount(f"/proc/{helper.pid}/ns/user".encode(), user_path.encode(), b"none", _MS_BIND, None)
+            mount(f"/proc/{helper.pid}/ns/net".encode(), net_path.encode(), b"none", _MS_BIND, None)
+        finally:
+            helper.stdin.close()  # the helper's `read` ends; it exits while lo comes up
+        _in_netns(net_path, _bring_lo_up)
+        self._reap(timeout_s)
+
+    def abandon(self) -> None:
+        """Kill and reap the helper unless ``pin`` already did; never raises."""
+        if self._proc is not None and self._proc.poll() is None:
+            self._proc.kill()
+        self._reap(10.0)
+
+    def _reap(self, timeout_s: float) -> None:
+        helper, self._proc = self._proc, None
+        if helper is None:
+            return
+        if not wait_popen(helper, timeout_s):
             helper.kill()
-            helper.wait(timeout=timeout_s)
-        helper.stdout.close()
-        helper.stderr.close()
-    _in_netns(net_path, _bring_lo_up)
+            helper.wait()
+        for stream in (helper.stdin, helper.stdout, helper.stderr):
+            if stream is not None:
+                stream.close()
 
 
 def _in_netns(path: str, work: Callable[[], None]) -> None:
@@ -240,9 +280,18 @@ def write_bundle(bundle: BundlePlan, bundle_dir: Path, *, rootfs_mounted: bool =
         finally:
             os.close(fd)
     config = bundle_dir / "config.json"
+    text = json.dumps(bundle.config).encode()  # json.dump to a file uses the pure-Python encoder
     fd = os.open(config, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    with os.fdopen(fd, "w") as handle:
-        json.dump(bundle.config, handle)
+    try:
+        _write_all(fd, text)
+    finally:
+        os.close(fd)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
 
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -347,23 +396,25 @@ def _bring_lo_up() -> None:
 
 
 def wait_pid(pid: int, timeout_s: float) -> int | None:
-    """Wait for a child we spawned; its exit status, or None after killing it at the bound."""
-    pidfd = os.pidfd_open(pid)
-    try:
-        if not select.select([pidfd], [], [], timeout_s)[0]:
-            os.kill(pid, signal.SIGKILL)
-    finally:
-        os.close(pidfd)
-    _, status = os.waitpid(pid, 0)
-    return os.waitstatus_to_exitcode(status)
+    """Wait for a child we spawned; its exit status (that of the kill after the bound)."""
+    return _wait_bounded(pid, timeout_s)[0]
 
 
 def wait_popen(proc: subprocess.Popen[bytes], timeout_s: float) -> bool:
-    try:
-        proc.wait(timeout=timeout_s)
+    """Wait (bounded) for a child started with Popen; True once it exited (and is reaped).
+
+    On a pidfd, as ``run_bounded``: ``Popen.wait(timeout=)`` polls with sleeps up to 50 ms.
+    """
+    if proc.poll() is not None:
         return True
-    except subprocess.TimeoutExpired:
-        return False
+    pidfd = os.pidfd_open(proc.pid)
+    try:
+        if not select.select([pidfd], [], [], timeout_s)[0]:
+            return False
+    finally:
+        os.close(pidfd)
+    proc.wait()
+    return True
 
 
 def wait_gone(pid: int, timeout_s: float) -> None:
@@ -378,15 +429,40 @@ def wait_gone(pid: int, timeout_s: float) -> None:
 
 
 def run_bounded(argv: list[str], timeout_s: float) -> int | None:
-    """Run a runtime subcommand with stdio on /dev/null; its status, or None when it hung (killed)."""
+    """Run a runtime subcommand with stdio on /dev/null; its status, or None when it hung (killed).
+
+    Started with ``posix_spawn`` and waited for on a pidfd, so the call returns as soon as the
+    command exits: ``subprocess.run(timeout=)`` polls with sleeps that grow to 50 ms, which was
+    half of a ``runc delete`` on every close.
+    """
+    null = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
     try:
-        done = subprocess.run(
-            argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=timeout_s
+        pid = os.posix_spawn(
+            argv[0],
+            argv,
+            {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"},
+            file_actions=[(os.POSIX_SPAWN_DUP2, null, fd) for fd in (0, 1, 2)],
         )
-    except subprocess.TimeoutExpired:
+    finally:
+        os.close(null)
+    status, hung = _wait_bounded(pid, timeout_s)
+    if hung:
         log.warning("%s did not finish within %ss", argv[:4], timeout_s)
         return None
-    return done.returncode
+    return status
+
+
+def _wait_bounded(pid: int, timeout_s: float) -> tuple[int, bool]:
+    """Reap our child ``pid``: (its exit status, whether it was killed at the bound)."""
+    pidfd = os.pidfd_open(pid)
+    try:
+        hung = not select.select([pidfd], [], [], timeout_s)[0]
+        if hung:
+            os.kill(pid, signal.SIGKILL)
+    finally:
+        os.close(pidfd)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status), hung
 
 
 def remove_empty_parents(facts: HostFacts) -> None:

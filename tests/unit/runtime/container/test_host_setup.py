@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from contain.errors import SandboxStartError
+from contain.runtime.container import host_setup
 from contain.runtime.container.bundle import BundleFile, BundlePlan, RootfsEntry
 from contain.runtime.container.host_setup import make_private_dir, write_bundle
 
@@ -99,3 +100,64 @@ def test_a_non_empty_image_directory_where_a_file_is_mounted_is_refused(tmp_path
     plan = BundlePlan(config={}, rootfs=(RootfsEntry("/etc/passwd", "file"),), files=())
     with pytest.raises(SandboxStartError, match="non-empty directory at /etc/passwd"):
         write_bundle(plan, tmp_path / "bundle", rootfs_mounted=True)
+
+
+def test_run_bounded_returns_the_commands_exit_status() -> None:
+    assert host_setup.run_bounded(["/bin/sh", "-c", "exit 7"], 30.0) == 7
+
+
+def test_run_bounded_kills_a_command_that_outlives_its_bound_and_returns_none() -> None:
+    assert host_setup.run_bounded(["/bin/sh", "-c", "exec /bin/sleep 30"], 0.2) is None
+
+
+def test_run_bounded_waits_on_a_pidfd_not_on_subprocess_polling(monkeypatch: pytest.MonkeyPatch) -> None:
+    """subprocess.run(timeout=) polls with sleeps growing to 50 ms: half of every `runc delete`."""
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("subprocess's polling wait was used")
+
+    monkeypatch.setattr(host_setup.subprocess, "run", refuse)
+    monkeypatch.setattr(host_setup.subprocess, "Popen", refuse)
+    assert host_setup.run_bounded(["/bin/true"], 30.0) == 0
+
+
+def test_wait_popen_reaps_an_exited_child_and_bounds_a_running_one() -> None:
+    import subprocess
+
+    done = subprocess.Popen(["/bin/true"])
+    running = subprocess.Popen(["/bin/sh", "-c", "exec /bin/sleep 30"])
+    try:
+        assert host_setup.wait_popen(done, 30.0) is True and done.returncode == 0
+        assert host_setup.wait_popen(running, 0.1) is False and running.returncode is None
+    finally:
+        running.kill()
+        running.wait()
+
+
+def test_wait_popen_waits_on_a_pidfd_not_on_popens_polling_wait(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``Popen.wait(timeout=)`` polls with sleeps growing to 50 ms; only the final reap may call wait()."""
+    import subprocess
+
+    proc = subprocess.Popen(["/bin/sh", "-c", "exec /bin/sleep 0.05"])
+    real_wait = proc.wait
+
+    def wait_without_timeout(timeout: float | None = None) -> int:
+        assert timeout is None, "Popen's polling wait was used"
+        return real_wait()
+
+    monkeypatch.setattr(proc, "wait", wait_without_timeout)
+    assert host_setup.wait_popen(proc, 30.0) is True
+
+
+def test_config_json_is_encoded_by_the_c_encoder_not_by_json_dumps_streaming_encoder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``json.dump`` to a file runs the pure-Python iterencode (16 ms for a bundle's config)."""
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("json.dump's streaming encoder was used")
+
+    monkeypatch.setattr(host_setup.json, "dump", refuse)
+    (tmp_path / "b").mkdir()
+    write_bundle(PLAN, tmp_path / "b")
+    assert json.loads((tmp_path / "b" / "config.json").read_text()) == PLAN.config
