@@ -3,6 +3,9 @@
 #   1. Debian packages (only when running as root and something is missing)
 #   2. a .venv in the repo root with contain installed (pip install -e .[dev])
 #   3. the in-sandbox supervisor, compiled once into the cache
+#   4. the microVM guest agent (static, for the guest's initramfs), compiled once into the cache
+#   5. the microVM guest (kernel unpacked from Debian's cloud kernel .deb, initramfs with the
+#      agent, squashfs userland), built once into the cache, rebuilt only when an input changes
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -24,6 +27,10 @@ PACKAGES=(
   "python3-requests:/usr/lib/python3/dist-packages/requests"  # a client the egress tests use inside sandboxes
   "runc:/usr/sbin/runc"  # the container backend's OCI runtime
   "runsc:/usr/bin/runsc"  # gVisor, the container backend's user-space kernel
+  "qemu-system-x86:/usr/bin/qemu-system-x86_64"  # the microvm backend's VMM
+  "busybox-static:/bin/busybox"  # the microVM guest's initramfs tools
+  "squashfs-tools:/usr/bin/mksquashfs"  # the microVM guest's read-only images
+  "socat:/usr/bin/socat"  # carries the microVM guest's forwards to egress
 )
 missing=()
 for entry in "${PACKAGES[@]}"; do
@@ -68,4 +75,8 @@ if [ -f tests/npm/package.json ]; then
 fi
 echo "bootstrap: building the in-sandbox supervisor (cached when unchanged)"
 .venv/bin/contain doctor --build-supervisor >/dev/null
+echo "bootstrap: building the microVM guest agent (cached by source hash; rebuilt only when it changes)"
+.venv/bin/contain doctor --build-guest-agent >/dev/null
+echo "bootstrap: building the microVM guest (cached when unchanged)"
+.venv/bin/contain doctor --build-guest | sed 's/^/bootstrap: /'
 echo "bootstrap: ready; the CLI is .venv/bin/contain"

@@ -282,6 +282,20 @@ class ContainerRuntime(BaseModel):
         return value
 
 
+class MicrovmRuntime(BaseModel):
+    """How the microvm backend runs its guest (runtime/microvm/). Guest RAM and vCPUs come from
+    ``resources`` (memory_bytes, cpu_cores), not from here."""
+
+    model_config = _STRICT
+    accel: Literal["auto", "kvm", "tcg"] = Field(
+        default="auto",
+        description=(
+            "auto: KVM only where the guest kernel really boots under it, else TCG software emulation; "
+            "kvm: fail closed without a working KVM; tcg: never use KVM. E.g. auto."
+        ),
+    )
+
+
 class Runtime(BaseModel):
     """The runtime the boundary is written for."""
 
@@ -290,6 +304,10 @@ class Runtime(BaseModel):
     container: ContainerRuntime = Field(
         default_factory=ContainerRuntime,
         description="The container backend's OCI runtime and image, e.g. {runtime: runsc, image: null}.",
+    )
+    microvm: MicrovmRuntime = Field(
+        default_factory=MicrovmRuntime,
+        description="The microvm backend's accelerator choice, e.g. {accel: auto}.",
     )
 
 

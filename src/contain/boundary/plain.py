@@ -32,6 +32,7 @@ __all__ = [
     "PlainCredential",
     "PlainFileRule",
     "PlainHardening",
+    "PlainMicrovmRuntime",
     "PlainNetwork",
     "PlainNetworkRule",
     "PlainRecordRule",
@@ -101,9 +102,15 @@ class PlainContainerRuntime:
 
 
 @dataclass(frozen=True)
+class PlainMicrovmRuntime:
+    accel: str
+
+
+@dataclass(frozen=True)
 class PlainRuntime:
     backend: Backend
     container: PlainContainerRuntime
+    microvm: PlainMicrovmRuntime
 
 
 @dataclass(frozen=True)
@@ -178,6 +185,7 @@ def plain_from_json(data: Mapping[str, Any]) -> PlainBoundary:
             container=lambda c: _build(
                 PlainContainerRuntime, c, "runtime.container", runtime=_str, image=_optional(_str)
             ),
+            microvm=lambda m: _build(PlainMicrovmRuntime, m, "runtime.microvm", accel=_str),
         ),
     )
 

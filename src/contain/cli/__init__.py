@@ -39,6 +39,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "probe": ("contain.cli.probe", "run the escape-and-recovery battery, judged from outside"),
     "egress-proxy": ("contain.cli.egress_proxy", "serve the egress proxy on an address (what the k8s proxy Pod runs)"),
     "k8s": ("contain.cli.k8s", "render a boundary as Kubernetes objects: Pod, NetworkPolicies, egress proxy"),
+    "microvm": ("contain.cli.microvm", "build, show or clear the snapshots microVM pools restore from"),
 }
 
 

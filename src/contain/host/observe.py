@@ -7,8 +7,10 @@ one syscall. Doctor goes further, and this module is where it touches the host:
   root, 5 s timeout);
 - it creates and removes a ``contain-doctor-<pid>`` cgroup in each hierarchy, in the directory the
   runtime's own plan puts its ``contain`` parent (``runtime/cgroup_plan.plan_base_dir``);
-- it runs the KVM test guests (``host/kvm.py``, 3 s hard timeout) and asks QEMU and the OCI
-  runtimes for their versions (3 s timeout each);
+- it runs the KVM test guests (``host/kvm.py``, 3 s hard timeout), builds (or finds, cached) the
+  microVM guest and boots its real kernel under KVM with a watchdog
+  (``runtime/microvm/accel.check_kvm_boot``, cached per kernel, initramfs, QEMU version and host
+  kernel), and asks QEMU and the OCI runtimes for their versions (3 s timeout each);
 - it looks for the sandbox's supervisor binary (with ``build``, compiles it into its cache);
 - for each OCI runtime the container backend drives (``backend_names.CONTAINER_RUNTIMES``) it
   asks the backend's own probe (``oci_runtime.probe_runtime``: path, version, runsc's platforms
@@ -23,7 +25,6 @@ beyond the cgroup directory it removes at once and (only when asked) the supervi
 from __future__ import annotations
 
 import errno
-import glob
 import os
 import re
 import shutil
@@ -36,6 +37,7 @@ from contain.host.facts import CgroupMount, HostFacts, bwrap_version, read_host_
 from contain.host.kvm import KVM_DEVICE, KvmGuestResult
 from contain.runtime.backend_names import CONTAINER_RUNTIMES, RuntimeFacts
 from contain.runtime.cgroup_plan import CONTROLLER_ROWS, plan_base_dir
+from contain.runtime.microvm.accel import KvmBootVerdict
 from contain.runtime.plan import NOBODY_UID
 
 __all__ = [
@@ -63,7 +65,6 @@ OCI_RUNTIMES: tuple[tuple[str, str], ...] = (
     ("runsc", "install gVisor: https://gvisor.dev/docs/user_guide/install/"),
 )
 QEMU = "qemu-system-x86_64"
-KERNEL_IMAGE_GLOBS = ("/boot/vmlinuz*", "/boot/vmlinux*")
 _COMPILERS = ("cc", "gcc", "clang")
 _TRIAL_TIMEOUT_S = 5.0
 _VERSION_TIMEOUT_S = 3.0
@@ -129,10 +130,15 @@ class Observations:
     kvm_guest: KvmGuestResult | None
     qemu: DetectedTool
     qemu_microvm: bool | None  # None: QEMU absent or `-machine help` failed
-    kernel_images: tuple[str, ...]
+    guest_image: str | None  # the built microVM guest (kernel release, agent), None: not built
     oci: tuple[DetectedTool, ...]
     supervisor: DetectedSupervisor
     runtimes: tuple[ObservedRuntime, ...] = ()  # one per CONTAINER_RUNTIMES entry
+    # The real guest kernel booted under KVM (runtime/microvm/accel.py); None: not tried, and
+    # kvm_boot_skipped says why. Only this decides whether microvm sandboxes use KVM.
+    kvm_boot: KvmBootVerdict | None = None
+    kvm_boot_skipped: str = ""
+    guest_image_error: str = ""  # why the guest could not be built (cause and fix)
 
 
 @dataclass(frozen=True)
@@ -376,6 +382,7 @@ def observe_host(facts: HostFacts, *, build_supervisor: bool = False) -> Observa
     trials = try_cgroup_children(facts, pid=os.getpid())
     kvm_present = os.path.exists(KVM_DEVICE)
     qemu = detect_tool(QEMU)
+    guest = _microvm_guest(kvm_present)
     return Observations(
         userns_trial=try_user_namespace(facts),
         bwrap_version=bwrap_version(facts.bwrap_path),
@@ -389,8 +396,42 @@ def observe_host(facts: HostFacts, *, build_supervisor: bool = False) -> Observa
         kvm_guest=check_kvm_guest(arch=facts.arch) if kvm_present else None,
         qemu=qemu,
         qemu_microvm=_qemu_microvm(qemu),
-        kernel_images=tuple(sorted(p for g in KERNEL_IMAGE_GLOBS for p in glob.glob(g))),
+        guest_image=guest.description if guest.description else None,
         oci=tuple(detect_tool(name) for name, _ in OCI_RUNTIMES),
         supervisor=observe_supervisor(build=build_supervisor),
         runtimes=tuple(observe_oci_runtime(name) for name in CONTAINER_RUNTIMES),
+        kvm_boot=guest.kvm_boot,
+        kvm_boot_skipped=guest.kvm_boot_skipped,
+        guest_image_error=guest.error,
     )
+
+
+@dataclass(frozen=True)
+class _Guest:
+    description: str = ""
+    error: str = ""
+    kvm_boot: KvmBootVerdict | None = None
+    kvm_boot_skipped: str = ""
+
+
+def _microvm_guest(kvm_present: bool) -> _Guest:
+    """Build (or find, cached) the microVM guest, then boot it under KVM (``accel.check_kvm_boot``)."""
+    from contain.errors import ContainError
+    from contain.runtime.microvm.accel import check_kvm_boot
+    from contain.runtime.microvm.guest_build import ensure_guest_image
+    from contain.runtime.microvm.vmm import detect_vmm_facts
+
+    try:
+        image = ensure_guest_image()
+    except ContainError as exc:
+        why = f"the microVM guest could not be built: {exc.cause}"
+        return _Guest(error=f"{exc.cause} (fix: {exc.fix})", kvm_boot_skipped=why)
+    agent = "with the guest agent" if image.initramfs.has_agent else "without a guest agent"
+    description = f"Debian cloud kernel {image.kernel.release}, initramfs {agent}, squashfs userland (cached)"
+    if not kvm_present:
+        return _Guest(description=description, kvm_boot_skipped=f"no {KVM_DEVICE}")
+    try:
+        verdict = check_kvm_boot(image, detect_vmm_facts())
+    except ContainError as exc:
+        return _Guest(description=description, kvm_boot_skipped=f"the boot check failed: {exc.cause}")
+    return _Guest(description=description, kvm_boot=verdict)

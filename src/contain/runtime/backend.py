@@ -213,7 +213,8 @@ class WarmStart(Protocol):
     - ``start`` is called from one thread at a time (the pool's refill thread); the handles it
       returns are used from any thread, each by one task;
     - ``close()`` (once, when the pool closes, after every sandbox it started was closed) removes
-      whatever the warm start kept (a snapshot, a template VM); nothing of it is left.
+      whatever the warm start kept for the pool (open snapshots, a template VM); content-addressed
+      cache artefacts (a microVM template file, like the guest images) stay in the cache.
     """
 
     def start(self, plan: BackendPlan) -> RunningSandbox:

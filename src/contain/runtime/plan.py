@@ -108,6 +108,10 @@ PLANNED_BACKENDS: dict[str, str] = {
         "runsc (gVisor): the same bundle under a user-space kernel, seccomp with --oci-seccomp, egress through "
         "--network=host in our own netns; no Landlock (gVisor has none; container/backend.py)"
     ),
+    "microvm": (
+        "QEMU -M microvm: a guest kernel of its own; the VMM in a host cgroup and an empty netns, the "
+        "workload as uid 1000 under the guest agent; no seccomp or Landlock inside the guest (microvm/backend.py)"
+    ),
 }
 
 
@@ -215,6 +219,8 @@ def plan_layers(
             f"use one of: {', '.join(PLANNED_BACKENDS)}",
         )
     report: dict[str, str] = {}
+    if backend == "microvm":
+        return _plan_microvm_layers(boundary, facts, egress_available=egress_available)
     if backend == "process":
         _check_process_host(facts)
     else:
@@ -247,6 +253,42 @@ def plan_layers(
         )
     report["network"] = "egress proxy (allow list)" if boundary.allows_network else "none (loopback only)"
     return LayerPlan(seccomp=True, landlock=landlock, cgroups=cgroups, egress=boundary.allows_network, report=report)
+
+
+def _plan_microvm_layers(boundary: PlainBoundary, facts: HostFacts, *, egress_available: bool) -> LayerPlan:
+    """The microvm backend's layers: the guest kernel is the boundary; the accelerator line is
+    added by the backend once it decided (microvm/accel.py)."""
+    if not facts.is_root:
+        raise UnsupportedHost(
+            "the microvm backend starts QEMU in a network namespace of its own, which needs root",
+            "run contain as root, or use --backend process",
+        )
+    if boundary.hardening.landlock is LayerRequirement.REQUIRED:
+        raise UnsupportedHost(
+            "hardening.landlock is required but the microvm guest applies no Landlock",
+            "set hardening.landlock: auto (the guest kernel, read-only images and uid 1000 bound the workload), "
+            "or use --backend process",
+        )
+    cgroups, cgroup_line = _decide_cgroups(boundary.hardening.cgroups, facts)
+    if boundary.allows_network and not egress_available:
+        raise UnsupportedHost(
+            "the boundary allows network destinations but the egress proxy is not available",
+            "remove network.allow (the guest then has no network device at all)",
+        )
+    report = {
+        "namespaces": "a guest kernel of its own (QEMU -M microvm); the VMM runs in an empty network namespace",
+        "seccomp": "not applied inside the guest (the guest kernel is the boundary)",
+        "landlock": (
+            "off by manifest" if boundary.hardening.landlock is LayerRequirement.OFF else "not in the guest (auto)"
+        ),
+        "cgroups": f"the VMM's host cgroup: {cgroup_line}; the workload's guest cgroup: by the guest agent",
+        "network": (
+            "egress proxy only (QEMU user network, restrict=on, one forward)"
+            if boundary.allows_network
+            else "none (no network device in the guest)"
+        ),
+    }
+    return LayerPlan(seccomp=False, landlock=None, cgroups=cgroups, egress=boundary.allows_network, report=report)
 
 
 def plan_rlimits(resources: PlainResources, *, cgroups: bool) -> tuple[Rlimit, ...]:

@@ -112,6 +112,13 @@ class WarmBackend:
     def start(self, plan: BackendPlan) -> RunningSandbox:
         return self.warm.start(plan)
 
+    @property
+    def layer_report(self) -> dict[str, str]:
+        """Lines the warm start knows only once it started a sandbox (a restored microVM's), which
+        ``Sandbox.start`` adds to that sandbox's layers; starts run one at a time (the refill thread)."""
+        report = getattr(self.warm, "layer_report", None)
+        return dict(report) if isinstance(report, dict) else {}
+
 
 # -- the thin part: the pool itself ------------------------------------------------------------------
 

@@ -95,10 +95,17 @@ def _container_backend(spec: BackendSpec, boundary: PlainBoundary) -> SandboxBac
     return ContainerBackend(runtime=spec.variant, image=boundary.runtime.container.image)
 
 
+def _microvm_backend(spec: BackendSpec, boundary: PlainBoundary) -> SandboxBackend:
+    from contain.runtime.microvm.backend import MicroVMBackend  # only microVMs pay for the import
+
+    return MicroVMBackend(accel=boundary.runtime.microvm.accel)
+
+
 # backend kind (backend_names.BACKEND_KINDS) -> the backend that starts sandboxes of that kind
 _BACKEND_FACTORIES: dict[str, Callable[[BackendSpec, PlainBoundary], SandboxBackend]] = {
     "process": _process_backend,
     "container": _container_backend,
+    "microvm": _microvm_backend,
 }
 # every spec string Sandbox(backend=...) and --backend accept in this version
 BACKENDS = tuple(
@@ -294,6 +301,9 @@ class Sandbox:
             )
             self._started = True
             self._handle = self._backend.start(plan)
+            started = getattr(self._backend, "layer_report", None)  # lines known only once started (microvm)
+            if isinstance(started, dict) and started:
+                self._layers = layers = replace(layers, report={**layers.report, **started})
             if egress is not None:
                 self._egress = egress.start_egress(self.boundary, netns_path=self._handle.netns_path)
         except BaseException as exc:
@@ -543,7 +553,8 @@ class Sandbox:
         run_s = time.perf_counter() - began
         after = self._cgroup.usage() if self._cgroup else None
 
-        oom = bool(after and before and after.oom_kills > before.oom_kills)
+        # A guest kernel's cgroup is invisible to the host's: the exit report carries its counts.
+        oom = bool(after and before and after.oom_kills > before.oom_kills) or bool(exited and exited.oom_kills)
         if after is not None and before is not None:
             usage = Usage(max(0.0, after.cpu_s - before.cpu_s), after.memory_peak_bytes, "cgroup")
         else:
@@ -567,7 +578,8 @@ class Sandbox:
                     "the kernel killed the largest process",
                 )
             )
-        if after is not None and before is not None and after.pids_limit_hits > before.pids_limit_hits:
+        pids_hit = after is not None and before is not None and after.pids_limit_hits > before.pids_limit_hits
+        if pids_hit or (exited is not None and exited.pids_limit_hits > 0):
             violations.append(
                 Violation("pids", f"process creation was refused at the {resources.pids_max}-process limit")
             )

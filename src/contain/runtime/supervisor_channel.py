@@ -147,13 +147,18 @@ class Exited:
     """The run is over: main process reaped, every other process of the sandbox killed and reaped.
 
     ``status`` is the raw wait status of the main process. CPU times are summed over every process
-    reaped during the run; ``maxrss_kb`` is the largest of them.
+    reaped during the run; ``maxrss_kb`` is the largest of them. ``oom_kills`` and
+    ``pids_limit_hits`` are what a cgroup *inside* the sandbox counted during the run (the microVM
+    guest agent reports them; the supervisor does not, and the host reads the sandbox's own cgroup
+    instead): 0 when nobody counted.
     """
 
     status: int
     utime_us: int
     stime_us: int
     maxrss_kb: int
+    oom_kills: int = 0
+    pids_limit_hits: int = 0
 
     @property
     def exit_code(self) -> int | None:

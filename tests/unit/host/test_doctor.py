@@ -29,6 +29,7 @@ from contain.host.kvm import KvmGuestResult, KvmStatus
 from contain.host.observe import CgroupTrial, DetectedSupervisor, DetectedTool, Observations, ObservedRuntime, Trial
 from contain.runtime.backend_names import RuntimeFacts
 from contain.runtime.cgroup_plan import CONTROLLER_ROWS
+from contain.runtime.microvm.accel import KvmBootVerdict
 from contain.runtime.plan import plan_layers
 
 MEMORY = CgroupMount(1, "/sys/fs/cgroup/memory", ("memory",), "/job")
@@ -70,9 +71,11 @@ OBS = Observations(
     kvm_present=True,
     kvm_api=Trial(True, "12"),
     kvm_guest=KvmGuestResult(KvmStatus.RUNS, "guest ran"),
+    kvm_boot=KvmBootVerdict(True, "booted to the probe marker in 0.9 s", 0.9),
     qemu=DetectedTool("qemu-system-x86_64", None),
     qemu_microvm=None,
-    kernel_images=(),
+    guest_image=None,
+    guest_image_error="no linux-image-*-cloud-amd64 package (fix: place one in /var/cache/apt/archives)",
     oci=(DetectedTool("runc", "/usr/bin/runc", "runc version 1.1.12"),),
     supervisor=DetectedSupervisor("/var/cache/contain/contain-supervisor-0123", compiler="/usr/bin/cc"),
     runtimes=(
@@ -109,7 +112,7 @@ def test_healthy_host_reports_every_check_in_table_order():
         ("kvm-api", "ok"),
         ("kvm-guest", "ok"),
         ("qemu", "warn"),
-        ("kernel-image", "warn"),
+        ("guest-image", "warn"),
         ("runc", "ok"),
         ("crun", "warn"),
         ("runsc", "warn"),
@@ -126,10 +129,11 @@ def test_healthy_host_verdicts_are_exact():
         Check(
             "microvm backend",
             Status.WARN,
-            "not implemented in contain yet; QEMU: qemu-system-x86_64 is not installed; "
-            "accelerator: KVM; kernel: no guest kernel in /boot",
-            "qemu: apt-get install qemu-system-x86; kernel-image: apt-get install "
-            "linux-image-amd64 (or point the microvm backend at a vmlinux)",
+            "qemu: qemu-system-x86_64 is not installed; guest-image: not built: no "
+            "linux-image-*-cloud-amd64 package (fix: place one in /var/cache/apt/archives); accelerator: KVM",
+            "qemu: apt-get install qemu-system-x86; guest-image: run `contain doctor --build-guest` (needs "
+            "qemu-system-x86, busybox-static, squashfs-tools and a linux-image-*-cloud-amd64 package, which is "
+            "never installed on the host)",
         ),
         Check(
             "container:runc",
@@ -335,25 +339,61 @@ def test_root_check_says_each_sandbox_runs_as_a_leased_uid_never_root():
     )
 
 
-def test_kvm_guest_that_hangs_fails_and_points_at_tcg():
-    obs = replace(OBS, kvm_guest=KvmGuestResult(KvmStatus.HANGS, "KVM_RUN did not return", 3.0))
+def test_kvm_guest_is_not_ok_when_the_test_guest_halts_but_the_real_guest_kernel_does_not_boot():
+    # This host: the real-mode test guest reaches HLT, QEMU aborts booting the real kernel.
+    abort = KvmBootVerdict(False, "QEMU exited with status -6: 'kvm_buf_set_msrs: Assertion failed'", 0.3)
+    obs = replace(OBS, kvm_guest=KvmGuestResult(KvmStatus.RUNS, "guest ran"), kvm_boot=abort)
     report = build_report(FACTS, obs)
     assert _by_name(report.checks)["kvm-guest"] == Check(
         "kvm-guest",
-        Status.FAIL,
-        "hangs (timed out after 3 s)",
-        "use software emulation (QEMU -accel tcg)",
+        Status.WARN,
+        "the guest kernel does not boot under KVM: QEMU exited with status -6: "
+        "'kvm_buf_set_msrs: Assertion failed'; the real-mode test guest: runs a guest",
+        "microvm sandboxes use software emulation (TCG); fix KVM on this host to use it",
     )
-    microvm = _by_name(report.verdicts)["microvm backend"]
-    assert "accelerator: TCG (software emulation)" in microvm.detail
-    assert report.exit_code == 0
+    assert "accelerator: TCG (software emulation)" in _by_name(report.verdicts)["microvm backend"].detail
+
+
+def test_kvm_guest_is_ok_only_when_the_real_guest_kernel_booted():
+    booted = KvmBootVerdict(True, "booted to the probe marker in 0.9 s", 0.9)
+    report = build_report(FACTS, replace(OBS, kvm_boot=booted))
+    assert _by_name(report.checks)["kvm-guest"].status is Status.OK
+    assert "accelerator: KVM" in _by_name(report.verdicts)["microvm backend"].detail
+
+
+def test_the_microvm_backend_works_with_qemu_and_a_built_guest_on_tcg():
+    qemu = DetectedTool("qemu-system-x86_64", "/usr/bin/qemu-system-x86_64", "QEMU emulator version 7.2.22")
+    obs = replace(
+        OBS,
+        qemu=qemu,
+        qemu_microvm=True,
+        guest_image="Debian cloud kernel 6.1.0-53-cloud-amd64, initramfs with the guest agent, squashfs userland",
+        kvm_boot=KvmBootVerdict(False, "QEMU exited with status -6", 0.3),
+    )
+    verdict = _by_name(build_report(replace(FACTS, is_root=True), obs).verdicts)["microvm backend"]
+    assert verdict == Check(
+        "microvm backend", Status.OK, "works (QEMU -M microvm; accelerator: TCG (software emulation))"
+    )
+
+
+def test_kvm_guest_not_tried_says_why():
+    obs = replace(OBS, kvm_boot=None, kvm_boot_skipped="the microVM guest could not be built: no mksquashfs")
+    check = _by_name(build_report(FACTS, obs).checks)["kvm-guest"]
+    assert (check.status, check.detail) == (
+        Status.WARN,
+        "not tried: the microVM guest could not be built: no mksquashfs",
+    )
 
 
 def test_kvm_unavailable_reports_the_errno():
     guest = KvmGuestResult(KvmStatus.UNAVAILABLE, "EACCES (Permission denied)")
-    obs = replace(OBS, kvm_api=Trial(False, "EACCES (Permission denied)"), kvm_guest=guest)
+    boot = KvmBootVerdict(False, "QEMU exited with status 1: 'Could not access KVM kernel module'", 0.1)
+    obs = replace(OBS, kvm_api=Trial(False, "EACCES (Permission denied)"), kvm_guest=guest, kvm_boot=boot)
     checks = _by_name(build_report(FACTS, obs).checks)
-    assert checks["kvm-guest"].detail == "unavailable: EACCES (Permission denied)"
+    assert checks["kvm-guest"].detail == (
+        "the guest kernel does not boot under KVM: QEMU exited with status 1: "
+        "'Could not access KVM kernel module'; the real-mode test guest: unavailable: EACCES (Permission denied)"
+    )
     assert checks["kvm-api"].fix == "add this user to the group owning /dev/kvm"
 
 

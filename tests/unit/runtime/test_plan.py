@@ -121,12 +121,12 @@ def test_the_environment_is_built_from_nothing():
         plan_base_env(b, host_environ={}, egress_env={})
 
 
-@pytest.mark.parametrize("backend", ["container", "container:crun", "microvm", "none", ""])
+@pytest.mark.parametrize("backend", ["container", "container:crun", "microvm:firecracker", "none", ""])
 def test_layers_are_planned_only_for_a_backend_that_has_a_layer_plan(backend):
     with pytest.raises(UnsupportedHost) as caught:
         plan_layers(Boundary(), facts(), egress_available=False, backend=backend)
     assert caught.value.cause == f"no layer plan exists for backend {backend!r} in this version"
-    assert caught.value.fix == "use one of: process, container:runc, container:runsc"
+    assert caught.value.fix == "use one of: process, container:runc, container:runsc, microvm"
     assert plan_layers(Boundary(), facts(), egress_available=False, backend="process").seccomp
 
 
@@ -209,3 +209,26 @@ def test_runsc_refuses_a_boundary_that_keeps_sockets_connectable_and_runc_plans_
     with pytest.raises(UnsupportedHost, match="allow_sockets"):
         plan_layers(manifest, facts(), egress_available=False, backend="container:runsc", runtime=RUNSC_PTRACE)
     assert plan_layers(manifest, facts(), egress_available=False, backend="container:runc", runtime=RUNC).seccomp
+    read_only = boundary(files=[{"path": "/in", "access": "read", "host": str(tmp_path)}])
+    assert plan_layers(read_only, facts(), egress_available=False, backend="container:runsc", runtime=RUNSC_PTRACE)
+
+
+# -- microvm ----------------------------------------------------------------------------------------
+
+
+def test_microvm_layers_say_the_guest_kernel_is_the_boundary_and_what_is_not_applied():
+    plan = plan_layers(Boundary(), facts(is_root=True), egress_available=True, backend="microvm")
+    assert (plan.seccomp, plan.landlock, plan.egress) == (False, None, False)
+    assert plan.report["namespaces"] == (
+        "a guest kernel of its own (QEMU -M microvm); the VMM runs in an empty network namespace"
+    )
+    assert plan.report["seccomp"] == "not applied inside the guest (the guest kernel is the boundary)"
+    assert plan.report["network"] == "none (no network device in the guest)"
+
+
+def test_microvm_refuses_a_required_landlock_and_a_caller_that_is_not_root():
+    required = Boundary.model_validate({"hardening": {"landlock": "required"}})
+    with pytest.raises(UnsupportedHost, match="applies no Landlock"):
+        plan_layers(required, facts(is_root=True), egress_available=True, backend="microvm")
+    with pytest.raises(UnsupportedHost, match="needs root"):
+        plan_layers(Boundary(), facts(is_root=False), egress_available=True, backend="microvm")

@@ -247,6 +247,21 @@ def test_a_backend_with_a_warm_start_starts_every_pooled_sandbox_through_it_with
     assert backend.calls[-1] == ("warm-close",)  # after every sandbox it started was closed
 
 
+def test_a_warm_starts_layer_lines_reach_the_pooled_sandboxs_layers(wakeup):
+    backend = WarmRecordingBackend(wakeup_fd=wakeup, replies=[EXITED], name="process")
+    original_open = backend.open_warm_start
+
+    def open_with_report():
+        warm = original_open()
+        warm.layer_report = {"warm start": "restored from template abc (cached)"}
+        return warm
+
+    backend.open_warm_start = open_with_report
+    with SandboxPool(BOUNDARY, backend=backend, size=1, facts=FACTS) as pool, pool.acquire(timeout_s=WAIT) as sandbox:
+        assert sandbox.layers["warm start"] == "restored from template abc (cached)"
+        assert sandbox.run(["/bin/true"]).layers["warm start"] == "restored from template abc (cached)"
+
+
 def test_the_refill_thread_outlives_every_sandbox_it_started_until_close_closed_them(wakeup):
     """A process sandbox dies with the thread that started it (bwrap --die-with-parent follows the
     parent thread): the pool's thread must still run while close() closes each sandbox."""

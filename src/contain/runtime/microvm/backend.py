@@ -1,0 +1,325 @@
+"""``MicroVMBackend``: the ``microvm`` backend, one QEMU ``-M microvm`` guest per sandbox.
+
+``start(plan)`` is the checklist (``Sandbox`` already decided the layers, created the host cgroup
+with the boundary's limits, and checked scratch paths):
+
+1. refuse what a VM cannot carry (``plan_microvm_refusals``, pure, one row per refusal with its
+   reason): write binds (there is no safe live sharing: no 9p or virtiofs here, and a copy back
+   would need the whole write-bind audit on a second path; refused, never weakened) and
+   attachments (a host socket cannot cross into a VM);
+2. build or find the guest (``guest_build.ensure_guest_image``: kernel, initramfs with the agent,
+   userland) and an image per read bind (``images.ensure_read_image``, cached by content);
+3. decide the accelerator (``accel``: KVM only where the real guest kernel booted under it);
+4. plan the VM (``plan_vm``, pure): guest RAM from the memory budget less ``VMM_OVERHEAD_BYTES``
+   (the VMM's own memory is counted in the same host cgroup, whose limit is the budget), vCPUs
+   from the CPU budget, the kernel command line (scratch, read binds, the disk budget); with
+   ``network.allow``, one virtio NIC on QEMU's user network with ``restrict=on`` whose only
+   reachable addresses are ``GUEST_FORWARDS`` (contain's proxy and DNS stub, which ``Sandbox``
+   starts in QEMU's network namespace right after this returns); no NIC otherwise;
+5. start QEMU in the sandbox's cgroup and an empty network namespace (``vmm.VmProcess``), with
+   the agent's port on one end of a socket pair;
+6. connect ``GuestSandbox`` (the agent's handle, guest_handle.py) over the other end and wait for
+   READY within ``BOOT_TIMEOUT_S``; on failure the VMM is killed and the error quotes the end of
+   the serial console (``SandboxStartError``);
+7. give the guest fresh entropy from the host (RESEED) and a fresh identity (IDENTITY), so no two
+   VMs share an RNG state or machine id.
+
+Where a guest stops answering later, ``GuestSandbox`` marks the sandbox lost and ``Sandbox`` ends
+the run at its deadline (124) or with ``SandboxLost``; ``close`` powers the guest off, kills QEMU
+after a second's grace and reaps it. Nothing is left on the host: the channel is a socket pair,
+the console a pipe, images are cached read-only artefacts.
+
+A pool's sandboxes start through ``open_warm_start()`` instead: one template VM booted and saved
+once, each sandbox a QEMU restored from that file, then RESEED and IDENTITY as in 7
+(warm_start.py, snapshot.py; docs/runtime.md "microVM snapshots").
+
+What this backend does not do: write binds (see 1), Firecracker, or carry a direct connection to
+a DNS placeholder address (only proxy-aware clients reach allowed hosts from the guest; a direct
+connection is dropped by QEMU's restricted network).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import socket
+import time
+from dataclasses import dataclass
+
+from contain.boundary.kinds import FileAccess
+from contain.boundary.plain import PlainBoundary
+from contain.errors import ContainError, SandboxStartError, UnsupportedHost
+from contain.host.facts import HostFacts
+from contain.runtime.backend import BackendPlan, RunningSandbox, WarmStart
+from contain.runtime.disk_budget import default_scratch_paths, inode_budget
+from contain.runtime.microvm.accel import (
+    KVM_DEVICE,
+    AccelChoice,
+    AccelRequirement,
+    check_kvm_boot,
+    decide_accelerator,
+)
+from contain.runtime.microvm.guest_build import GuestImage, ensure_guest_image
+from contain.runtime.microvm.guest_channel import GuestChannel
+from contain.runtime.microvm.guest_handle import GuestLimits, GuestSandbox
+from contain.runtime.microvm.handle import MicroVMHandle
+from contain.runtime.microvm.images import ensure_read_image
+from contain.runtime.microvm.vmm import VmmFacts, VmProcess, detect_vmm_facts
+from contain.runtime.microvm.vmm_plan import (
+    GuestForward,
+    GuestMode,
+    NetworkPlan,
+    VmPlan,
+    plan_clock_words,
+    plan_kernel_cmdline,
+    plan_vm_size,
+)
+from contain.visible_text import for_terminal
+
+__all__ = [
+    "BOOT_TIMEOUT_S",
+    "VMM_OVERHEAD_BYTES",
+    "MicroVMBackend",
+    "PreparedGuest",
+    "Refusal",
+    "plan_microvm_refusals",
+    "plan_vm",
+]
+
+BOOT_TIMEOUT_S = 60.0  # TCG on a loaded 2-core host: measured boots take 3-8 s
+VMM_OVERHEAD_BYTES = 96 * 1024**2  # QEMU's own RSS beside guest RAM under TCG (tb-size 64 MiB), measured ~70 MiB
+GUEST_KERNEL_RESERVE_BYTES = 48 * 1024**2  # guest kernel, agent and page cache outside the workload's cgroup
+SERIAL_TAIL_LINES = 15
+GUEST_EGRESS_ADDRESS = "10.0.2.100"  # inside QEMU's user network, outside its DHCP range (10.0.2.15+)
+# The only destinations the guest's NIC reaches: contain's proxy and DNS stub in QEMU's netns
+# (egress.session.PROXY_ADDRESS and DNS_ADDRESS).
+GUEST_FORWARDS = (
+    GuestForward(GUEST_EGRESS_ADDRESS, 3128, "127.0.0.1", 3128),
+    GuestForward(GUEST_EGRESS_ADDRESS, 53, "127.0.0.1", 53),
+)
+
+
+@dataclass(frozen=True)
+class PreparedGuest:
+    """What ``MicroVMBackend.prepare`` found and built for one plan (steps 1-3 of ``start``)."""
+
+    image: GuestImage
+    facts: VmmFacts
+    choice: AccelChoice
+    read_binds: tuple[tuple[str, str], ...]  # (guest path, image path) per read bind, in order
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Something in a boundary the microvm backend refuses, and why."""
+
+    what: str
+    why: str
+    fix: str
+
+
+def plan_microvm_refusals(boundary: PlainBoundary, *, attachments: int) -> tuple[Refusal, ...]:
+    """Every part of ``boundary`` (and the attachments) this backend cannot enforce; empty: none."""
+    refusals: list[Refusal] = []
+    writes = [r.path for r in boundary.files if r.access is FileAccess.WRITE]
+    if writes:
+        refusals.append(
+            Refusal(
+                f"write binds ({', '.join(writes)})",
+                "a microVM shares no live directory with the host (no 9p or virtiofs), and copying back "
+                "would bypass the write-bind audit",
+                "use a scratch path with export: (copied out at close through the export rules), "
+                "or use --backend process",
+            )
+        )
+    if attachments:
+        refusals.append(
+            Refusal(
+                f"{attachments} attachment(s) under /.contain",
+                "a host socket or file handed in by a service cannot cross into the guest",
+                "use --backend process for tasks that talk to the broker",
+            )
+        )
+    return tuple(refusals)
+
+
+def plan_vm(
+    boundary: PlainBoundary,
+    *,
+    image: GuestImage,
+    choice: AccelChoice,
+    facts: VmmFacts,
+    read_binds: tuple[tuple[str, str], ...],
+    agent_fd: int | None,
+    connector: str | None = None,
+) -> tuple[VmPlan, GuestLimits]:
+    """The VM for ``boundary`` and the limits the agent applies inside it (pure).
+
+    Args:
+        read_binds: (guest path, image path) per read bind, in order.
+        connector: socat's path, needed when the boundary allows network destinations.
+
+    Raises:
+        UnsupportedHost: the boundary allows network destinations and there is no connector.
+    """
+    network = None
+    if boundary.allows_network:
+        if connector is None:
+            raise UnsupportedHost(
+                "the microvm backend forwards the guest's egress with socat, which is not installed",
+                "apt-get install socat",
+            )
+        network = NetworkPlan(forwards=GUEST_FORWARDS, connector=connector)
+    resources = boundary.resources
+    guest_bytes = max(0, resources.memory_bytes - VMM_OVERHEAD_BYTES)
+    memory_mib, vcpus = plan_vm_size(memory_bytes=guest_bytes, cpu_cores=resources.cpu_cores)
+    cmdline = plan_kernel_cmdline(
+        clock=plan_clock_words(accel=choice.accel, tsc_khz=facts.tsc_khz),
+        mode=GuestMode.AGENT,
+        disk_bytes=resources.disk_bytes,
+        inodes=inode_budget(resources.disk_bytes),
+        scratch_paths=tuple(p for p in default_scratch_paths(boundary) if p != "/tmp"),
+        read_paths=tuple(path for path, _ in read_binds),
+        network=network is not None,
+    )
+    assert facts.qemu is not None
+    plan = VmPlan(
+        accel=choice.accel,
+        kernel=str(image.kernel.vmlinuz),
+        initramfs=str(image.initramfs.path),
+        memory_mib=memory_mib,
+        vcpus=vcpus,
+        cmdline=cmdline,
+        userland_image=str(image.userland.path),
+        read_images=tuple(path for _, path in read_binds),
+        agent_fd=agent_fd,
+        network=network,
+        qemu=facts.qemu,
+    )
+    workload_bytes = max(32 * 1024**2, memory_mib * 1024**2 - GUEST_KERNEL_RESERVE_BYTES)
+    limits = GuestLimits(
+        memory_max_bytes=workload_bytes, pids_max=resources.pids_max, output_max_bytes=resources.output_bytes
+    )
+    return plan, limits
+
+
+class MicroVMBackend:
+    """Starts one microVM per sandbox; see the module docstring. ``layer_report`` holds the lines
+    only known once started (the accelerator), which ``Sandbox`` adds to ``RunResult.layers``."""
+
+    name = "microvm"
+
+    def __init__(self, *, accel: str = "auto") -> None:
+        self._requirement = AccelRequirement(accel)
+        self.layer_report: dict[str, str] = {}
+        self.serial_tail = ""  # the console's last lines once a VM ended badly (raw guest text)
+
+    def cgroup_joined_at_exec(self, facts: HostFacts) -> bool:
+        return False
+
+    def prepare(self, plan: BackendPlan, *, reuse: PreparedGuest | None = None) -> PreparedGuest:
+        """Steps 1-3 of ``start`` and the read-bind images: everything before a VM is planned
+        (shared with the warm start, warm_start.py, so both refuse and build alike). ``reuse``:
+        an earlier result whose guest image, QEMU facts and accelerator are taken as they are
+        (refusals and read-bind images are always decided anew).
+
+        Raises:
+            UnsupportedHost, SandboxStartError: as ``start``.
+        """
+        refusals = plan_microvm_refusals(plan.boundary, attachments=len(plan.attachments))
+        if refusals:
+            first = refusals[0]
+            raise UnsupportedHost(f"the microvm backend cannot carry {first.what}: {first.why}", first.fix)
+        if reuse is not None:
+            image, facts, choice = reuse.image, reuse.facts, reuse.choice
+        else:
+            facts = detect_vmm_facts()
+            if facts.qemu is None:
+                raise UnsupportedHost("qemu-system-x86_64 is not installed", "apt-get install qemu-system-x86")
+            image = ensure_guest_image()
+            if not image.initramfs.has_agent:
+                raise SandboxStartError("the guest initramfs has no guest agent", "run `contain doctor --build-guest`")
+            choice = self._choose_accel(image, facts)
+        read_binds = tuple(
+            (bind.rule.path, str(ensure_read_image(bind.host_realpath)))
+            for bind in plan.paths.binds
+            if bind.rule.access is FileAccess.READ and bind.is_dir
+        )
+        unsupported = [b.rule.path for b in plan.paths.binds if b.rule.access is FileAccess.READ and not b.is_dir]
+        if unsupported:
+            raise UnsupportedHost(
+                f"the microvm backend binds directories only; {', '.join(unsupported)} is a file",
+                "bind the directory that holds it",
+            )
+        return PreparedGuest(image=image, facts=facts, choice=choice, read_binds=read_binds)
+
+    def open_warm_start(self) -> WarmStart:
+        """Boot once, snapshot, restore per sandbox (warm_start.py; ``backend.WarmStartCapable``)."""
+        from contain.runtime.microvm.warm_start import MicroVMWarmStart  # only pools pay for it
+
+        return MicroVMWarmStart(self)
+
+    def start(self, plan: BackendPlan) -> RunningSandbox:
+        """Start the VM and return the agent's handle once READY (see the module docstring).
+
+        Raises:
+            UnsupportedHost: the boundary asks for what a VM cannot carry, KVM was required and
+                does not boot the guest, or QEMU, the kernel package or a build tool is missing.
+            SandboxStartError: the build failed, or the guest did not come up.
+        """
+        prepared = self.prepare(plan)
+        image, facts, choice, read_binds = prepared.image, prepared.facts, prepared.choice, prepared.read_binds
+        host_end, guest_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        guest_fd = guest_end.detach()  # QEMU inherits it under this number (pass_fds keeps numbers)
+        try:
+            vm_plan, limits = plan_vm(
+                plan.boundary,
+                image=image,
+                choice=choice,
+                facts=facts,
+                read_binds=read_binds,
+                agent_fd=guest_fd,
+                connector=shutil.which("socat"),
+            )
+        except BaseException:
+            os.close(guest_fd)
+            host_end.close()
+            raise
+        vm = VmProcess(vm_plan, cgroup=plan.cgroup, guest_fd=guest_fd)
+        began = time.monotonic()
+        try:
+            vm.start()
+            handle = GuestSandbox.connect(
+                GuestChannel.from_socket(host_end), vm, limits=limits, timeout_s=BOOT_TIMEOUT_S
+            )
+        except ContainError as exc:
+            host_end.close()
+            vm.close(grace_s=0)
+            self.serial_tail = vm.serial.tail_lines(SERIAL_TAIL_LINES)
+            raise SandboxStartError(
+                f"the microVM guest did not come up ({exc.cause}); its console ended with:\n"
+                + for_terminal(self.serial_tail),
+                "run `contain doctor`; after a kernel panic, rebuild with `contain doctor --build-guest`",
+            ) from exc
+        try:
+            handle.reseed(secrets.token_bytes(64))
+            handle.set_identity(hostname="contain", machine_id=secrets.token_hex(16))
+        except BaseException:
+            handle.destroy()
+            handle.close()
+            raise
+        network = vm_plan.network is not None
+        self.layer_report = {
+            "accelerator": choice.reason,
+            "guest": f"kernel {image.kernel.release}, {vm_plan.memory_mib} MiB, {vm_plan.vcpus} vCPU, "
+            f"up in {time.monotonic() - began:.2f} s",
+        }
+        return MicroVMHandle(handle, serial_tail=vm.serial.tail_lines, network=network)
+
+    def _choose_accel(self, image: GuestImage, facts: VmmFacts) -> AccelChoice:
+        kvm_present = os.path.exists(KVM_DEVICE)
+        verdict = None
+        if self._requirement is not AccelRequirement.TCG and kvm_present:
+            verdict = check_kvm_boot(image, facts)
+        return decide_accelerator(self._requirement, kvm_present=kvm_present, verdict=verdict)
