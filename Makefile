@@ -5,10 +5,12 @@ setup:
 	@bash scripts/bootstrap.sh
 
 demo: setup
-	@echo "demo 1/2: a model-written script in the process sandbox"
+	@echo "demo 1/3: a model-written script in the process sandbox"
 	@.venv/bin/python examples/demo/run_demo.py
-	@echo "demo 2/2: external records changed only through the write broker"
+	@echo "demo 2/3: external records changed only through the write broker"
 	@.venv/bin/python examples/broker/demo.py
+	@echo "demo 3/3: one task, one manifest, every backend this host runs (a skip quotes contain doctor)"
+	@.venv/bin/python examples/demo/ladder.py
 
 test: setup
 	@echo "test: ruff, mypy, pytest"
