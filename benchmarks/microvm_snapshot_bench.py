@@ -7,10 +7,11 @@ Run as root on a host with QEMU (the guest is built by scripts/bootstrap.sh):
 What each figure is (medians; every sample is printed with --verbose):
 
 - restore_to_first_exec_s: ``Sandbox.start()`` through the warm start (host ids, cgroup, QEMU
-  started with ``-incoming``, RESEED, IDENTITY, HELLO) plus ``run(["/bin/true"])``, i.e. what a
+  started with ``-incoming``, RESEED, IDENTITY, HELLO, the warm-up) plus ``run(["/bin/true"])``, i.e. what a
   task waits for when it starts a restored VM itself; the template exists already (built before
   the first sample, not counted);
 - restore_s: the warm start's own part (QEMU spawn to the agent's READY);
+- warm_up_s: its warm-up ``/bin/true`` (warm_start.py step 6), inside restore_to_first_exec_s;
 - cold_to_first_exec_s: the same for a cold boot (``backend="microvm"``);
 - true_in_running_vm_s: ``run(["/bin/true"])`` in a VM that already ran one command;
 - vmm_rss_kib / vmm_pss_kib: QEMU's /proc/<pid>/smaps_rollup one second after its first command,
@@ -57,6 +58,7 @@ def _one(make: object, samples: dict[str, list[float]], prefix: str, *, warm: Mi
         samples[f"{prefix}_to_first_exec_s"].append(time.perf_counter() - began)
         if warm is not None:
             samples["restore_s"].append(warm.last_restore_s)
+            samples["warm_up_s"].append(warm.last_warm_up_s)
         time.sleep(1.0)  # idle, then measure the VMM
         rss, pss = _memory_kib(sandbox.supervisor_pid)
         samples[f"{prefix}_vmm_rss_kib"].append(rss)
@@ -78,6 +80,7 @@ def main() -> None:
         for k in (
             "restore_to_first_exec_s",
             "restore_s",
+            "warm_up_s",
             "cold_to_first_exec_s",
             "true_in_running_vm_s",
             "restore_vmm_rss_kib",

@@ -2,7 +2,9 @@
 
 One VM is booted for the module (TCG here: tens of seconds). What the host-process tests in
 test_guest_agent.py cannot show is checked here: the virtio-serial port as the channel, the
-workload chrooted into the userland image, the guest's own cgroup v2 with its controllers.
+workload chrooted into the userland image, the guest's own cgroup v2 with its controllers. (An
+OOM kill in the guest's run cgroup reaching ``RunResult.oom_killed`` is tests/integration/
+test_microvm.py's.)
 """
 
 from __future__ import annotations
@@ -92,3 +94,4 @@ def test_in_the_guest_a_process_flood_is_stopped_by_the_guest_pids_limit_and_rep
     assert "pids" in [violation.kind for violation in result.violations]
     listing = vm.run(["sh", "-c", "ls /proc | grep -c '^[0-9]'"])  # the flood's sleeps did not survive
     assert int(listing.stdout.data) <= 4
+

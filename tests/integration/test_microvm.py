@@ -107,6 +107,21 @@ def test_a_command_past_its_deadline_is_killed_and_the_vm_serves_the_next(vm: Sa
     assert vm.run(["/bin/true"]).exit_code == 0
 
 
+def test_a_workload_past_the_memory_budget_is_oom_killed_in_the_guest_and_the_vmm_survives(vm: Sandbox) -> None:
+    # 512 MiB budget: 320 MiB of guest RAM, 272 MiB for the workload's guest cgroup. QEMU's own
+    # memory is in the same host cgroup; it must not be what the limit kills.
+    grab = "b = bytearray(250 * 1024 * 1024); b[::4096] = b'x' * len(b[::4096]); print('survived')"
+    result = vm.run(["python3", "-c", grab])
+    assert result.oom_killed and result.stdout.data == b""
+    assert [v.kind for v in result.violations] == ["memory"]
+    assert vm.run(["python3", "-c", "print('next')"]).stdout.data == b"next\n"
+    # More than the guest has: refused or killed inside the guest (it was QEMU the host cgroup
+    # killed when only 96 MiB were kept back for it), and the VM serves on.
+    bigger = vm.run(["python3", "-c", grab.replace("250", "330")])
+    assert bigger.exit_code != 0 and bigger.stdout.data == b""
+    assert vm.run(["python3", "-c", "print('next')"]).stdout.data == b"next\n"
+
+
 def _sha256(path: str) -> str:
     with open(path, "rb") as f:
         return hashlib.sha256(f.read()).hexdigest()
@@ -198,6 +213,10 @@ def test_a_guest_that_stops_answering_ends_at_the_deadline_and_nothing_is_left(
     cgroup_dirs = sandbox._cgroup.paths if sandbox._cgroup is not None else ()
     assert cgroup_dirs and all(str(pid) in Path(d, "cgroup.procs").read_text().split() for d in cgroup_dirs)
     assert os.readlink(f"/proc/{pid}/ns/net") != os.readlink("/proc/self/ns/net")  # QEMU's own netns
+    status = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines())
+    assert status["Uid"].split()[0] != "0" and status["Gid"].split()[0] != "0"  # never host root
+    assert (status["CapEff"].strip(), status["CapBnd"].strip()) == ("0000000000000000", "0000000000000000")
+    assert (status["NoNewPrivs"].strip(), status["Seccomp"].strip()) == ("1", "2")  # QEMU's -sandbox
     try:
         process = sandbox.spawn(["sh", "-c", "echo started; exec sleep 60"], timeout=4)
         assert process.stdout.read(8) == b"started\n"  # the command runs; now freeze the whole guest

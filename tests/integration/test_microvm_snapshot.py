@@ -19,6 +19,7 @@ import secrets
 import shutil
 import socketserver
 import threading
+import time
 from typing import ClassVar
 
 import pytest
@@ -205,4 +206,30 @@ def test_a_restored_vm_reaches_only_allowed_names_through_its_own_egress_proxy()
     finally:
         server.shutdown()
         server.server_close()
+        _forget_snapshots(_keys() - keys_before)
+
+
+def test_a_template_qemu_cannot_load_is_removed_and_the_pool_rebuilds_it():
+    boundary = _boundary()
+    keys_before = _keys()
+    try:
+        with SandboxPool(boundary, backend="microvm", size=1) as pool, pool.acquire(timeout_s=300):
+            pass  # builds the template
+        (key,) = _keys() - keys_before
+        path = snapshot_dir() / f"template-{key}.vmstate"
+        os.truncate(path, path.stat().st_size // 2)  # a damaged file under the right name
+        with SandboxPool(boundary, backend="microvm", size=1) as pool:
+            deadline = time.monotonic() + 300
+            while not pool.wait_ready(timeout_s=max(1.0, deadline - time.monotonic())):
+                assert time.monotonic() < deadline, pool.stats()
+                time.sleep(0.2)  # the pool's backoff before its retry (integration test, bounded)
+            stats = pool.stats()
+            with pool.acquire(timeout_s=60) as sandbox:
+                result = sandbox.run(["/bin/true"])
+                layer = sandbox.layers["warm start"]
+        assert stats.failed == 1, stats
+        assert stats.last_error is not None and "could not load the template" in stats.last_error.cause
+        assert result.exit_code == 0
+        assert f"template {key} (built now" in layer
+    finally:
         _forget_snapshots(_keys() - keys_before)

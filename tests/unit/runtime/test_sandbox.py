@@ -42,23 +42,12 @@ def test_the_hidden_sockets_line_names_eight_and_counts_the_rest():
 
 
 FACTS = HostFacts(
-    arch="x86_64",
-    is_root=False,
-    uid=1000,
-    gid=1000,
-    bwrap_path="/usr/bin/bwrap",
-    user_namespaces=True,
-    seccomp=True,
-    landlock_abi=0,
+    arch="x86_64", is_root=False, uid=1000, gid=1000, bwrap_path="/usr/bin/bwrap",
+    user_namespaces=True, seccomp=True, landlock_abi=0,
     libseccomp_path="/usr/lib/x86_64-linux-gnu/libseccomp.so.2",
 )
 EXITED = Exited(status=3 << 8, utime_us=250_000, stime_us=250_000, maxrss_kb=100)
-BOUNDARY = Boundary.model_validate(
-    {
-        "hardening": {"cgroups": "off"},
-        "resources": {"wall_s": 7, "cpu_s": 3, "memory_bytes": 64 * 2**20, "output_bytes": 4096},
-    }
-)
+BOUNDARY = Boundary.model_validate({"hardening": {"cgroups": "off"}, "resources": {"wall_s": 7, "cpu_s": 3, "memory_bytes": 64 * 2**20, "output_bytes": 4096}})
 
 
 @pytest.fixture
@@ -155,14 +144,8 @@ def test_orchestration_never_touches_proc_or_starts_a_process(wakeup, monkeypatc
         monkeypatch.setattr(*name, wrapper)
 
     for target in (
-        (os, "open"),
-        (os, "stat"),
-        (os, "lstat"),
-        (os, "readlink"),
-        (os, "listdir"),
-        (os, "scandir"),
-        (builtins, "open"),
-        (io, "open"),
+        (os, "open"), (os, "stat"), (os, "lstat"), (os, "readlink"), (os, "listdir"), (os, "scandir"),
+        (builtins, "open"), (io, "open"),
     ):
         watch(target, getattr(*target))
 
@@ -268,6 +251,8 @@ def test_a_container_backend_without_runtime_facts_is_refused_before_it_starts(w
     with pytest.raises(UnsupportedHost, match="no facts about the runc binary"):
         Sandbox(BOUNDARY, backend=backend, facts=root).start()
     assert backend.plans == []
+
+
 def test_layer_lines_a_backend_learns_only_at_start_reach_the_result(wakeup):
     # The microvm backend decides its accelerator by booting; the line must reach RunResult.layers.
     backend = RecordingBackend(wakeup_fd=wakeup, replies=[EXITED])

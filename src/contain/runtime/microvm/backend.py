@@ -11,13 +11,15 @@ with the boundary's limits, and checked scratch paths):
    userland) and an image per read bind (``images.ensure_read_image``, cached by content);
 3. decide the accelerator (``accel``: KVM only where the real guest kernel booted under it);
 4. plan the VM (``plan_vm``, pure): guest RAM from the memory budget less ``VMM_OVERHEAD_BYTES``
-   (the VMM's own memory is counted in the same host cgroup, whose limit is the budget), vCPUs
+   (the VMM's own memory is counted in the same host cgroup, whose limit is the budget; a budget
+   too small for the smallest guest is refused, never exceeded), vCPUs
    from the CPU budget, the kernel command line (scratch, read binds, the disk budget); with
    ``network.allow``, one virtio NIC on QEMU's user network with ``restrict=on`` whose only
    reachable addresses are ``GUEST_FORWARDS`` (contain's proxy and DNS stub, which ``Sandbox``
    starts in QEMU's network namespace right after this returns); no NIC otherwise;
-5. start QEMU in the sandbox's cgroup and an empty network namespace (``vmm.VmProcess``), with
-   the agent's port on one end of a socket pair;
+5. start QEMU in the sandbox's cgroup and an empty network namespace, as the sandbox's leased
+   host uid without capabilities, under QEMU's own seccomp filter (``vmm.VmProcess``), with the
+   agent's port on one end of a socket pair;
 6. connect ``GuestSandbox`` (the agent's handle, guest_handle.py) over the other end and wait for
    READY within ``BOOT_TIMEOUT_S``; on failure the VMM is killed and the error quotes the end of
    the serial console (``SandboxStartError``);
@@ -67,6 +69,7 @@ from contain.runtime.microvm.handle import MicroVMHandle
 from contain.runtime.microvm.images import ensure_read_image
 from contain.runtime.microvm.vmm import VmmFacts, VmProcess, detect_vmm_facts
 from contain.runtime.microvm.vmm_plan import (
+    MIN_GUEST_MIB,
     GuestForward,
     GuestMode,
     NetworkPlan,
@@ -88,7 +91,10 @@ __all__ = [
 ]
 
 BOOT_TIMEOUT_S = 60.0  # TCG on a loaded 2-core host: measured boots take 3-8 s
-VMM_OVERHEAD_BYTES = 96 * 1024**2  # QEMU's own RSS beside guest RAM under TCG (tb-size 64 MiB), measured ~70 MiB
+# QEMU's own memory beside guest RAM, charged to the same host cgroup. Measured under TCG
+# (tb-size 64 MiB): a 416 MiB guest whose workload touched 200 MiB peaked at 415 MiB in the
+# cgroup, and with 330 MiB touched the host cgroup OOM-killed QEMU; so 192 MiB is kept back.
+VMM_OVERHEAD_BYTES = 192 * 1024**2
 GUEST_KERNEL_RESERVE_BYTES = 48 * 1024**2  # guest kernel, agent and page cache outside the workload's cgroup
 SERIAL_TAIL_LINES = 15
 GUEST_EGRESS_ADDRESS = "10.0.2.100"  # inside QEMU's user network, outside its DHCP range (10.0.2.15+)
@@ -172,7 +178,14 @@ def plan_vm(
             )
         network = NetworkPlan(forwards=GUEST_FORWARDS, connector=connector)
     resources = boundary.resources
-    guest_bytes = max(0, resources.memory_bytes - VMM_OVERHEAD_BYTES)
+    guest_bytes = resources.memory_bytes - VMM_OVERHEAD_BYTES
+    if guest_bytes < MIN_GUEST_MIB * 1024**2:
+        need = (MIN_GUEST_MIB * 1024**2 + VMM_OVERHEAD_BYTES) // 1024**2
+        raise UnsupportedHost(
+            f"resources.memory_bytes is {resources.memory_bytes // 1024**2} MiB; a microVM needs at least {need} MiB "
+            f"({MIN_GUEST_MIB} MiB of guest RAM and {VMM_OVERHEAD_BYTES // 1024**2} MiB for QEMU, in one host cgroup)",
+            f"set resources.memory_bytes to {need}MiB or more, or use --backend process",
+        )
     memory_mib, vcpus = plan_vm_size(memory_bytes=guest_bytes, cpu_cores=resources.cpu_cores)
     cmdline = plan_kernel_cmdline(
         clock=plan_clock_words(accel=choice.accel, tsc_khz=facts.tsc_khz),
@@ -286,7 +299,7 @@ class MicroVMBackend:
             os.close(guest_fd)
             host_end.close()
             raise
-        vm = VmProcess(vm_plan, cgroup=plan.cgroup, guest_fd=guest_fd)
+        vm = VmProcess(vm_plan, cgroup=plan.cgroup, guest_fd=guest_fd, run_as=plan.host_ids)
         began = time.monotonic()
         try:
             vm.start()

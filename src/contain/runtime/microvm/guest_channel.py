@@ -19,6 +19,7 @@ and stopping the VM belong to the VMM side.
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import os
 import re
@@ -26,6 +27,7 @@ import select
 import socket
 import struct
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -59,6 +61,7 @@ MAX_BODY_BYTES = 256 * 1024  # MAX_BODY_BYTES in contain-guest-agent.c
 WINDOW_BYTES = 256 * 1024  # per-stream credit window, WINDOW_BYTES in the agent
 CHUNK_BYTES = 64 * 1024  # the largest DATA body the host sends (the agent sends no more either)
 _READ_BYTES = 64 * 1024
+SEND_TIMEOUT_S = 10.0  # a guest that takes no byte of a frame for this long is hung (TCG answers in ms)
 
 
 class MsgType(enum.IntEnum):
@@ -385,11 +388,14 @@ class GuestChannel:
     ``send`` may be called from any thread; ``read_frames`` from one reader thread only.
     """
 
-    def __init__(self, fd: int) -> None:
+    def __init__(self, fd: int, *, send_timeout_s: float = SEND_TIMEOUT_S) -> None:
         self._fd = fd
         self._decoder = FrameDecoder()
         self._send_lock = threading.Lock()
         self._closed = False
+        self._broken = False  # a frame was cut short: nothing more may be sent
+        self._send_timeout_s = send_timeout_s
+        os.set_blocking(fd, False)  # sends wait with a deadline (poll), never in write()
 
     @classmethod
     def from_socket(cls, sock: socket.socket) -> GuestChannel:
@@ -400,20 +406,39 @@ class GuestChannel:
         return self._fd
 
     def send(self, frame: bytes) -> None:
-        """Write one encoded frame, whole.
+        """Write one encoded frame, whole, within the send timeout.
+
+        A guest that stopped reading its port (a hung kernel) makes QEMU stop reading the socket;
+        waiting for it without a bound would hang whoever sends, the run loop's KILL included.
 
         Raises:
-            SandboxLost: the channel is closed or broken.
+            SandboxLost: the channel is closed or broken, or the guest did not take the frame (or
+                another sender's) within the timeout; the stream is out of step after that.
         """
+        deadline = time.monotonic() + self._send_timeout_s
+        stalled = SandboxLost(
+            f"the guest has not read its control port for {self._send_timeout_s:g}s (hung or overloaded)",
+            "the VM is stopped; start a new sandbox (the serial log may say why)",
+        )
+        if not self._send_lock.acquire(timeout=self._send_timeout_s):
+            raise stalled
         try:
-            with self._send_lock:
-                if self._closed:
-                    raise OSError("channel closed")
-                view = memoryview(frame)
-                while view:
+            if self._closed or self._broken:
+                raise OSError("channel closed" if self._closed else "an earlier frame was cut short")
+            view = memoryview(frame)
+            poller = select.poll()
+            poller.register(self._fd, select.POLLOUT)
+            while view:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or not poller.poll(remaining * 1000):
+                    self._broken = True
+                    raise stalled
+                with contextlib.suppress(BlockingIOError):
                     view = view[os.write(self._fd, view) :]
         except OSError as exc:
             raise SandboxLost(f"cannot send to the guest agent: {exc}", "the VM is gone; start a new sandbox") from exc
+        finally:
+            self._send_lock.release()
 
     def read_frames(self, timeout_s: float | None) -> list[Frame] | None:
         """Read once and return the frames completed (possibly none); None when ``timeout_s`` passed.
@@ -427,6 +452,8 @@ class GuestChannel:
             if not poller.poll(None if timeout_s is None else timeout_s * 1000):
                 return None
             data = os.read(self._fd, _READ_BYTES)
+        except BlockingIOError:
+            return []  # woken without data (the descriptor is non-blocking for the senders)
         except (OSError, ValueError) as exc:
             raise SandboxLost(
                 f"cannot read from the guest agent: {exc}", "the VM is gone; start a new sandbox"

@@ -10,16 +10,18 @@ Two threads per sandbox, so that neither side of the byte stream ever waits on t
 - the **reader** only reads and decodes frames. It never writes to a pipe or to the channel, so
   the agent's blocking writes always complete. Output data goes to per-stream buffers, replies to
   a small bounded queue, EXITED to its slot;
-- the **pump** (one per command) writes buffered output to the command's host pipes, returning
-  credit for what the pipe took, and reads the host's stdin within the agent's credit.
+- the **pump** (one per command, ``guest_stdio.CommandStdio``) writes buffered output to the
+  command's host pipes, returning credit for what the pipe took, and reads the host's stdin
+  within the agent's credit. Sends have a deadline (``guest_channel.SEND_TIMEOUT_S``): a guest
+  that stops reading loses the channel instead of blocking a sender.
 
 What this module enforces, against a guest that is hostile (its kernel may be the workload's):
 output held on the host is at most one ``WINDOW_BYTES`` window per stream (data beyond the
 credit loses the channel); nothing the workload prints is parsed (it travels inside DATA bodies);
 replies arrive only when a request waits for them; file transfers are checked again on the host
 (sizes as announced and within the caller's bound, export paths normalised and in walk order,
-entry, byte and depth limits), and the host writes exports through ``O_NOFOLLOW`` descriptors
-under the anchored destination, as ``files.export_tree`` does.
+entry, byte and depth limits: ``guest_export.ExportWalk``), and the host writes exports through
+``O_NOFOLLOW`` descriptors under the anchored destination, as ``files.export_tree`` does.
 
 What it does not do: boot, stop or limit the VM (the ``Vmm``); decide scratch paths (``Sandbox``
 checked them with ``files.scratch_relative``); cap output (the caller's ``CappedReader``; the
@@ -75,30 +77,26 @@ _REPLY_QUEUE_FRAMES = 64  # replies wait here for the requester: at most 64 fram
 
 
 class Vmm(Protocol):
-    """What the VMM side gives the handle: the VM's host process and what outside judges need."""
+    """What the VMM side gives the handle: the VM's host process and what outside judges need.
+
+    ``pid``: the VMM's host pid; ``netns_path``: the network namespace egress attaches to (the
+    VMM's); ``cgroup``: the host cgroup the VMM runs in; ``kill``: SIGKILL the VMM now (the guest
+    and every process in it end); ``close``: wait for the VMM to end (killing it after a short
+    grace) and remove what it left.
+    """
 
     @property
-    def pid(self) -> int:
-        """The VMM's host pid."""
-        ...
+    def pid(self) -> int: ...
 
     @property
-    def netns_path(self) -> str:
-        """The network namespace egress attaches to (the VMM's)."""
-        ...
+    def netns_path(self) -> str: ...
 
     @property
-    def cgroup(self) -> SandboxCgroup | None:
-        """The host cgroup the VMM runs in."""
-        ...
+    def cgroup(self) -> SandboxCgroup | None: ...
 
-    def kill(self) -> None:
-        """SIGKILL the VMM now (the guest and every process in it end)."""
-        ...
+    def kill(self) -> None: ...
 
-    def close(self) -> None:
-        """Wait for the VMM to end (killing it after a short grace) and remove what it left."""
-        ...
+    def close(self) -> None: ...
 
 
 class GuestLimits(NamedTuple):
@@ -110,6 +108,9 @@ class GuestLimits(NamedTuple):
 
 
 _NO_LIMITS = GuestLimits()
+# What to do about a refused GET_FILE, by the agent's errno.
+_GET_FIXES = {errno.EFBIG: "pass a larger max_bytes", errno.ELOOP: "use a plain path with no symlinks"}
+_GET_FIX = "get only regular files under a scratch path"
 
 
 class GuestSandbox:
@@ -333,7 +334,9 @@ class GuestSandbox:
                 reply = self._call(encode_request(MsgType.GET_FILE, items))
                 if reply.type is MsgType.ERROR:
                     message, err = parse_error(reply.body)
-                    raise FileTransferError(f"cannot read {label} in the guest: {message[:200]}", _get_fix(err))
+                    raise FileTransferError(
+                        f"cannot read {label} in the guest: {message[:200]}", _GET_FIXES.get(err, _GET_FIX)
+                    )
                 if reply.type is not MsgType.FILE:
                     raise self._lose(f"the guest agent answered GET_FILE with {reply.type.name}")
                 size = number("FILE", "size", parse_fields(MsgType.FILE, reply.body, frozenset({"size"}))["size"])
@@ -408,7 +411,8 @@ class GuestSandbox:
             if len(frame.body) > left:
                 raise self._lose("the guest sent more file data than it announced")
             left -= len(frame.body)
-            self._tx_unacked -= len(frame.body)
+            with self._lock:  # the reader thread adds to it
+                self._tx_unacked -= len(frame.body)
             self._send(encode_request(MsgType.CREDIT, [f"bytes={len(frame.body)}"], stream=Stream.TRANSFER))
             yield frame.body
         if frame.type is not MsgType.DATA:
@@ -451,7 +455,11 @@ class GuestSandbox:
     def _send(self, frame: bytes) -> None:
         if self._lost is not None:
             raise SandboxLost(self._lost, "the VM is gone; start a new sandbox")
-        self._channel.send(frame)
+        try:
+            self._channel.send(frame)
+        except SandboxLost as exc:
+            self._fail(exc.cause)  # waits end now, not at their own timeouts
+            raise
 
     def _call(self, frame: bytes, *, timeout_s: float = _REPLY_TIMEOUT_S) -> Frame:
         """Send a request and return the first reply frame (the caller clears ``_awaiting``)."""
@@ -532,8 +540,10 @@ class GuestSandbox:
             if not self._awaiting:
                 raise self._lose(f"the guest sent {frame.type.name} {frame.stream.name} while no request waited")
             if frame.type is MsgType.DATA:  # the transfer stream
-                self._tx_unacked += len(frame.body)
-                if self._tx_unacked > WINDOW_BYTES:
+                with self._lock:  # the requester's thread takes from it
+                    self._tx_unacked += len(frame.body)
+                    over = self._tx_unacked > WINDOW_BYTES
+                if over:
                     raise self._lose("the guest sent file data beyond its credit")
             while True:  # blocks when full: bounded, and the consumer does not depend on this thread
                 try:
@@ -578,14 +588,6 @@ class GuestSandbox:
     def _wake_pump(self) -> None:
         with contextlib.suppress(OSError):
             os.write(self._pump_wake_w, b"x")
-
-
-def _get_fix(err: int) -> str:
-    if err == errno.EFBIG:
-        return "pass a larger max_bytes"
-    if err in (errno.ELOOP, errno.ENOTDIR):
-        return "use a plain path with no symlinks"
-    return "get only regular files under a scratch path"
 
 
 if TYPE_CHECKING:

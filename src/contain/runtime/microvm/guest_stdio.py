@@ -91,7 +91,12 @@ class CommandStdio:
             self.stdin_fd = -1
 
     def outputs_done(self) -> bool:
-        return all(out.fd < 0 for out in self.out.values())
+        """Both streams ended in the guest (their empty DATA arrived) and their host pipes are closed.
+
+        A stream the host stopped reading (``discard``) is not done until the guest's end of it
+        arrives: until then its frames are still this command's, and must not reach the next one.
+        """
+        return all(out.fd < 0 and out.eof for out in self.out.values())
 
     def pump(self) -> None:
         """Move stdio until the command has exited and both outputs ended (or the channel is lost)."""

@@ -5,8 +5,8 @@ key covers):
 
 1. start the template VM exactly as the sandboxes restored from it will be started (the same
    ``VmPlan``), plus a QMP monitor on a socket pair and ``store-global-state=off``
-   (``plan_template_words``), in the cgroup of the sandbox that asked for it (so the template
-   is counted against, and limited by, that sandbox's budget);
+   (``plan_template_words``), as the leased host uid and in the cgroup of the sandbox that asked
+   for it (so the template is counted against, and limited by, that sandbox's budget);
 2. wait for /init's ``READY_MARKER`` on the console, then for the agent's answer to a RESEED: the
    agent is in its frame loop, waiting, with no command and no transfer. Nothing else is asked:
    no HELLO (its READY reads ``/proc/sys/kernel/random/boot_id``, which the kernel draws on first
@@ -18,8 +18,10 @@ key covers):
 5. stop the template (QMP ``quit``, then kill and reap), write the sidecar (what it was built
    from, 0600) and rename both into place (atomic: a concurrent reader sees no file or a whole
    one);
-6. remove the snapshots this build can never restore again (another QEMU or guest build) and the
-   oldest beyond ``MAX_CACHED_SNAPSHOTS`` (``plan_stale_snapshots``).
+6. remove the snapshots of another QEMU or guest build that nobody restored for
+   ``UNUSED_AFTER_S`` (one cache serves every checkout on the host: another build may still use
+   its own), then the least recently used beyond ``MAX_CACHED_SNAPSHOTS``
+   (``plan_stale_snapshots``; a restore marks its template used: ``mark_used``).
 
 What the snapshot directory enforces (``open_snapshot_dir``): ``<contain cache>/microvm/snapshots``
 is a real directory, owned by the current user, mode 0700; a snapshot is used only when it is a
@@ -73,6 +75,7 @@ __all__ = [
     "build_template",
     "clear_snapshots",
     "list_snapshots",
+    "mark_used",
     "open_cached_snapshot",
     "open_snapshot_dir",
     "qemu_identity",
@@ -188,6 +191,7 @@ def build_template(
     artefacts: str,
     dir_fd: int,
     cgroup: SandboxCgroup | None,
+    run_as: tuple[int, int],
 ) -> TemplateBuild:
     """Boot, quiesce and save the template for ``plan`` as ``key``; see the module docstring.
 
@@ -196,6 +200,7 @@ def build_template(
         artefacts: ``snapshot_plan.artefacts_fingerprint`` of this build (kept in the sidecar).
         dir_fd: ``open_snapshot_dir()``.
         cgroup: where the template's QEMU runs (the asking sandbox's cgroup).
+        run_as: the host uid and gid it runs as (the asking sandbox's leased ids; never root).
 
     Raises:
         SandboxStartError: the template did not come up, or QEMU did not save it; the VM is killed
@@ -208,6 +213,7 @@ def build_template(
         replace(plan, agent_fd=guest_fd),
         cgroup=cgroup,
         guest_fd=guest_fd,
+        run_as=run_as,
         extra_argv=plan_template_words(monitor_fd=monitor_fd),
         extra_fds=(monitor_fd,),
     )
@@ -323,6 +329,9 @@ def list_snapshots(dir_fd: int) -> list[dict[str, Any]]:
                 entry = loaded
         with contextlib.suppress(OSError):
             entry["bytes"] = os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_size
+        with contextlib.suppress(OSError):
+            side = name.replace(".vmstate", ".json")
+            entry["used_at"] = os.stat(side, dir_fd=dir_fd, follow_symlinks=False).st_mtime
         found.append(entry)
     return sorted(found, key=lambda e: float(e.get("built_at", 0.0)))
 
@@ -330,13 +339,19 @@ def list_snapshots(dir_fd: int) -> list[dict[str, Any]]:
 def remove_stale_snapshots(dir_fd: int, *, keep_key: str, current_artefacts: str) -> list[str]:
     """Step 6; returns the keys removed."""
     cached = [
-        CachedSnapshot(key=e["key"], artefacts=str(e.get("artefacts", "")), built_at=float(e.get("built_at", 0.0)))
+        CachedSnapshot(key=e["key"], artefacts=str(e.get("artefacts", "")), used_at=float(e.get("used_at", 0.0)))
         for e in list_snapshots(dir_fd)
     ]
-    stale = plan_stale_snapshots(cached, current_artefacts=current_artefacts, keep_key=keep_key)
+    stale = plan_stale_snapshots(cached, current_artefacts=current_artefacts, keep_key=keep_key, now=time.time())
     for key in stale:
         remove_snapshot(dir_fd, key)
     return stale
+
+
+def mark_used(dir_fd: int, key: str) -> None:
+    """Record a restore from ``key`` (the sidecar's mtime: what ``plan_stale_snapshots`` orders by)."""
+    with contextlib.suppress(OSError):
+        os.utime(snapshot_file_name(key).replace(".vmstate", ".json"), dir_fd=dir_fd, follow_symlinks=False)
 
 
 def clear_snapshots(dir_fd: int) -> list[str]:

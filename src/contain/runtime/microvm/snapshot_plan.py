@@ -38,6 +38,7 @@ from contain.runtime.microvm.vmm_plan import VmPlan, plan_qemu_argv
 __all__ = [
     "FORMAT",
     "MAX_CACHED_SNAPSHOTS",
+    "UNUSED_AFTER_S",
     "CachedSnapshot",
     "QemuIdentity",
     "artefacts_fingerprint",
@@ -50,7 +51,8 @@ __all__ = [
 ]
 
 FORMAT = b"contain-microvm-template-v1"
-MAX_CACHED_SNAPSHOTS = 8  # ~100 MB each at 256-416 MiB guest RAM (measured); oldest go first
+MAX_CACHED_SNAPSHOTS = 8  # ~100 MB each at 256-416 MiB guest RAM (measured); least recently used go first
+UNUSED_AFTER_S = 3600.0  # a template of another guest build unused this long is removed
 _FD_PLACEHOLDER = -1  # the agent descriptor's number differs per start; the key must not
 _NAME = re.compile(r"template-([0-9a-f]{24})\.vmstate")
 
@@ -78,7 +80,7 @@ class CachedSnapshot:
 
     key: str
     artefacts: str  # what ``plan_stale_snapshots`` compares: QEMU identity + guest artefact names
-    built_at: float  # seconds since the epoch
+    used_at: float  # last build or restore, seconds since the epoch (the sidecar's mtime)
 
 
 def template_key(plan: VmPlan, qemu: QemuIdentity) -> str:
@@ -121,18 +123,24 @@ def plan_restore_words(*, snapshot_fd: int) -> list[str]:
 
 
 def plan_stale_snapshots(
-    cached: Sequence[CachedSnapshot], *, current_artefacts: str, keep_key: str, keep_at_most: int = MAX_CACHED_SNAPSHOTS
+    cached: Sequence[CachedSnapshot],
+    *,
+    current_artefacts: str,
+    keep_key: str,
+    now: float,
+    keep_at_most: int = MAX_CACHED_SNAPSHOTS,
+    unused_after_s: float = UNUSED_AFTER_S,
 ) -> list[str]:
     """The keys to remove after ``keep_key`` was built (pure).
 
-    Removed: every snapshot of other artefacts (another QEMU or guest build: never restorable
-    again), then the oldest of the rest beyond ``keep_at_most`` (templates of other boundaries'
-    budgets and read binds). ``keep_key`` is never removed.
+    Removed: every snapshot of other artefacts (another QEMU or guest build) not used for
+    ``unused_after_s`` (one cache serves every checkout and venv on the host, and another build
+    may still restore its own; an unused one will not be), then the least recently used beyond
+    ``keep_at_most``. ``keep_key`` is never removed.
     """
-    stale = [c.key for c in cached if c.artefacts != current_artefacts and c.key != keep_key]
-    rest = sorted(
-        (c for c in cached if c.artefacts == current_artefacts and c.key != keep_key), key=lambda c: c.built_at
-    )
+    others = [c for c in cached if c.key != keep_key]
+    stale = [c.key for c in others if c.artefacts != current_artefacts and c.used_at < now - unused_after_s]
+    rest = sorted((c for c in others if c.key not in stale), key=lambda c: c.used_at)
     excess = len(rest) + 1 - keep_at_most
     if excess > 0:
         stale += [c.key for c in rest[:excess]]

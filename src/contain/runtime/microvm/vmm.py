@@ -7,8 +7,9 @@
    contain's egress listeners can bind there; the VMM process itself reaches nothing else, and
    ``netns_path`` names this namespace) and in
    the sandbox's host cgroup from its first instruction (a shell writes its own pid into each
-   ``cgroup.procs`` and then execs QEMU, so the VMM's memory, pids and CPU are counted and
-   limited before the guest has a page);
+   ``cgroup.procs``, brings ``lo`` up, and then execs QEMU through ``setpriv`` as the sandbox's
+   leased host uid with no capabilities and no_new_privs, so the VMM's memory, pids and CPU are
+   counted and limited before the guest has a page, and QEMU never runs as host root);
 2. spawns it with stdin on /dev/null (nobody types into the guest console), stdout and stderr on
    one pipe that ``SerialLog`` reads into a bounded ring (the last ``SERIAL_TAIL_BYTES``; the
    count of everything else is kept, the bytes are not), in a new session;
@@ -33,13 +34,15 @@ from dataclasses import dataclass, field
 
 from contain.errors import SandboxStartError
 from contain.runtime.cgroups import SandboxCgroup
-from contain.runtime.microvm.vmm_plan import VmPlan, plan_qemu_argv
+from contain.runtime.microvm.vmm_plan import Accel, VmPlan, plan_qemu_argv
 
 __all__ = ["SERIAL_TAIL_BYTES", "SerialLog", "VmProcess", "VmmFacts", "detect_vmm_facts", "plan_vmm_launch"]
 
 SERIAL_TAIL_BYTES = 64 * 1024
 CLOSE_GRACE_S = 1.0  # a guest that was asked to power off does so in ~0.1 s under TCG
 UNSHARE = "/usr/bin/unshare"
+SETPRIV = "/usr/bin/setpriv"
+NOBODY = (65534, 65534)
 _JOIN_AND_EXEC = (
     'n=$1; shift; while [ "$n" -gt 0 ]; do echo $$ > "$1" || exit 125; shift; n=$((n-1)); done; '
     'ip link set lo up || exit 125; exec "$@"'
@@ -85,12 +88,40 @@ def parse_tsc_khz(cpuinfo: str) -> int | None:
     return round(float(mhz.group(1)) * 1000)
 
 
-def plan_vmm_launch(qemu_argv: Sequence[str], *, cgroup_procs: Sequence[str]) -> list[str]:
-    """The argv that starts QEMU in a new network namespace, inside ``cgroup_procs`` first."""
+def plan_vmm_launch(
+    qemu_argv: Sequence[str],
+    *,
+    cgroup_procs: Sequence[str],
+    run_as: tuple[int, int],
+    extra_gids: Sequence[int] = (),
+) -> list[str]:
+    """The argv that starts QEMU in a new network namespace, inside ``cgroup_procs`` first, then
+    as ``run_as`` (uid, gid) with no capabilities, no other groups than ``extra_gids`` (the kvm
+    group, for ``/dev/kvm``) and no_new_privs: a QEMU escape lands in an unprivileged uid.
+
+    Raises:
+        ValueError: ``run_as`` is root.
+    """
+    uid, gid = run_as
+    if uid == 0 or gid == 0:
+        raise ValueError("the VMM never runs as root")
+    groups = f"--groups={','.join(str(g) for g in extra_gids)}" if extra_gids else "--clear-groups"
+    drop = [
+        SETPRIV, f"--reuid={uid}", f"--regid={gid}", groups, "--inh-caps=-all", "--bounding-set=-all",
+        "--no-new-privs", "--",
+    ]  # fmt: skip
     return [
         UNSHARE, "--net", "--", "/bin/sh", "-c", _JOIN_AND_EXEC, "contain-vmm",
-        str(len(cgroup_procs)), *cgroup_procs, *qemu_argv,
+        str(len(cgroup_procs)), *cgroup_procs, *drop, *qemu_argv,
     ]  # fmt: skip
+
+
+def _kvm_group() -> int | None:
+    """The group owning /dev/kvm (QEMU needs it to open the device as an unprivileged uid)."""
+    try:
+        return os.stat("/dev/kvm").st_gid
+    except OSError:
+        return None
 
 
 @dataclass
@@ -145,15 +176,18 @@ class VmProcess:
         extra_argv: Sequence[str] = (),
         extra_fds: Sequence[int] = (),
         console_input: bool = False,
+        run_as: tuple[int, int] = NOBODY,
     ) -> None:
         """``extra_argv``/``extra_fds``: QEMU words after the plan's and the descriptors they name
         (snapshot_plan.py: the template's monitor, a restore's ``-incoming``); the caller keeps
         and closes its copies of ``extra_fds``. ``console_input``: keep a pipe to the guest
         console (``type_on_console``), for the shell mode only (initramfs.py); every other VM gets
-        /dev/null."""
+        /dev/null. ``run_as``: the host uid and gid QEMU runs as (the sandbox's leased ids; never
+        root)."""
         self.plan = plan
         self._extra_argv = tuple(extra_argv)
         self._extra_fds = tuple(extra_fds)
+        self._run_as = run_as
         self._console_input = console_input
         self.serial = SerialLog()
         self.cgroup = cgroup
@@ -177,7 +211,13 @@ class VmProcess:
         Raises:
             SandboxStartError: QEMU or unshare could not be executed.
         """
-        argv = plan_vmm_launch([*plan_qemu_argv(self.plan), *self._extra_argv], cgroup_procs=self._cgroup_procs)
+        kvm_gid = _kvm_group() if self.plan.accel is Accel.KVM else None
+        argv = plan_vmm_launch(
+            [*plan_qemu_argv(self.plan), *self._extra_argv],
+            cgroup_procs=self._cgroup_procs,
+            run_as=self._run_as,
+            extra_gids=(kvm_gid,) if kvm_gid is not None else (),
+        )
         try:
             self._proc = subprocess.Popen(
                 argv,

@@ -16,7 +16,10 @@
   cannot change a host image whatever it writes to /dev/vd*), each with a serial the guest's
   /init finds it by: ``contain-userland`` and ``contain-ro-N`` for the Nth read bind;
 - virtio-rng fed from the host's /dev/urandom;
-- ``-no-reboot``: a guest that reboots or panics ends the VM.
+- ``-no-reboot``: a guest that reboots or panics ends the VM;
+- ``-sandbox on``: QEMU's own seccomp filter (obsolete syscalls and resource control denied;
+  fork/exec and privilege changes denied too unless the network needs its per-connection
+  connector).
 
 ``plan_kernel_cmdline`` builds the guest's settings (``contain.*=`` words /init reads) and refuses
 what the guest's shell could misread: only absolute paths of ``[A-Za-z0-9._/+@-]`` and no
@@ -194,6 +197,12 @@ def plan_kernel_cmdline(
 
 def plan_qemu_argv(plan: VmPlan) -> list[str]:
     """The whole QEMU argv for ``plan``; see the module docstring for each device and why."""
+    # QEMU's own seccomp filter. Where the network's forwards start a connector per connection,
+    # fork/exec and the session calls the spawner makes (QEMU files setsid under
+    # "elevateprivileges") stay allowed: measured, with them denied every forwarded connection
+    # closed at once. QEMU then still has no capabilities and no_new_privs (vmm.plan_vmm_launch),
+    # so no privilege change can succeed.
+    spawn = "allow" if plan.network is not None else "deny"
     argv = [
         plan.qemu,
         "-M", "microvm,x-option-roms=off,isa-serial=on",
@@ -202,6 +211,7 @@ def plan_qemu_argv(plan: VmPlan) -> list[str]:
         "-m", str(plan.memory_mib),
         "-smp", str(plan.vcpus),
         "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
+        "-sandbox", f"on,obsolete=deny,elevateprivileges={spawn},spawn={spawn},resourcecontrol=deny",
         "-kernel", plan.kernel,
         "-initrd", plan.initramfs,
         "-append", " ".join(plan.cmdline),

@@ -81,7 +81,7 @@ def test_the_vm_is_sized_from_the_budgets_with_the_vmm_counted_in_the_memory_bud
     plan, limits = plan_vm(
         boundary, image=IMAGE, choice=TCG, facts=FACTS, read_binds=(("/data", "/c/read-9.squashfs"),), agent_fd=9
     )
-    assert plan.memory_mib == (512 * 1024**2 - VMM_OVERHEAD_BYTES) // 1024**2 == 416
+    assert plan.memory_mib == (512 * 1024**2 - VMM_OVERHEAD_BYTES) // 1024**2 == 320
     assert plan.vcpus == 2
     assert (plan.kernel, plan.initramfs, plan.userland_image) == (
         "/c/kernel-1/vmlinuz",
@@ -94,5 +94,14 @@ def test_the_vm_is_sized_from_the_budgets_with_the_vmm_counted_in_the_memory_bud
     assert f"contain.disk={64 * 1024**2}" in plan.cmdline
     assert "tsc_early_khz=2596132" in plan.cmdline
     assert limits == GuestLimits(
-        memory_max_bytes=416 * 1024**2 - 48 * 1024**2, pids_max=64, output_max_bytes=8 * 1024**2
+        memory_max_bytes=320 * 1024**2 - 48 * 1024**2, pids_max=64, output_max_bytes=8 * 1024**2
     )
+
+
+def test_a_memory_budget_too_small_for_guest_and_vmm_is_refused_not_exceeded():
+    # The smallest guest (128 MiB) plus QEMU's own 192 MiB must fit in the one host cgroup.
+    small = _boundary({"resources": {"memory_bytes": "256MiB"}})
+    with pytest.raises(UnsupportedHost, match="a microVM needs at least 320 MiB"):
+        plan_vm(small, image=IMAGE, choice=TCG, facts=FACTS, read_binds=(), agent_fd=9)
+    fits = _boundary({"resources": {"memory_bytes": "320MiB"}})
+    assert plan_vm(fits, image=IMAGE, choice=TCG, facts=FACTS, read_binds=(), agent_fd=9)[0].memory_mib == 128

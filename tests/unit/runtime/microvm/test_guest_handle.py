@@ -30,6 +30,7 @@ from contain.runtime.microvm.guest_channel import (
     decode_items,
     encode_frame,
     encode_items,
+    encode_request,
 )
 from contain.runtime.microvm.guest_handle import GuestSandbox
 from contain.runtime.supervisor_channel import Started
@@ -317,3 +318,73 @@ def test_an_export_never_writes_through_a_symlink_in_the_destination(
     )
     assert (tmp_path / "victim").read_text() == "keep"
     assert (tmp_path / "dest" / "ok").read_text() == "ok"
+
+
+def test_a_guest_that_stops_reading_its_port_loses_the_channel_instead_of_blocking_the_host() -> None:
+    """A hung guest kernel stops draining the port; QEMU then stops reading the socket. A send
+    (the run loop's KILL at the deadline) must give up after its timeout, not block forever."""
+    host, guest = socket.socketpair()
+    host.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    channel = GuestChannel(host.detach(), send_timeout_s=0.5)
+    done: list[BaseException | None] = []
+
+    def flood() -> None:
+        try:
+            while True:
+                channel.send(encode_frame(MsgType.DATA, b"x" * 65536, stream=Stream.STDIN))
+        except SandboxLost as exc:
+            done.append(exc)
+
+    sender = threading.Thread(target=flood, daemon=True)
+    sender.start()
+    sender.join(timeout=10)
+    assert not sender.is_alive() and isinstance(done[0], SandboxLost)
+    assert "has not read its control port" in done[0].cause
+    with pytest.raises(SandboxLost):  # later senders do not wait on the stuck one either
+        channel.send(encode_request(MsgType.KILL))
+    channel.close()
+    guest.close()
+
+
+def test_output_after_the_end_of_its_stream_loses_the_channel(pair: tuple[GuestSandbox, FakeAgent, FakeVmm]) -> None:
+    sandbox, agent, _ = pair
+
+    def after_end() -> None:
+        agent.send(MsgType.DATA, b"", stream=Stream.STDOUT)
+        agent.send(MsgType.DATA, b"late", stream=Stream.STDOUT)
+
+    out_r, _, _ = spawn(sandbox, agent, after_end)
+    with pytest.raises(SandboxLost, match="after its end"):
+        sandbox.wait_exited(10)
+    os.close(out_r)
+
+
+def test_stdin_credit_beyond_what_the_host_sent_loses_the_channel(
+    pair: tuple[GuestSandbox, FakeAgent, FakeVmm],
+) -> None:
+    sandbox, agent, _ = pair
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    in_r, in_w = os.pipe()  # the host never writes stdin: the guest has nothing to credit back
+
+    def script() -> None:
+        agent.expect(MsgType.SPAWN)
+        agent.send(MsgType.STARTED, ["pid=2"])
+        agent.send(MsgType.CREDIT, ["bytes=1"])
+
+    in_guest(script)
+    assert isinstance(sandbox.spawn(CommandRequest(("cat",), {}, "/", ()), (in_r, out_w, err_w)), Started)
+    with pytest.raises(SandboxLost, match="credited more stdin"):
+        sandbox.wait_exited(10)
+    for fd in (out_r, out_w, err_r, err_w, in_r, in_w):
+        os.close(fd)
+
+
+def test_a_guest_that_does_not_answer_loses_the_channel_at_the_reply_timeout(
+    pair: tuple[GuestSandbox, FakeAgent, FakeVmm],
+) -> None:
+    sandbox, _, _ = pair
+    with pytest.raises(SandboxLost, match=r"did not answer within 0\.2s"):
+        sandbox.hello(timeout_s=0.2)
+    with pytest.raises(SandboxLost):  # and stays lost: nothing more is sent on a stream out of step
+        sandbox.kill()

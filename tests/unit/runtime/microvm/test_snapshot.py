@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 
 import pytest
 
@@ -13,12 +14,13 @@ from contain.errors import SandboxStartError
 from contain.runtime.microvm.snapshot import (
     clear_snapshots,
     list_snapshots,
+    mark_used,
     open_cached_snapshot,
     open_snapshot_dir,
     remove_stale_snapshots,
     snapshot_dir,
 )
-from contain.runtime.microvm.snapshot_plan import snapshot_file_name
+from contain.runtime.microvm.snapshot_plan import UNUSED_AFTER_S, snapshot_file_name
 
 KEY_A, KEY_B, KEY_C = "a" * 24, "b" * 24, "c" * 24
 
@@ -112,17 +114,30 @@ def test_a_sidecar_naming_another_key_is_not_believed(dir_fd):
     fd = os.open(side, os.O_WRONLY | os.O_CREAT, 0o600, dir_fd=dir_fd)
     os.write(fd, json.dumps({"key": KEY_B, "artefacts": "new"}).encode())
     os.close(fd)
-    assert list_snapshots(dir_fd) == [{"key": KEY_A, "bytes": 6}]
+    (entry,) = list_snapshots(dir_fd)
+    assert sorted(entry) == ["bytes", "key", "used_at"] and entry["key"] == KEY_A
 
 
 def test_stale_snapshots_go_with_their_sidecars_and_the_kept_one_stays(dir_fd):
     _put(dir_fd, KEY_A, artefacts="old")
     _put(dir_fd, KEY_B, artefacts="new")
     _put(dir_fd, KEY_C, artefacts="new")
+    long_ago = time.time() - UNUSED_AFTER_S - 60
+    os.utime(snapshot_file_name(KEY_A).replace(".vmstate", ".json"), (long_ago, long_ago), dir_fd=dir_fd)
     assert remove_stale_snapshots(dir_fd, keep_key=KEY_B, current_artefacts="new") == [KEY_A]
     assert sorted(os.listdir(dir_fd)) == sorted(
         n for k in (KEY_B, KEY_C) for n in (snapshot_file_name(k), snapshot_file_name(k).replace(".vmstate", ".json"))
     )
+
+
+def test_a_restore_marks_its_template_used_so_another_build_does_not_remove_it(dir_fd):
+    _put(dir_fd, KEY_A, artefacts="old")
+    long_ago = time.time() - UNUSED_AFTER_S - 60
+    side = snapshot_file_name(KEY_A).replace(".vmstate", ".json")
+    os.utime(side, (long_ago, long_ago), dir_fd=dir_fd)
+    mark_used(dir_fd, KEY_A)
+    assert remove_stale_snapshots(dir_fd, keep_key=KEY_B, current_artefacts="new") == []
+    assert list_snapshots(dir_fd)[0]["used_at"] > long_ago
 
 
 def test_clear_removes_every_snapshot_and_interrupted_temporaries_only(dir_fd):

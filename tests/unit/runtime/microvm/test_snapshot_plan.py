@@ -8,6 +8,7 @@ import pytest
 
 from contain.runtime.microvm.snapshot_plan import (
     MAX_CACHED_SNAPSHOTS,
+    UNUSED_AFTER_S,
     CachedSnapshot,
     QemuIdentity,
     artefacts_fingerprint,
@@ -104,24 +105,32 @@ def test_a_restore_loads_the_stream_from_an_inherited_descriptor_and_has_no_moni
     assert "-mon" not in words
 
 
-def _cached(key: str, artefacts: str, built_at: float) -> CachedSnapshot:
-    return CachedSnapshot(key=key, artefacts=artefacts, built_at=built_at)
+NOW = 100_000.0
 
 
-def test_snapshots_of_another_build_go_and_the_kept_one_never_does():
-    cached = [_cached("a" * 24, "old", 1.0), _cached("b" * 24, "new", 2.0), _cached("c" * 24, "old", 3.0)]
-    assert plan_stale_snapshots(cached, current_artefacts="new", keep_key="b" * 24) == ["a" * 24, "c" * 24]
-    assert plan_stale_snapshots(cached, current_artefacts="old", keep_key="a" * 24) == ["b" * 24]
+def _cached(key: str, artefacts: str, used_at: float) -> CachedSnapshot:
+    return CachedSnapshot(key=key, artefacts=artefacts, used_at=used_at)
 
 
-def test_beyond_the_cap_the_oldest_of_this_build_go_first():
-    cached = [_cached(f"{i:024x}", "new", float(100 - i)) for i in range(MAX_CACHED_SNAPSHOTS + 2)]
-    keep = f"{0:024x}"  # the newest-built is the one just built; the oldest have the highest i
-    stale = plan_stale_snapshots(cached, current_artefacts="new", keep_key=keep)
+def test_unused_snapshots_of_another_build_go_recent_ones_stay_and_the_kept_one_never_goes():
+    old_unused = NOW - UNUSED_AFTER_S - 1
+    cached = [
+        _cached("a" * 24, "other", old_unused),
+        _cached("b" * 24, "new", old_unused),  # this build's: only the cap removes it
+        _cached("c" * 24, "other", NOW - 10),  # another checkout still restores from it
+        _cached("d" * 24, "other", old_unused),
+    ]
+    assert plan_stale_snapshots(cached, current_artefacts="new", keep_key="d" * 24, now=NOW) == ["a" * 24]
+
+
+def test_beyond_the_cap_the_least_recently_used_go_first_whatever_their_build():
+    cached = [_cached(f"{i:024x}", "new" if i % 2 else "other", NOW - i) for i in range(MAX_CACHED_SNAPSHOTS + 2)]
+    keep = f"{0:024x}"
+    stale = plan_stale_snapshots(cached, current_artefacts="new", keep_key=keep, now=NOW)
     assert stale == [f"{MAX_CACHED_SNAPSHOTS + 1:024x}", f"{MAX_CACHED_SNAPSHOTS:024x}"]
     assert len(cached) - len(stale) == MAX_CACHED_SNAPSHOTS
 
 
-def test_under_the_cap_nothing_of_this_build_goes():
-    cached = [_cached("a" * 24, "new", 1.0), _cached("b" * 24, "new", 2.0)]
-    assert plan_stale_snapshots(cached, current_artefacts="new", keep_key="c" * 24) == []
+def test_under_the_cap_nothing_recent_goes():
+    cached = [_cached("a" * 24, "new", NOW - 5), _cached("b" * 24, "other", NOW - 5)]
+    assert plan_stale_snapshots(cached, current_artefacts="new", keep_key="c" * 24, now=NOW) == []

@@ -39,6 +39,7 @@ def test_the_whole_argv_has_no_default_device_and_every_disk_read_only():
         "-m", "416",
         "-smp", "2",
         "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
+        "-sandbox", "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny",
         "-kernel", "/c/vmlinuz",
         "-initrd", "/c/initramfs.cpio",
         "-append", "console=ttyS0 contain.mode=agent",
@@ -76,6 +77,7 @@ def test_kvm_uses_the_host_cpu_and_a_network_is_only_user_mode_restricted_to_its
         "virtio-net-device,netdev=net0",
     ]
     assert "-netdev" not in plan_qemu_argv(PLAN)
+    assert "on,obsolete=deny,elevateprivileges=allow,spawn=allow,resourcecontrol=deny" in argv  # socat per connection
 
 
 def test_vm_size_comes_from_the_budgets():

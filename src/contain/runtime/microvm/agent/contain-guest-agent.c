@@ -525,8 +525,12 @@ static void on_stdin_data(const unsigned char *body, size_t len) {
         pump_stdin();
         return;
     }
-    if (g_run.stdin_fd < 0 || g_run.stdin_eof) { /* the command is gone or closed stdin: drop */
-        if (g_run.stdin_buf != NULL && !g_run.stdin_eof)
+    /* The command is over: drop it without credit. Credit sent now would reach the host after
+     * EXITED, where the next command's window would take it (the next SPAWN resets the window). */
+    if (!g_run.active)
+        return;
+    if (g_run.stdin_fd < 0 || g_run.stdin_eof) { /* it closed its stdin: drop, give the credit back */
+        if (!g_run.stdin_eof)
             return_stdin_credit(len);
         return;
     }
@@ -1379,7 +1383,7 @@ static void export_step(void) {
     }
     struct stat fst;
     int fd = open_regular(top->fd, d->d_name, &fst);
-    if (fd < 0 || fst.st_ino != st.st_ino) {
+    if (fd < 0 || fst.st_ino != st.st_ino || fst.st_dev != st.st_dev) { /* swapped since the stat */
         if (fd >= 0)
             close(fd);
         export_entry("skip", 0, "open");
@@ -1420,24 +1424,23 @@ static void handle_reseed(const unsigned char *body, size_t len) {
     req.info.entropy_count = (int)(len * 8);
     req.info.buf_size = (int)len;
     memcpy(req.buf, body, len);
+    /* Adding entropy alone does not re-key an already initialised CRNG (Linux >= 5.18 reseeds it
+     * on a timer, every 60 s, drivers/char/random.c crng_reseed_interval): two VMs restored from
+     * one snapshot would draw the same getrandom() bytes until then. RNDRESEEDCRNG forces the
+     * reseed now, so the host's bytes are in every key from the next read on. */
     int fd = open("/dev/urandom", O_WRONLY | O_CLOEXEC);
     int rc = fd < 0 ? -1 : ioctl(fd, RNDADDENTROPY, &req.info);
-    int e = errno;
-    const char *what = "RNDADDENTROPY";
-    /* Snapshot restore (docs/runtime.md "microVM snapshots"): RNDADDENTROPY only mixes into the
-     * input pool; once the CRNG is ready it reseeds on its own schedule, so VMs restored from one
-     * snapshot would keep drawing the same bytes. RNDRESEEDCRNG (5.16+, CAP_SYS_ADMIN) reseeds it
-     * now from the pool that holds the host's bytes; failing it fails the RESEED. */
+    const char *step = "RNDADDENTROPY";
     if (rc == 0) {
         rc = ioctl(fd, RNDRESEEDCRNG);
-        e = errno;
-        what = "RNDRESEEDCRNG";
+        step = "RNDRESEEDCRNG";
     }
+    int e = errno;
     if (fd >= 0)
         close(fd);
     explicit_bzero(&req, sizeof req);
     if (rc < 0)
-        reply_error(e, "%s failed: %s", what, strerror(e));
+        reply_error(e, "%s failed: %s", step, strerror(e));
     else
         reply_ok();
 }
