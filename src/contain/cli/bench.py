@@ -7,10 +7,11 @@ Exit status: 0 after the report; 2 for bad numbers; 125 (cause and fix, rendered
 ``contain.cli.main``) for a backend ``parse_backend_spec`` refuses or the bench has no baseline
 for, or a runtime that is missing.
 
-Terminal output: only contain's own variant names and measured numbers, no untrusted text, so
-the microvm accelerator line, which quotes QEMU's output, goes through it; the rest needs no
-``contain.visible_text.for_terminal`` (the rule for every CLI module: values
-contain did not write go through it; see ``contain.cli``).
+Terminal output: contain's own variant names and measured numbers, and one line contain did not
+write: the microvm accelerator decision, which quotes QEMU's own output. The whole report
+therefore goes through ``contain.visible_text.for_terminal`` (the rule for every CLI module:
+values contain did not write go through it; see ``contain.cli``); ``--json`` stays exact. The
+``--html`` page escapes the same text for HTML (bench/report_html.py).
 """
 
 from __future__ import annotations
