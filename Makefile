@@ -5,11 +5,13 @@ setup:
 	@bash scripts/bootstrap.sh
 
 demo: setup
-	@echo "demo 1/3: a model-written script in the process sandbox"
+	@echo "demo 1/4: a model-written script in the process sandbox"
 	@.venv/bin/python examples/demo/run_demo.py
-	@echo "demo 2/3: external records changed only through the write broker"
+	@echo "demo 2/4: external records changed only through the write broker"
 	@.venv/bin/python examples/broker/demo.py
-	@echo "demo 3/3: a small batch on a local two-node Ray cluster (one job is refused network, one has a bad manifest)"
+	@echo "demo 3/4: one task, one manifest, every backend this host runs (a skip quotes contain doctor)"
+	@.venv/bin/python examples/demo/ladder.py
+	@echo "demo 4/4: a small batch on a local two-node Ray cluster (one job is refused network, one has a bad manifest)"
 	@.venv/bin/contain fleet run examples/fleet/jobs.jsonl --address local --nodes 2 --slots 2; test $$? -le 1
 
 test: setup

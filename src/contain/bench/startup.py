@@ -14,6 +14,9 @@ Variants, interleaved round by round so that noise on this shared machine hits a
     what the first run of a new manifest costs (pydantic imported, the manifest validated).
   - ``contain-session``: one run in a sandbox opened before the first round and closed after the
     last (N runs in one sandbox), beside ``contain-api``'s fresh sandbox per run.
+With ``microvm`` among the backends: only ``contain-session[microvm]`` here (one run in a running
+VM); its cold and warm rows, the pool acquire and the VMM's memory are bench/pool.py's, its
+targets bench/ladder.py's.
 With ``backends`` naming container backends (``container:runc``, ``container:runsc``), per backend:
   - ``raw-runc`` / ``raw-runsc``: the runtime alone running the bundle contain writes for
     ``Boundary()``, with the command as the container's process (``bench/raw_oci.py``);
@@ -38,7 +41,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from contain.boundary import Boundary
 from contain.host.facts import detect_host
@@ -77,6 +80,10 @@ BACKEND_TARGETS: tuple[BackendTarget, ...] = (
     BackendTarget("container:runsc", "raw-runsc", "raw `runsc run` of contain's bundle", 1.3),
 )
 CLI_TARGET_MS = 120.0  # `contain run -- /bin/true`, issue 13
+# Backends with no raw runtime to compare with: judged against absolute targets instead
+# (bench/ladder.py). Here only their session row is measured; cold and warm come from bench/pool.py,
+# because a fresh microVM per sample for every command would cost seconds each.
+ABSOLUTE_TARGET_BACKENDS: tuple[str, ...] = ("microvm",)
 
 
 def bench_backends(text: str) -> tuple[str, ...]:
@@ -85,12 +92,12 @@ def bench_backends(text: str) -> tuple[str, ...]:
 
     Raises:
         UnknownBackend: a name ``parse_backend_spec`` refuses (exit 125).
-        UnsupportedHost: a valid backend the bench has no baseline for (microvm; exit 125).
+        UnsupportedHost: a valid backend the bench has neither a baseline nor targets for (exit 125).
     """
     from contain.errors import UnsupportedHost
     from contain.runtime.backend_names import parse_backend_spec
 
-    measurable = [t.backend for t in BACKEND_TARGETS]
+    measurable = [*(t.backend for t in BACKEND_TARGETS), *ABSOLUTE_TARGET_BACKENDS]
     specs: list[str] = []
     for name in text.split(","):
         spec = str(parse_backend_spec(name))
@@ -116,12 +123,13 @@ def session_variant(backend: str) -> str:
 
 @dataclass(frozen=True)
 class Summary:
-    """Percentiles of one variant, in seconds."""
+    """Percentiles of one variant, in seconds, and the samples they were taken from (for the chart)."""
 
     name: str
     samples: int
     median_s: float
     p95_s: float
+    values_s: tuple[float, ...] = field(default=(), compare=False, repr=False)  # in measurement order
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -129,6 +137,7 @@ class Summary:
             "samples": self.samples,
             "median_ms": self.median_s * 1e3,
             "p95_ms": self.p95_s * 1e3,
+            "samples_ms": [v * 1e3 for v in self.values_s],
         }
 
 
@@ -218,7 +227,7 @@ def backend_rows(report: StartupReport) -> list[BackendRow]:
 def _summarise(name: str, samples: Sequence[float]) -> Summary:
     ordered = sorted(samples)
     p95 = ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
-    return Summary(name, len(ordered), statistics.median(ordered), p95)
+    return Summary(name, len(ordered), statistics.median(ordered), p95, tuple(samples))
 
 
 def _raw_bwrap_argv(command: list[str], *, etc_tree: str | None) -> list[str]:
@@ -313,23 +322,29 @@ def _open_sandbox(boundary: Boundary, backend: str) -> Sandbox:
     return Sandbox(boundary) if backend == "process" else Sandbox(boundary, backend=backend)
 
 
-def _api_variants(boundary: Boundary, backend: str, stack: ExitStack) -> dict[str, Callable[[list[str]], None]]:
-    """``backend``'s fresh-sandbox run and its session run (one sandbox, opened now, closed by ``stack``)."""
+def _check_run(cmd: list[str], backend: str, result: RunResult) -> None:
+    if result.exit_code != 0:
+        raise RuntimeError(f"sandboxed {cmd} on {backend} failed: {result.stderr.data!r}")
 
-    def check(cmd: list[str], result: RunResult) -> None:
-        if result.exit_code != 0:
-            raise RuntimeError(f"sandboxed {cmd} on {backend} failed: {result.stderr.data!r}")
 
-    def api(cmd: list[str]) -> None:
-        with _open_sandbox(boundary, backend) as sandbox:
-            check(cmd, sandbox.run(cmd))
-
+def _session_variant(boundary: Boundary, backend: str, stack: ExitStack) -> dict[str, Callable[[list[str]], None]]:
+    """``backend``'s session run: one sandbox, opened now and closed by ``stack``, one run per sample."""
     session = stack.enter_context(_open_sandbox(boundary, backend))
 
     def in_session(cmd: list[str]) -> None:
-        check(cmd, session.run(cmd))
+        _check_run(cmd, backend, session.run(cmd))
 
-    return {api_variant(backend): api, session_variant(backend): in_session}
+    return {session_variant(backend): in_session}
+
+
+def _api_variants(boundary: Boundary, backend: str, stack: ExitStack) -> dict[str, Callable[[list[str]], None]]:
+    """``backend``'s fresh-sandbox run and its session run (one sandbox, opened now, closed by ``stack``)."""
+
+    def api(cmd: list[str]) -> None:
+        with _open_sandbox(boundary, backend) as sandbox:
+            _check_run(cmd, backend, sandbox.run(cmd))
+
+    return {api_variant(backend): api, **_session_variant(boundary, backend, stack)}
 
 
 def _raw_runtime_variant(runtime: str, stack: ExitStack) -> Callable[[list[str]], None]:
@@ -358,12 +373,16 @@ def measure_startup(
         rounds: samples per variant.
         contain_cli: path of the `contain` executable for the CLI variant.
         include_cli: measure the CLI variant (a new interpreter per sample; process backend only).
-        backends: backend specs: "process", "container:runc", "container:runsc".
+        backends: backend specs: "process", "container:runc", "container:runsc", "microvm" (its
+            session row only: see ``ABSOLUTE_TARGET_BACKENDS``).
     """
     boundary = Boundary()
     with ExitStack() as stack:
         variants: dict[str, Callable[[list[str]], None]] = {}
         for backend in backends:
+            if backend in ABSOLUTE_TARGET_BACKENDS:
+                variants.update(_session_variant(boundary, backend, stack))
+                continue
             if backend == "process":
                 variants.update(_process_variants(boundary, contain_cli, include_cli=include_cli))
             else:

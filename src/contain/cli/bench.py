@@ -1,14 +1,18 @@
-"""`contain bench startup [--backend a,b]`: sandbox start-up per backend beside its raw runtime
-(raw bwrap; raw `runc run` / `runsc run` of contain's bundle), session runs, and throughput.
+"""`contain bench startup [--backend a,b] [--html FILE]`: sandbox start-up per backend beside its raw
+runtime (raw bwrap; raw `runc run` / `runsc run` of contain's bundle), session runs, the ladder of
+cold and warm (pool) starts per backend with the microvm rows against their targets, and
+throughput. ``--html`` also writes the self-contained page of bench/report_html.py.
 `contain bench fleet`: jobs/s and latency of contain on Ray beside bare Ray tasks (contain.bench.fleet).
 
 Exit status: 0 after the report; 2 for bad numbers; 125 (cause and fix, rendered by
 ``contain.cli.main``) for a backend ``parse_backend_spec`` refuses or the bench has no baseline
 for, or a runtime that is missing.
 
-Terminal output: only contain's own variant names and measured numbers, no untrusted text, so
-nothing here needs ``contain.visible_text.for_terminal`` (the rule for every CLI module: values
-contain did not write go through it; see ``contain.cli``).
+Terminal output: contain's own variant names and measured numbers, and one line contain did not
+write: the microvm accelerator decision, which quotes QEMU's own output. The whole report
+therefore goes through ``contain.visible_text.for_terminal`` (the rule for every CLI module:
+values contain did not write go through it; see ``contain.cli``); ``--json`` stays exact. The
+``--html`` page escapes the same text for HTML (bench/report_html.py).
 """
 
 from __future__ import annotations
@@ -16,6 +20,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from contain.bench.pool import PoolMeasurement
+    from contain.bench.startup import Summary
 
 
 def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
@@ -30,8 +39,9 @@ def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
         "--backend",
         default="process",
         help="comma list of backends to measure in one interleaved run: process, container (the "
-        "manifest default, runc), container:runc, container:runsc (default: process)",
+        "manifest default, runc), container:runc, container:runsc, microvm (default: process)",
     )
+    parser.add_argument("--html", metavar="FILE", help="also write the report as a self-contained HTML page")
     parser.add_argument(
         "--pool-size", type=int, default=2, help="warm pool for the pool-vs-cold rows (0: skip them; default 2)"
     )
@@ -49,7 +59,10 @@ def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
 def execute(args: argparse.Namespace) -> int:
     if args.what == "fleet":
         return _fleet(args)
-    from contain.bench.pool import measure_pool_startup, pool_ratios, render_pool
+    import os
+
+    from contain.bench.ladder import render_ladder
+    from contain.bench.pool import PoolMeasurement, measure_pool_startup, pool_ratios, render_pool
     from contain.bench.startup import (
         StartupReport,
         bench_backends,
@@ -58,6 +71,7 @@ def execute(args: argparse.Namespace) -> int:
         measure_throughput,
         render_startup,
     )
+    from contain.visible_text import for_terminal
 
     if args.rounds < 1 or args.throughput_count < 0 or args.concurrency < 1:
         print(
@@ -68,13 +82,16 @@ def execute(args: argparse.Namespace) -> int:
         print("contain bench: --pool-size must be 0 (no pool rows) or more", file=sys.stderr)
         return 2
     backends = bench_backends(args.backend)
+    load_before = os.getloadavg()
     print(f"bench: {args.rounds} interleaved rounds of every variant of {', '.join(backends)} ...", file=sys.stderr)
     summaries = measure_startup(
         rounds=args.rounds, contain_cli=default_contain_cli(), include_cli=not args.no_cli, backends=backends
     )
+    pooled = PoolMeasurement({})
     if args.pool_size:
         print(f"bench: warm pool (size {args.pool_size}) against cold starts ...", file=sys.stderr)
-        summaries.update(measure_pool_startup(rounds=args.rounds, backends=backends, size=args.pool_size))
+        pooled = measure_pool_startup(rounds=args.rounds, backends=backends, size=args.pool_size)
+        summaries.update(pooled.summaries)
     throughput: dict[str, float] = {}
     if args.throughput_count:
         print(
@@ -83,12 +100,51 @@ def execute(args: argparse.Namespace) -> int:
         )
         throughput = measure_throughput(count=args.throughput_count, concurrency=args.concurrency)
     report = StartupReport(summaries, throughput)
+    ladder = render_ladder(summaries, pooled.accelerators, pooled.memory)
+    text = "\n".join([render_startup(report), *render_pool(summaries), *ladder])
     if args.json:
-        json.dump({**report.to_dict(), "pool_over_cold": pool_ratios(summaries)}, sys.stdout, indent=2)
+        document = {
+            **report.to_dict(),
+            "pool_over_cold": pool_ratios(summaries),
+            "accelerators": pooled.accelerators,
+            "vmm_memory": {name: m.to_dict() for name, m in pooled.memory.items()},
+            "load_average_before": list(load_before),
+            "load_average_after": list(os.getloadavg()),
+        }
+        json.dump(document, sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
-        print("\n".join([render_startup(report), *render_pool(summaries)]))
+        print(for_terminal(text, keep_newlines=True))
+    if args.html:
+        _write_html(args.html, summaries, backends, pooled, text, load_before)
     return 0
+
+
+def _write_html(
+    path: str,
+    summaries: dict[str, Summary],
+    backends: tuple[str, ...],
+    pooled: PoolMeasurement,
+    text: str,
+    load_before: tuple[float, float, float],
+) -> None:
+    import shlex
+
+    from contain.bench.report_html import gather_run_facts, render_bench_html
+    from contain.visible_text import for_terminal
+
+    facts = gather_run_facts(command=shlex.join(["contain", *sys.argv[1:]]), load_before=load_before)
+    page = render_bench_html(
+        summaries=summaries,
+        backends=backends,
+        facts=facts,
+        text_report=text,
+        accelerators=pooled.accelerators,
+        memory=pooled.memory,
+    )
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(page)
+    print(f"bench: wrote {for_terminal(path)}", file=sys.stderr)
 
 
 def _fleet(args: argparse.Namespace) -> int:

@@ -20,7 +20,14 @@ from contain.errors import UnknownBackend, UnsupportedHost
 def test_a_summary_has_the_median_and_the_nearest_rank_p95():
     summary = _summarise("x", [float(n) for n in range(20, 0, -1)])  # unsorted on purpose
     assert summary == Summary("x", 20, 10.5, 19.0)
-    assert summary.to_dict() == {"name": "x", "samples": 20, "median_ms": 10500.0, "p95_ms": 19000.0}
+    assert summary.values_s == tuple(float(n) for n in range(20, 0, -1))  # kept in measurement order
+    assert summary.to_dict() == {
+        "name": "x",
+        "samples": 20,
+        "median_ms": 10500.0,
+        "p95_ms": 19000.0,
+        "samples_ms": [float(n) * 1e3 for n in range(20, 0, -1)],
+    }
     assert _summarise("one", [0.5]) == Summary("one", 1, 0.5, 0.5)
 
 
@@ -135,7 +142,14 @@ def test_bench_backends_refuses_unknown_backends_as_the_runtime_does(text: str):
         bench_backends(text)
 
 
-def test_bench_backends_refuses_a_backend_it_has_no_baseline_for():
+def test_bench_backends_takes_microvm_for_its_absolute_targets():
+    assert bench_backends("process,microvm") == ("process", "microvm")
+
+
+def test_bench_backends_refuses_a_backend_it_has_neither_a_baseline_nor_targets_for(monkeypatch):
+    import contain.bench.startup as startup
+
+    monkeypatch.setattr(startup, "ABSOLUTE_TARGET_BACKENDS", ())
     with pytest.raises(UnsupportedHost, match="no start-up baseline for backend 'microvm'"):
         bench_backends("process,microvm")
 

@@ -209,6 +209,8 @@ def test_runsc_refuses_a_boundary_that_keeps_sockets_connectable_and_runc_plans_
     with pytest.raises(UnsupportedHost, match="allow_sockets"):
         plan_layers(manifest, facts(), egress_available=False, backend="container:runsc", runtime=RUNSC_PTRACE)
     assert plan_layers(manifest, facts(), egress_available=False, backend="container:runc", runtime=RUNC).seccomp
+    read_only = boundary(files=[{"path": "/in", "access": "read", "host": str(tmp_path)}])
+    assert plan_layers(read_only, facts(), egress_available=False, backend="container:runsc", runtime=RUNSC_PTRACE)
 
 
 # -- microvm ----------------------------------------------------------------------------------------
