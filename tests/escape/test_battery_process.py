@@ -21,6 +21,7 @@ pytestmark = [pytest.mark.needs_bwrap, pytest.mark.needs_root]
 
 BATTERY_BUDGET_S = 300.0
 
+
 # case id -> why it escapes today (each is a runtime gap the probe found, not a probe defect)
 @pytest.fixture(scope="module")
 def battery():

@@ -246,23 +246,21 @@ def test_a_read_bind_and_its_block_hold_as_on_the_process_backend(backend: str, 
     assert not (data / "new").exists()
 
 
-def test_runc_write_bind_files_belong_to_the_binds_owner(host_tmp: Path) -> None:
+@pytest.mark.parametrize("backend", CONTAINERS)
+def test_write_bind_files_belong_to_the_binds_owner_and_protected_names_stay_closed(
+    backend: str, host_tmp: Path
+) -> None:
     proj = host_tmp / "proj"
     proj.mkdir()
     os.chown(proj, 65534, 65534)
     manifest = boundary(files=[{"path": "/proj", "access": "write", "host": str(proj)}])
-    result = run_on("container:runc", manifest, ["/bin/sh", "-c", "echo made > /proj/out; echo x > /proj/.envrc"])
+    with Sandbox(manifest, backend=backend) as sb:
+        made = sb.run(["/bin/sh", "-c", "echo made > /proj/out"])
+        protected = sb.run(["/bin/sh", "-c", "echo x > /proj/.envrc"])
+    assert made.status == 0, made.stderr.data
     assert (proj / "out").read_text() == "made\n"
     assert (proj / "out").stat().st_uid == 65534
-    assert not (proj / ".envrc").exists() and result.status != 0  # the protected name stayed a placeholder
-
-
-@pytest.mark.skipif(RUNSC_MISSING, reason="runsc is not installed")
-def test_runsc_refuses_a_write_bind_before_starting_anything(host_tmp: Path) -> None:
-    manifest = boundary(files=[{"path": "/proj", "access": "write", "host": str(host_tmp)}])
-    with pytest.raises(UnsupportedHost, match="write binds are not supported under runsc"):
-        Sandbox(manifest, backend="container:runsc").start()
-    assert os.listdir(host_tmp) == []  # no placeholder was made: refused at the layer plan, before step 2
+    assert protected.status != 0 and not (proj / ".envrc").exists()  # the placeholder held and is gone
 
 
 @pytest.mark.parametrize("backend", CONTAINERS)
@@ -290,9 +288,9 @@ def test_a_runtime_that_fails_to_start_leaves_nothing(monkeypatch: pytest.Monkey
     seen: list[str] = []
     real_init = container_backend.ContainerSandbox.__init__
 
-    def remember(self, runtime, plan, name):  # type: ignore[no-untyped-def]
+    def remember(self, runtime, plan, name, **kwargs):  # type: ignore[no-untyped-def]
         seen.append(name)
-        real_init(self, RuntimeFacts("runc", "/bin/false", "false"), plan, name)
+        real_init(self, RuntimeFacts("runc", "/bin/false", "false"), plan, name, **kwargs)
 
     monkeypatch.setattr(container_backend.ContainerSandbox, "__init__", remember)
     with pytest.raises(SandboxStartError, match="runc run failed"):
@@ -394,3 +392,30 @@ def test_an_image_that_would_escape_is_refused_with_exit_125(host_tmp: Path) -> 
     assert done.returncode == 125, done.stderr
     assert "../escape" in done.stderr and "fix:" in done.stderr
     assert not (host_tmp.parent / "escape").exists()
+
+
+@pytest.mark.parametrize("backend", CONTAINERS)
+def test_a_sandbox_whose_owner_was_killed_is_swept_by_the_next_start(backend: str) -> None:
+    import subprocess
+    import sys
+
+    from contain.host.facts import detect_host
+    from contain.runtime.container.sweep import sweep_stale
+
+    owner = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time\nfrom contain.runtime import Sandbox\n"
+            f"sb = Sandbox(backend={backend!r}); sb.start(); print(sb.supervisor_pid, flush=True); time.sleep(60)",
+        ],
+        stdout=subprocess.PIPE,
+    )
+    assert owner.stdout is not None
+    pid = int(owner.stdout.readline())
+    name = leaf_of(pid)
+    owner.kill()
+    owner.wait(timeout=30)
+    assert leftovers(name), "positive control: a killed owner leaves its sandbox behind"
+    assert name in sweep_stale(CONTAINER_ROOT, detect_host())
+    assert leftovers(name) == []

@@ -1,4 +1,10 @@
-"""`contain probe [--backend B] [--cases GLOBS] [--json] [--report FILE.html] [--wrap 'CMD ...']`.
+"""`contain probe [--backend SPEC] [--cases GLOBS] [--json] [--report FILE.html] [--wrap 'CMD ...']`.
+
+``--backend`` takes the backend spec strings of ``contain run`` (``process``, ``container``,
+``container:runc``, ``container:runsc``). The spec is parsed and the backend constructed (which
+probes its runtime binary) before any case runs: an unknown spec or a missing runtime exits 125
+with the cause and the fix instead of turning every case into an ERROR. A bare ``container``
+is reported as the runtime it resolves to (``container:runc``).
 
 Runs the escape-and-recovery battery and judges it from outside. While it runs, one progress
 line per case goes to stderr; at the end a summary table goes to stderr (stdout with no --json).
@@ -23,7 +29,11 @@ from contain.visible_text import for_terminal
 
 
 def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
-    parser.add_argument("--backend", default="process", help="contain backend to test (default: process)")
+    parser.add_argument(
+        "--backend",
+        default="process",
+        help="contain backend spec to test: process, container, container:runc, container:runsc (default: process)",
+    )
     parser.add_argument("--cases", default=None, help="comma-separated id globs, e.g. 'FS-*,NE-01' (default: all)")
     parser.add_argument("--json", action="store_true", help="print the report as one JSON document on stdout")
     parser.add_argument("--report", metavar="FILE.html", default=None, help="write a self-contained HTML report")
@@ -44,18 +54,9 @@ def execute(args: argparse.Namespace) -> int:
     from contain.probe.runner import run_battery
     from contain.probe.targets import ContainTarget, WrapTarget
 
-    if not args.wrap:
-        from contain.errors import UnsupportedHost
-        from contain.runtime import BACKENDS
-
-        if args.backend not in BACKENDS:
-            raise UnsupportedHost(
-                f"backend {args.backend!r} is not available in this version",
-                f"use --backend {' or '.join(BACKENDS)}, or test another sandbox with --wrap 'CMD ...'",
-            )
     cases = load_cases()
     infos = {c.id: c for c in cases}
-    target = WrapTarget(shlex.split(args.wrap)) if args.wrap else ContainTarget(args.backend)
+    target = WrapTarget(shlex.split(args.wrap)) if args.wrap else ContainTarget(_checked_backend(args.backend))
     ctx = RunContext(target)
 
     def progress(index: int, count: int, result: CaseResult) -> None:
@@ -84,3 +85,19 @@ def execute(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(summary)
     return report.exit_code
+
+
+def _checked_backend(text: str) -> str:
+    """The full spec of ``--backend`` once its backend could be constructed here.
+
+    Raises:
+        UnknownBackend: not a spec of ``backend_names.BACKEND_KINDS`` (exit 125).
+        UnsupportedHost: the kind is not available in this version, or its runtime binary is
+            missing or unusable (exit 125).
+    """
+    from contain.boundary import Boundary
+    from contain.probe.targets import DEFAULT_PROBE_BOUNDARY
+    from contain.runtime import Sandbox
+
+    sandbox = Sandbox(Boundary.model_validate(DEFAULT_PROBE_BOUNDARY), backend=text)  # constructed, never started
+    return sandbox.backend

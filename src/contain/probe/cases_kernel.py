@@ -520,8 +520,7 @@ def _sy12(ctx: ProbeContext) -> CaseResult:
         control_failures=failures,
         missing=[],
         contained=(
-            "launcher refused an unsupported arch, a missing libseccomp and a malformed filter; "
-            "workload has no caps"
+            "launcher refused an unsupported arch, a missing libseccomp and a malformed filter; workload has no caps"
         ),
         control="a valid filter runs the workload; the host control holds capabilities",
         evidence={"launcher": checks, "caps": caps.evidence},

@@ -37,7 +37,7 @@ from contain.probe.context import (
     succeeded,
     verdict,
 )
-from contain.probe.snapshot import diff, ipc_key, kill_marked, marked_processes, take_snapshot
+from contain.probe.snapshot import ProcessEntry, diff, ipc_key, kill_marked, marked_processes, take_snapshot
 from contain.probe.targets import ContainTarget, WrapTarget, _BoundedHostRunner
 
 __all__ = ["CASES"]
@@ -354,11 +354,23 @@ def _launch(target: Target, marker: str) -> tuple[subprocess.Popen[bytes], int |
     raise TypeError(f"LF-08 does not know how to launch {type(target).__name__}")
 
 
+def workload_processes(
+    entries: list[ProcessEntry], *, launcher_pid: int, launcher_cmdline: str | None
+) -> list[ProcessEntry]:
+    """The marked processes that are the launched workload: not the launcher itself, and not a
+    copy of it between fork and exec (it has the launcher's command line and vanishes at exec; a
+    scan on a loaded host catches it, and taking it for the workload made LF-08's control see a
+    workload that never was, then no survivor)."""
+    return [p for p in entries if p.pid != launcher_pid and p.cmdline != launcher_cmdline]
+
+
 def _kill_launcher(target: Target, marker: str) -> dict[str, Any]:
     proc, init_pid = _launch(target, marker)
 
     def others() -> list[Any]:  # the launcher's own command line carries the marker too
-        return [p for p in marked_processes([marker]) if p.pid != proc.pid]
+        found = marked_processes([marker])
+        launcher = next((p.cmdline for p in found if p.pid == proc.pid), None)
+        return workload_processes(found, launcher_pid=proc.pid, launcher_cmdline=launcher)
 
     deadline = time.monotonic() + 10
     while not others() and time.monotonic() < deadline:

@@ -200,7 +200,6 @@ def _fill_case(rc: RunContext, case_id: str, dirs: list[str], what: str) -> Case
     )
 
 
-
 def re_03(ctx: ProbeContext) -> CaseResult:
     rc = as_run_context(ctx)
     dirs = ["/tmp", "/work"] if rc.target.has_contain_hooks else ["/tmp", "/var/tmp"]

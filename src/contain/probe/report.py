@@ -43,6 +43,12 @@ class Report:
     results: tuple[CaseResult, ...]
     cases: Mapping[str, CaseInfo] = field(default_factory=dict)
     host: Mapping[str, Any] = field(default_factory=dict)
+    backend: str | None = None  # contain's backend spec (e.g. "container:runsc"); None for --wrap
+
+    @property
+    def backend_label(self) -> str:
+        """What the report's header says about the backend."""
+        return self.backend if self.backend is not None else "none (not a contain backend)"
 
     def totals(self) -> dict[str, int]:
         counts = {v.value: 0 for v in Verdict}
@@ -78,6 +84,7 @@ class Report:
             "schema": _SCHEMA,
             "target": self.target,
             "target_kind": self.target_kind,
+            "backend": self.backend,
             "run_id": self.run_id,
             "started_at": self.started_at,
             "duration_s": round(self.duration_s, 3),
@@ -106,7 +113,9 @@ def render_table_line(result: CaseResult, info: CaseInfo | None = None) -> str:
 
 
 def render_summary(report: Report) -> str:
-    lines = [f"target: {report.target}   run: {report.run_id}   {report.duration_s:.1f}s"]
+    lines = [
+        f"target: {report.target}   backend: {report.backend_label}   run: {report.run_id}   {report.duration_s:.1f}s"
+    ]
     lines.append("category  " + "  ".join(f"{v.value[:12]:>12}" for v in Verdict) + "   score")
     for category, row in report.by_category().items():
         lines.append(f"{category:<9} " + "  ".join(f"{row[v.value]:>12}" for v in Verdict) + f"   {row['score']}")
@@ -155,7 +164,8 @@ def render_html(report: Report) -> str:
 <title>contain probe report: {_e(report.target)}</title>
 <style>{_CSS}</style></head><body>
 <h1>contain probe: {_e(report.target)}</h1>
-<p>run <code>{_e(report.run_id)}</code>, started {_e(report.started_at)}, {report.duration_s:.1f} s,
+<p>backend <code>{_e(report.backend_label)}</code>,
+run <code>{_e(report.run_id)}</code>, started {_e(report.started_at)}, {report.duration_s:.1f} s,
 {len(report.results)} cases</p>
 {status}
 <h2>Scores per category</h2>

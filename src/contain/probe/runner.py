@@ -3,7 +3,8 @@
 ``run_battery`` is the orchestrator:
   1. look up each selected id; a catalogue id with no implementation is an ERROR result, never
      skipped (fail closed: a battery that silently runs fewer cases would pass too easily);
-  2. a case whose ``not_applicable`` names this target's kind gets NOT_APPLICABLE with the reason;
+  2. a case whose ``not_applicable`` names this target's kind gets NOT_APPLICABLE with the reason
+     (a backend spec such as ``container:runc`` is looked up as itself, then as ``container``);
   3. otherwise the case's ``check`` runs in a worker thread with a deadline; an exception becomes
      ERROR with the traceback in the evidence, a missed deadline becomes ERROR too;
   4. whatever the case planted is removed (``RunContext.run_deferred``); cleanup errors are
@@ -29,7 +30,7 @@ from contain.probe.case import CaseResult, ProbeCase, Verdict
 from contain.probe.context import RunContext
 from contain.probe.registry import ALL_IDS, select_ids
 from contain.probe.report import Report, case_infos
-from contain.probe.targets import target_kind
+from contain.probe.targets import kind_keys, target_kind
 
 __all__ = ["DEFAULT_CASE_TIMEOUT_S", "host_summary", "run_battery", "run_case"]
 
@@ -42,7 +43,7 @@ def run_case(case: ProbeCase, ctx: RunContext, *, timeout_s: float = DEFAULT_CAS
     """One case, never raising: NOT_APPLICABLE, its own verdict, or ERROR."""
     kind = target_kind(ctx.target)
     began = time.perf_counter()
-    reason = case.not_applicable.get(kind)
+    reason = next((case.not_applicable[k] for k in kind_keys(kind) if k in case.not_applicable), None)
     if reason is not None:
         return CaseResult(case.id, Verdict.NOT_APPLICABLE, reason, {"target_kind": kind})
     box: dict[str, Any] = {}
@@ -124,7 +125,14 @@ def run_battery(
         results=tuple(results),
         cases=case_infos(cases),
         host=host if host is not None else host_summary(),
+        backend=_backend_of(ctx.target),
     )
+
+
+def _backend_of(target: object) -> str | None:
+    """The contain backend spec a target runs on (None for --wrap and host targets)."""
+    backend = getattr(target, "backend", None)
+    return backend if isinstance(backend, str) and getattr(target, "has_contain_hooks", False) else None
 
 
 def host_summary() -> dict[str, Any]:

@@ -1,9 +1,11 @@
 """Where attack code runs: contain's own backend, a wrapped third-party sandbox, or the bare host.
 
-- ``ContainTarget`` runs each attack in a fresh ``Sandbox`` whose boundary is the probe's default
-  (scratch only, no network, modest budgets) deep-merged with the case's ``boundary`` mapping.
-  It fills ``AttackRun.run_result`` (contain's RunResult), ``egress_events`` and ``host_pid``
-  (the sandbox's pid 1 as seen from the host).
+- ``ContainTarget(spec)`` runs each attack in a fresh ``Sandbox(boundary, backend=spec)`` (spec:
+  ``process``, ``container:runc``, ``container:runsc``; the spec is also the target's kind) whose
+  boundary is the probe's default (scratch only, no network, modest budgets) deep-merged with the
+  case's ``boundary`` mapping. It fills ``AttackRun.run_result`` (contain's RunResult),
+  ``egress_events`` and ``host_pid`` (the sandbox's pid 1 as seen from the host).
+  ``run_observed`` also lets a judge look at the running sandbox before and after the attack.
 - ``WrapTarget`` runs ``prefix + argv`` as a host subprocess, e.g. ``bwrap --unshare-all ...
   python3 -c CODE``: it has no contain hooks, so the case's ``boundary`` is ignored. The
   subprocess starts in its own session under bounded rlimits (address space, CPU, file size,
@@ -27,7 +29,7 @@ import selectors
 import signal
 import subprocess
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from contain.probe.case import AttackRun
@@ -37,8 +39,10 @@ __all__ = [
     "RELAXED_CONTROL_BOUNDARY",
     "ContainTarget",
     "HostControlTarget",
+    "Observer",
     "WrapTarget",
     "deep_merge",
+    "kind_keys",
     "target_kind",
 ]
 
@@ -95,11 +99,21 @@ def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any] | None) -> d
 
 def target_kind(target: object) -> str:
     """The key a case's ``not_applicable`` mapping is looked up with: ``process``, ``wrap``,
-    ``host`` (or another backend name)."""
+    ``host``, or a backend spec such as ``container:runsc`` (see ``kind_keys``)."""
     kind = getattr(target, "kind", None)
     if isinstance(kind, str):
         return kind
     return "contain" if getattr(target, "has_contain_hooks", False) else "wrap"
+
+
+def kind_keys(kind: str) -> tuple[str, ...]:
+    """The ``not_applicable`` keys that apply to a target kind, most specific first.
+
+    A backend spec ``container:runsc`` is looked up as itself, then as its kind ``container``, so
+    a case can say "not on any container backend" once, or single out one runtime.
+    """
+    base = kind.split(":", 1)[0]
+    return (kind,) if base == kind else (kind, base)
 
 
 class _PythonRunner:
@@ -126,11 +140,17 @@ class _PythonRunner:
         return self.run_argv(["python3", "-c", code], timeout_s=timeout_s, boundary=boundary, env=env)
 
 
+Observer = Callable[[Any], Callable[[], None]]
+"""A judge that looks at a running sandbox from outside: called with the started ``Sandbox``
+before the attack runs, it returns what to call after the attack, before the sandbox closes."""
+
+
 class ContainTarget(_PythonRunner):
     """Attacks run in a fresh contain ``Sandbox`` per run.
 
     Args:
-        backend: the runtime backend, e.g. ``"process"``.
+        backend: the backend spec, e.g. ``"process"``, ``"container:runc"``, ``"container:runsc"``
+            (what ``Sandbox(boundary, backend=...)`` accepts); also the target's ``kind``.
         base_boundary: the boundary every run starts from (default ``DEFAULT_PROBE_BOUNDARY``).
         label: appended to the name, e.g. ``"relaxed"`` for a control target.
     """
@@ -157,6 +177,20 @@ class ContainTarget(_PythonRunner):
         boundary: Mapping[str, Any] | None = None,
         env: Mapping[str, str] | None = None,
     ) -> AttackRun:
+        return self.run_observed(argv, observer=None, timeout_s=timeout_s, boundary=boundary, env=env)
+
+    def run_observed(
+        self,
+        argv: Sequence[str],
+        *,
+        observer: Observer | None,
+        timeout_s: float = 20.0,
+        boundary: Mapping[str, Any] | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> AttackRun:
+        """``run_argv`` with an outside judge: ``observer(sandbox)`` runs once the sandbox has
+        started and before the attack; what it returns runs after the attack and before the
+        sandbox closes (while the backend's runtime state, cgroup and processes still exist)."""
         from contain.boundary import Boundary
         from contain.runtime import Sandbox
 
@@ -164,7 +198,10 @@ class ContainTarget(_PythonRunner):
         began = time.perf_counter()
         with Sandbox(manifest, backend=self.backend) as sandbox:
             host_pid = sandbox.supervisor_pid
+            after = observer(sandbox) if observer is not None else None
             result = sandbox.run(list(argv), timeout=timeout_s, env=dict(env or {}))
+            if after is not None:
+                after()
         return AttackRun(
             exit_code=result.exit_code,
             signal=result.signal,

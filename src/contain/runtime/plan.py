@@ -127,22 +127,7 @@ def _check_process_host(facts: HostFacts) -> None:
         )
 
 
-def _check_runsc_boundary(boundary: PlainBoundary) -> None:
-    # runsc's gofer (host root) creates files for the workload; through the idmapped view that gives
-    # a write bind its owner, root is unmapped and every create fails with EOVERFLOW (measured,
-    # runsc 20221219). Refused rather than bound without the view, which would leave files owned
-    # by a leased uid in the user's tree.
-    if has_write_binds(boundary):
-        raise UnsupportedHost(
-            "write binds are not supported under runsc: its gofer cannot create files through the "
-            "idmapped view that keeps them owned by the bind's owner",
-            "use --backend container:runc or process for this boundary, or make the bind read-only",
-        )
-
-
-def _check_container_host(
-    boundary: PlainBoundary, facts: HostFacts, backend: str, runtime: RuntimeFacts | None
-) -> dict[str, str]:
+def _check_container_host(facts: HostFacts, backend: str, runtime: RuntimeFacts | None) -> dict[str, str]:
     """The container backend's own prerequisites; returns its report lines (runtime, platform)."""
     if not facts.is_root:
         raise UnsupportedHost(
@@ -163,7 +148,6 @@ def _check_container_host(
         )
     if variant == "runsc":
         platform = plan_runsc_platform(runtime.platforms)
-        _check_runsc_boundary(boundary)
         return {
             "runtime": f"runsc ({runtime.version}): gVisor user-space kernel",
             "platform": f"{platform.name} ({platform.why})",
@@ -231,7 +215,7 @@ def plan_layers(
     if backend == "process":
         _check_process_host(facts)
     else:
-        report.update(_check_container_host(boundary, facts, backend, runtime))
+        report.update(_check_container_host(facts, backend, runtime))
     if not facts.seccomp:
         raise UnsupportedHost(
             "the kernel has no seccomp filter support", "use a kernel built with CONFIG_SECCOMP_FILTER"

@@ -57,3 +57,54 @@ def test_json_output_stays_exact(hostile_battery, capsys):
     captured = capsys.readouterr()
     assert json.loads(captured.out)["results"][0]["summary"].endswith(HOSTILE)
     assert_terminal_safe(captured.err)
+
+
+@pytest.fixture
+def recorded_battery(monkeypatch):
+    """The battery replaced by one that records the target it was given."""
+    seen: list[object] = []
+
+    def run_battery(cases, ctx, *, patterns=None, case_timeout_s=0.0, progress=None, **_):
+        seen.append(ctx.target)
+        return Report(ctx.target.name, "contain", ctx.run_id, "2026-01-01T00:00:00Z", 0.1, ())
+
+    monkeypatch.setattr(contain.probe.context, "RunContext", _FakeContext)
+    monkeypatch.setattr(contain.probe.runner, "run_battery", run_battery)
+    return seen
+
+
+def _fake_runtime(monkeypatch, *, missing: bool = False):
+    import contain.runtime.container.backend as container_backend
+    from contain.errors import UnsupportedHost
+    from contain.runtime.backend_names import RuntimeFacts
+
+    def probe_runtime(runtime):
+        if missing:
+            raise UnsupportedHost(f"{runtime} is not installed", f"install {runtime}")
+        return RuntimeFacts(runtime, f"/usr/sbin/{runtime}", f"{runtime} version 1")
+
+    monkeypatch.setattr(container_backend, "probe_runtime", probe_runtime)
+
+
+@pytest.mark.parametrize(("given", "full"), [("container", "container:runc"), ("container:runsc", "container:runsc")])
+def test_a_backend_spec_becomes_the_target_and_a_bare_container_names_its_runtime(
+    recorded_battery, monkeypatch, given, full
+):
+    _fake_runtime(monkeypatch)
+    assert main(["probe", "--backend", given, "--cases", "OC-*"]) == 0
+    (target,) = recorded_battery
+    assert (target.backend, target.kind, target.name) == (full, full, f"contain:{full}")
+
+
+@pytest.mark.parametrize("spec", ["container:gvisor", "docker", "process:bwrap"])
+def test_an_unknown_backend_spec_exits_125_before_any_case_runs(recorded_battery, capsys, spec):
+    assert main(["probe", "--backend", spec]) == 125
+    assert recorded_battery == []
+    assert "fix: use " in capsys.readouterr().err
+
+
+def test_a_missing_runtime_exits_125_before_any_case_runs(recorded_battery, monkeypatch, capsys):
+    _fake_runtime(monkeypatch, missing=True)
+    assert main(["probe", "--backend", "container:runsc"]) == 125
+    assert recorded_battery == []
+    assert "runsc is not installed" in capsys.readouterr().err

@@ -32,8 +32,14 @@ class Fake:
         self.behave, self.has_contain_hooks = behave, hooks
         self.kind = "process" if hooks else "wrap"
 
-    def run_python(self, code: str, *, timeout_s: float = 20.0, boundary: Mapping[str, Any] | None = None,
-                   env: Mapping[str, str] | None = None) -> AttackRun:
+    def run_python(
+        self,
+        code: str,
+        *,
+        timeout_s: float = 20.0,
+        boundary: Mapping[str, Any] | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> AttackRun:
         return _report(self.behave(params_of(code)))
 
     def run_argv(self, argv: Sequence[str], **kw: Any) -> AttackRun:

@@ -180,5 +180,7 @@ def test_read_report_takes_the_last_record_and_none_without_one() -> None:
     ],
 )
 def test_decide_orders_breach_then_control_then_missing(breaches, failures, missing, expected) -> None:
-    result = decide("X-01", breaches=breaches, control_failures=failures, missing=missing, contained="ok", control="c", evidence={})
+    result = decide(
+        "X-01", breaches=breaches, control_failures=failures, missing=missing, contained="ok", control="c", evidence={}
+    )
     assert result.verdict is expected

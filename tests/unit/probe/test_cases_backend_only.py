@@ -1,5 +1,6 @@
-"""OC and VM cases: NOT_APPLICABLE by construction on targets without an OCI runtime or a VMM,
-with the reason; on any other target kind an ERROR (never a pass) until its backend brings probes."""
+"""VM cases: NOT_APPLICABLE by construction on targets without a VMM (process, every container
+backend, host, wrap), with the reason; on any other target kind an ERROR (never a pass) until its
+backend brings probes. (The OC cases are tested in test_cases_oci.py.)"""
 
 from __future__ import annotations
 
@@ -29,22 +30,29 @@ def _ctx(kind: str) -> RunContext:
     return RunContext(target, control=target, sandboxed_control=target, run_id="unitoc")
 
 
-def test_the_cases_are_oc_01_to_06_and_vm_01_to_06():
-    assert [c.id for c in CASES] == [f"OC-0{n}" for n in range(1, 7)] + [f"VM-0{n}" for n in range(1, 7)]
-    assert {c.category for c in CASES} == {Category.OC, Category.VM}
+def test_the_cases_are_vm_01_to_06():
+    assert [c.id for c in CASES] == [f"VM-0{n}" for n in range(1, 7)]
+    assert {c.category for c in CASES} == {Category.VM}
 
 
-@pytest.mark.parametrize("kind", ["process", "host", "wrap"])
+@pytest.mark.parametrize("kind", ["process", "container", "host", "wrap"])
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
-def test_targets_without_a_runtime_or_vmm_are_not_applicable_with_the_reason(case, kind):
+def test_targets_without_a_vmm_are_not_applicable_with_the_reason(case, kind):
     result = run_case(case, _ctx(kind))
     assert result.verdict is Verdict.NOT_APPLICABLE
-    missing = "no OCI runtime" if case.category is Category.OC else "no VMM"
-    assert result.summary.startswith(f"not applicable by construction: the {kind} target runs {missing}")
+    assert result.summary.startswith(f"not applicable by construction: the {kind} target runs no VMM")
+
+
+@pytest.mark.parametrize("spec", ["container:runc", "container:runsc"])
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
+def test_every_container_runtime_is_not_applicable_through_its_kind(case, spec):
+    result = run_case(case, _ctx(spec))
+    assert result.verdict is Verdict.NOT_APPLICABLE
+    assert "the container target runs no VMM" in result.summary
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
 def test_any_other_target_kind_is_an_error_never_a_pass(case):
-    result = run_case(case, _ctx("container"))
+    result = run_case(case, _ctx("microvm"))
     assert result.verdict is Verdict.ERROR
-    assert f"{case.id} has no probe for target 'fake-container' yet" in result.summary
+    assert f"{case.id} has no probe for target 'fake-microvm' yet" in result.summary

@@ -51,8 +51,14 @@ class Fake:
     def __init__(self, behave: Callable[[dict[str, Any]], dict[str, Any] | None]) -> None:
         self.behave = behave
 
-    def run_python(self, code: str, *, timeout_s: float = 20.0, boundary: Mapping[str, Any] | None = None,
-                   env: Mapping[str, str] | None = None) -> AttackRun:
+    def run_python(
+        self,
+        code: str,
+        *,
+        timeout_s: float = 20.0,
+        boundary: Mapping[str, Any] | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> AttackRun:
         report = self.behave(params_of(code))
         out = b"" if report is None else ("\n" + REPORT_MARK + json.dumps(report) + "\n").encode()
         return AttackRun(0, None, out, b"", False, 0.01)

@@ -34,7 +34,11 @@ class Scripted:
         self.calls: list[tuple[dict[str, Any], Mapping[str, Any] | None]] = []
 
     def run_python(
-        self, code: str, *, timeout_s: float = 20.0, boundary: Mapping[str, Any] | None = None,
+        self,
+        code: str,
+        *,
+        timeout_s: float = 20.0,
+        boundary: Mapping[str, Any] | None = None,
         env: Mapping[str, str] | None = None,
     ) -> AttackRun:
         params = params_of(code)
@@ -145,7 +149,9 @@ def test_route_added_on_the_host_is_escaped_and_removed(monkeypatch) -> None:
 def test_i386_entry_must_die_by_sigsys_not_fail_with_an_errno(monkeypatch) -> None:
     probes = tuple(p for p in KERNEL_PROBES["SY-07"] if p.name == "helper_socketcall")
     result = judge_kernel(
-        "SY-07", probes, attack={"helper_socketcall": {"ok": False, "errno": "EAFNOSUPPORT"}},
+        "SY-07",
+        probes,
+        attack={"helper_socketcall": {"ok": False, "errno": "EAFNOSUPPORT"}},
         control={"helper_socketcall": {"ok": True, "value": 3}},
     )
     assert result.verdict is Verdict.ESCAPED

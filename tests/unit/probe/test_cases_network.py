@@ -24,7 +24,9 @@ def test_route_judge_breach_and_blind_control() -> None:
 
 
 def _vsock(ok: bool) -> Callable[[dict[str, Any]], dict[str, Any]]:
-    return lambda p: {"af_vsock_socket": {"ok": True, "value": "created"} if ok else {"ok": False, "errno": "EAFNOSUPPORT"}}
+    return lambda p: {
+        "af_vsock_socket": {"ok": True, "value": "created"} if ok else {"ok": False, "errno": "EAFNOSUPPORT"}
+    }
 
 
 @pytest.mark.parametrize(
@@ -93,5 +95,3 @@ def test_every_shots_row_is_a_case_with_its_own_check() -> None:
     for row in cases_network.SHOTS_CASES:
         case = by_id[row.id]
         assert (case.title, case.expected, case.check) == (row.title, row.expected, row.check)
-
-

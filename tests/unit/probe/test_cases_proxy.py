@@ -52,8 +52,14 @@ class FakeProxyTarget:
     def __init__(self, policy: Policy, *, hooks: bool = True) -> None:
         self.policy, self.has_contain_hooks = policy, hooks
 
-    def run_python(self, code: str, *, timeout_s: float = 20.0, boundary: Mapping[str, Any] | None = None,
-                   env: Mapping[str, str] | None = None) -> AttackRun:
+    def run_python(
+        self,
+        code: str,
+        *,
+        timeout_s: float = 20.0,
+        boundary: Mapping[str, Any] | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> AttackRun:
         params = params_of(code)
         allowed = next(r["ports"][0] for r in (boundary or {})["network"]["allow"] if r["host"] == "allowed.test")
         report, events = {}, []
@@ -148,5 +154,16 @@ def test_px15_a_proxy_that_follows_the_redirect_is_escaped() -> None:
 
 def test_case_ids_are_the_present_catalogue_ids() -> None:
     assert [c.id for c in CASES] == [
-        "PX-01", "PX-02", "PX-03", "PX-04", "PX-05", "PX-07", "PX-08", "PX-11", "PX-12", "PX-13", "PX-14", "PX-15",
+        "PX-01",
+        "PX-02",
+        "PX-03",
+        "PX-04",
+        "PX-05",
+        "PX-07",
+        "PX-08",
+        "PX-11",
+        "PX-12",
+        "PX-13",
+        "PX-14",
+        "PX-15",
     ]

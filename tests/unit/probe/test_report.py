@@ -21,6 +21,7 @@ def _report(results: tuple[CaseResult, ...]) -> Report:
             "NE-01": CaseInfo("NE-01", "NE", "connect out", "no connection"),
         },
         host={"kernel": "6.18"},
+        backend="process",
     )
 
 
@@ -37,6 +38,7 @@ def test_json_document_has_the_whole_structure():
         "schema": "contain.probe.report/1",
         "target": "contain:process",
         "target_kind": "process",
+        "backend": "process",
         "run_id": "abc123",
         "started_at": "2026-01-01T00:00:00+00:00",
         "duration_s": 1.235,
@@ -105,3 +107,17 @@ def test_summary_and_table_lines_name_verdicts_and_scores():
     assert summary.rstrip().endswith("FAIL: not every case is CONTAINED or NOT_APPLICABLE")
     line = render_table_line(RESULTS[0], report.cases["FS-01"])
     assert line.startswith("FS-01  CONTAINED") and "[read a canary]" in line
+
+
+def test_the_summary_and_html_headers_name_the_backend():
+    report = _report(RESULTS)
+    assert render_summary(report).splitlines()[0].startswith("target: contain:process   backend: process   run: abc123")
+    assert "backend <code>process</code>" in render_html(report)
+
+
+def test_a_wrap_report_says_it_ran_on_no_contain_backend():
+    import dataclasses
+
+    report = dataclasses.replace(_report(RESULTS), target="wrap:bwrap", target_kind="wrap", backend=None)
+    assert "backend: none (not a contain backend)" in render_summary(report).splitlines()[0]
+    assert json.loads(render_json(report))["backend"] is None

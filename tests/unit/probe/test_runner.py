@@ -145,3 +145,37 @@ def test_cleanup_runs_after_each_case_and_its_errors_are_evidence():
     result = run_case(_case("FS-01", check=planting), _ctx())
     assert calls == ["cleaned"]
     assert result.evidence["cleanup_errors"] == ["OSError: busy"]
+
+
+class SpecTarget(FakeTarget):
+    has_contain_hooks = True
+
+    def __init__(self, spec: str) -> None:
+        self.kind = self.backend = spec
+        self.name = f"contain:{spec}"
+
+
+def _spec_ctx(spec: str) -> RunContext:
+    target = SpecTarget(spec)
+    return RunContext(target, control=target, sandboxed_control=target, run_id="r2")
+
+
+def test_a_backend_spec_finds_the_reason_given_for_its_kind():
+    case = _case("VM-01", Verdict.ESCAPED, container="no VMM in a container")
+    for spec in ("container:runc", "container:runsc"):
+        result = run_case(case, _spec_ctx(spec))
+        assert (result.verdict, result.summary) == (Verdict.NOT_APPLICABLE, "no VMM in a container")
+        assert result.evidence == {"target_kind": spec}
+
+
+def test_a_reason_for_one_runtime_wins_over_the_kind_and_spares_the_other_runtime():
+    case = _case("OC-01", Verdict.CONTAINED, **{"container:runsc": "runsc only", "container": "any container"})
+    assert run_case(case, _spec_ctx("container:runsc")).summary == "runsc only"
+    assert run_case(case, _spec_ctx("container:runc")).summary == "any container"
+    assert run_case(case, _spec_ctx("process")).verdict is Verdict.CONTAINED
+
+
+def test_the_report_carries_the_backend_spec_and_none_for_a_wrapped_sandbox():
+    cases = [_case("FS-01", Verdict.CONTAINED)]
+    assert run_battery(cases, _spec_ctx("container:runsc"), catalogue=["FS-01"], host={}).backend == "container:runsc"
+    assert run_battery(cases, _ctx(), catalogue=["FS-01"], host={}).backend is None

@@ -81,3 +81,22 @@ def test_a_detached_child_holding_the_pipes_cannot_stall_the_run():
     run = HostControlTarget().run_argv(["/bin/sh", "-c", "sleep 30 & echo parent-done"], timeout_s=20)
     assert (run.exit_code, run.stdout, run.timed_out) == (0, b"parent-done\n", False)
     assert time.perf_counter() - began < 10  # not the child's 30 s: its process group was killed
+
+
+def test_a_backend_spec_is_looked_up_as_itself_then_as_its_kind():
+    from contain.probe.targets import kind_keys
+
+    assert kind_keys("container:runsc") == ("container:runsc", "container")
+    assert kind_keys("process") == ("process",)
+    assert kind_keys("wrap") == ("wrap",)
+
+
+def test_a_contain_target_takes_the_spec_as_its_kind_and_name():
+    from contain.probe.targets import ContainTarget, target_kind
+
+    target = ContainTarget("container:runsc", label="relaxed control")
+    assert (target.backend, target_kind(target), target.name) == (
+        "container:runsc",
+        "container:runsc",
+        "contain:container:runsc (relaxed control)",
+    )

@@ -2,29 +2,36 @@
 supervisor as the container's pid 1.
 
 ``ContainerBackend.start(plan)``, in order (each step undone by ``ContainerSandbox.close``):
-  1. lease a second host id for the container's root (bundle.py explains why runc needs one) and
-     make the sandbox's directory ``<CONTAINER_ROOT>/<name>`` (below);
+  1. runc: lease a second host id for the container's root (bundle.py explains why runc needs
+     one); make the sandbox's directory ``<CONTAINER_ROOT>/<name>`` (below);
   2. mount the one disk budget tmpfs (``size=disk_bytes``, ``nr_inodes``) on the host at
      ``<dir>/disk`` and create its places as the sandbox user (disk_budget.py) — before the
      runtime exists, so its binds resolve to that one superblock;
-  3. make the container's own network namespace (a thread unshares, brings ``lo`` up and pins the
-     namespace with a bind mount at ``<dir>/netns``): egress attaches there (``netns_path``) before
-     any workload exists, and the bundle names it (runsc: ``--network=host`` uses it);
-  4. plan the bundle (``plan_oci_bundle``) and write it: rootfs skeleton, data files, config.json;
-  5. start the runtime (oci_runtime.py plans the argv): runc ``run --detach --preserve-fds 1`` with
+  3. with an image: unpack it into the content-addressed cache (image.py; refused images raise
+     ``ImageError``) and mount it at ``<dir>/rootfs`` under an overlay whose upper layer lives on
+     the disk budget (``_mount_image_root`` says why an overlay, not a copy);
+  4. make the container's own network namespace, pinned at ``<dir>/netns`` (host_setup.py): egress
+     attaches there (``netns_path``) before any workload exists, and the bundle names it (runsc:
+     ``--network=host`` uses it);
+  5. plan the bundle (``plan_oci_bundle``; for runsc with bundle.RUNTIME_DIFFERENCES and the seccomp
+     self-check program), write ``pids.max`` as the bundle has it, and write the bundle
+     (``host_setup.write_bundle``: through descriptors, never following a link);
+  6. start the runtime (oci_runtime.py plans the argv): runc ``run --detach --preserve-fds 1`` with
      the control socket as fd 3; runsc ``run`` in the foreground with it as stdin;
-  6. wait for the supervisor's READY, read the runtime's pid file, confirm that pid is in the
-     sandbox cgroup (runc joins the cgroup ``Sandbox`` made under ``contain-container``);
-  7. runc: check the disk budget from the supervisor's mountinfo (check_disk_mounts);
-     runsc: check that the OCI seccomp profile took (a ``ptrace`` probe must get EPERM; runsc
+  7. wait for the supervisor's READY, read the runtime's pid file, confirm that pid is in the
+     sandbox cgroup (the runtime joins the cgroup ``Sandbox`` made under ``contain-container``);
+  8. runc: check the disk budget from the supervisor's mountinfo (check_disk_mounts);
+     runsc: run the seccomp self-check (seccomp_probe.py: ``ptrace`` must get EPERM; runsc
      without ``--oci-seccomp`` ignores the section silently), else refuse the sandbox.
 
 Where things live: ``CONTAINER_ROOT`` (``/run/contain/container``, 0711 root: search but no
 listing) holds one directory per sandbox, named by its cgroup leaf. That directory is 0750
-root:<container root's host gid>: runc's init resolves bind sources as the container's root
-(a non-root host id), which needs search permission on every parent; nobody else may enter. Inside:
-``state/`` (0700, ``--root`` of the runtime), ``rootfs/``, ``data/``, ``config.json``, ``disk/``
-(the budget tmpfs), ``netns`` (the namespace pin), ``runtime.log`` and ``pid``.
+root:<gid>: for runc the container root's host gid (runc's init resolves bind sources as the
+container's root, a non-root host id, which needs search permission on every parent), for runsc
+the sandbox's own gid (file transfers go through the disk places as the sandbox user); nobody
+else may enter. Inside: ``state/`` (0700, ``--root`` of the runtime), ``rootfs/``, ``data/``,
+``config.json``, ``disk/`` (the budget tmpfs), ``netns`` (the namespace pin), ``runtime.log``,
+``pid``.
 
 Files in and out: runc through ``/proc/<supervisor pid>/root`` exactly as the process backend
 (files.py: as the sandbox user, through descriptors, never following a symlink). runsc: the
@@ -32,46 +39,61 @@ sentry's host pid has no view of the container's files, so scratch files move th
 directory of the disk budget place that backs the scratch path (the same files.py calls); a bind
 mounted *below* a scratch path is not visible that way (the transfer sees the tmpfs under it).
 
+Limits that end a whole runsc sandbox: the sentry holds all of the workload's memory and host
+tasks, so the host cgroup's OOM killer or ``pids.max`` ends the sandbox, not one process; the run
+is then reported as killed by SIGKILL with the violation, and the sandbox refuses further runs.
+
 Close (idempotent): EXIT to the supervisor; ``runc|runsc delete --force`` (kills what is left,
-removes the state and the cgroup leaves); runsc's foreground process reaped; unmount the disk
-tmpfs and the netns pin (``MNT_DETACH``); remove the sandbox's directory (``shutil.rmtree``, which
-walks by descriptors without following symlinks; nothing in it was writable by the workload once
-the tmpfs is gone); remove the empty ``contain-container`` parents runc leaves in every v1
-hierarchy (``rmdir`` only succeeds on an empty directory, so a parent another sandbox uses stays);
-release the container root's host id.
+removes the state and the cgroup leaves the runtime made); runsc's foreground process reaped;
+unmount the image overlay, the disk tmpfs and the netns pin (``MNT_DETACH``); remove the
+sandbox's directory (``shutil.rmtree``, which walks by descriptors without following symlinks;
+nothing in it was writable by the workload once the tmpfs is gone); remove the cgroup leaves
+``Sandbox`` made (runsc leaves them) and the empty ``contain-container`` parents runc leaves in
+every v1 hierarchy (``rmdir`` fails on a parent another sandbox uses, which then stays); release
+the container root's host id. ``sweep_stale`` does the same for sandboxes whose owner died.
 
 Does NOT: decide layers (plan_layers), create the cgroup or write its limits (``Sandbox`` does,
-under the ``contain-container`` parent; runc joins it and writes the same limits), start egress,
-or unpack images (an image rootfs is not wired yet: ``image`` is refused with cause and fix).
+under the ``contain-container`` parent; the runtime joins it and writes the same limits), start
+egress, or honour an image's entrypoint, env, user or working directory (contain runs the argv it
+is given, as the sandbox user, with its own env).
 """
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import errno
-import json
 import os
 import resource
-import select
 import shutil
 import signal
 import socket
-import stat
 import subprocess
-import threading
 from pathlib import Path
 
 from contain._log import LazyLogger
+from contain.boundary.kinds import FileAccess
 from contain.errors import ContainError, FileTransferError, SandboxLost, SandboxStartError, UnsupportedHost
 from contain.host.facts import HostFacts
 from contain.runtime import files as sandbox_files
 from contain.runtime.backend import BackendPlan, CommandRequest
-from contain.runtime.backend_names import BACKEND_KINDS, RuntimeFacts
+from contain.runtime.backend_names import RuntimeFacts
 from contain.runtime.bwrap import ETC_PASSTHROUGH, default_scratch_paths, generated_etc_files
-from contain.runtime.cgroup_plan import plan_base_dir
 from contain.runtime.cgroups import SandboxCgroup
-from contain.runtime.container.bundle import BundleInputs, BundlePlan, RootfsEntry, plan_oci_bundle
+from contain.runtime.container.bundle import BundleInputs, plan_oci_bundle, plan_runsc_ids
+from contain.runtime.container.host_setup import (
+    MS_NODEV,
+    MS_NOSUID,
+    make_private_dir,
+    mount,
+    pin_new_netns,
+    remove_empty_parents,
+    run_bounded,
+    umount,
+    wait_gone,
+    wait_pid,
+    wait_popen,
+    write_bundle,
+)
 from contain.runtime.container.image import unpack_image
 from contain.runtime.container.oci_runtime import (
     plan_delete_argv,
@@ -80,6 +102,7 @@ from contain.runtime.container.oci_runtime import (
     probe_runtime,
 )
 from contain.runtime.container.seccomp_probe import PROBE_SANDBOX_PATH, probe_program
+from contain.runtime.container.sweep import sweep_stale
 from contain.runtime.disk_budget import check_disk_mounts, inode_budget, plan_disk_places
 from contain.runtime.etc_tree import ensure_etc_tree
 from contain.runtime.host_ids import HostIdLease, lease_host_ids
@@ -87,26 +110,17 @@ from contain.runtime.kernel_differences import supervisor_difference_args
 from contain.runtime.supervisor_build import ensure_supervisor_binary, supervisor_cache_dir
 from contain.runtime.supervisor_channel import Exited, SpawnFailed, Started, SupervisorChannel
 
-__all__ = ["CONTAINER_ROOT", "ContainerBackend", "ContainerSandbox", "write_bundle"]
+__all__ = ["CONTAINER_ROOT", "ContainerBackend", "ContainerSandbox"]
 
 log = LazyLogger(__name__)
 
 CONTAINER_ROOT = Path("/run/contain/container")
-CGROUP_PARENT = next(k.cgroup_parent for k in BACKEND_KINDS if k.kind == "container")
 _LOADER_PATHS = ("/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32")
 _RLIMIT_NAMES = ("CPU", "NPROC", "FSIZE", "NOFILE", "CORE", "DATA")
 _STARTUP_TIMEOUT_S = 30.0  # runsc on ptrace takes ~0.2 s; runc ~0.1 s; bounded either way
 _DELETE_TIMEOUT_S = 20.0
-_CLONE_NEWNET = 0x40000000
-_MS_BIND = 4096
-_MS_NOSUID, _MS_NODEV = 0x2, 0x4
-_MNT_DETACH = 2
-_IFF_UP = 0x1
-_SIOCGIFFLAGS, _SIOCSIFFLAGS = 0x8913, 0x8914
 _CONTROL_FD = {"runc": 3, "runsc": 0}  # runc: --preserve-fds 1 gives fd 3; runsc: its stdin
 _WORKLOAD_KERNEL = {"runc": "linux", "runsc": "gvisor"}  # kernel_differences.WORKLOAD_KERNELS
-
-_libc = ctypes.CDLL(None, use_errno=True)
 
 
 class ContainerBackend:
@@ -135,7 +149,8 @@ class ContainerBackend:
 
         Raises:
             SandboxStartError: the runtime or the supervisor failed; nothing of it is left.
-            UnsupportedHost: an image was asked for (not wired yet), or seccomp did not take.
+            UnsupportedHost: seccomp did not take (runsc), or runsc with socket attachments.
+            ImageError: the image was refused or could not be unpacked.
         """
         sockets = [a.sandbox_path for a in plan.attachments if a.host_path is not None]
         if sockets and self.runtime_facts.runtime == "runsc":
@@ -145,6 +160,7 @@ class ContainerBackend:
                 f"socket attachments ({', '.join(sockets)}) cannot be reached under runsc",
                 "use --backend container:runc or process for a boundary that talks to the broker",
             )
+        sweep_stale(CONTAINER_ROOT, plan.facts)
         name = plan.cgroup.leaf if plan.cgroup is not None else f"contain-{os.getpid()}-{os.urandom(6).hex()}"
         sandbox = ContainerSandbox(self.runtime_facts, plan, name, image=self.image)
         try:
@@ -219,6 +235,9 @@ class ContainerSandbox:
     # -- start
 
     def build_and_run(self) -> None:
+        if self._rt.runtime == "runsc":
+            self._plan = _runsc_plan(self._plan)
+            self._ids = self._plan.host_ids
         plan = self._plan
         root_ids = (0, 0)  # runsc: no user namespace (bundle.RUNTIME_DIFFERENCES), so no container root id
         # who may search the sandbox's directory besides root: runc's init resolves bind sources as
@@ -229,7 +248,7 @@ class ContainerSandbox:
             self._root_lease = lease_host_ids()
             root_ids = (self._root_lease.uid, self._root_lease.gid)
             traverse_gid = root_ids[1]
-        _make_private_dir(CONTAINER_ROOT, 0o711, 0)
+        make_private_dir(CONTAINER_ROOT, 0o711, 0)
         os.mkdir(self.dir, 0o750)
         os.chown(self.dir, 0, traverse_gid)
         os.mkdir(self.state_dir, 0o700)
@@ -286,7 +305,7 @@ class ContainerSandbox:
         disk = self._plan.boundary.resources.disk_bytes
         os.mkdir(self.disk_root, 0o755)
         options = f"size={disk},nr_inodes={inode_budget(disk)},mode=755"
-        _mount(b"tmpfs", self.disk_root.encode(), b"tmpfs", _MS_NOSUID | _MS_NODEV, options.encode())
+        mount(b"tmpfs", self.disk_root.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, options.encode())
         self._disk_mounted = True
         for place in plan_disk_places(self._plan.boundary):
             path = os.path.join(self.disk_root, place.name)
@@ -322,33 +341,12 @@ class ContainerSandbox:
         rootfs = str(self.dir / "rootfs")
         os.mkdir(rootfs, 0o755)
         options = f"lowerdir={lower},upperdir={upper},workdir={work}"
-        _mount(b"overlay", rootfs.encode(), b"overlay", _MS_NOSUID | _MS_NODEV, options.encode())
+        mount(b"overlay", rootfs.encode(), b"overlay", MS_NOSUID | MS_NODEV, options.encode())
         self._rootfs_mounted = True
 
     def _pin_new_netns(self) -> None:
-        """Step 3: a fresh network namespace with ``lo`` up, pinned by a bind mount on a file."""
-        fd = os.open(self.netns_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, 0o400)
-        os.close(fd)
-        failure: list[BaseException] = []
-
-        def work() -> None:
-            # unshare(CLONE_NEWNET) moves only this thread; it exits right after, the mount keeps
-            # the namespace alive.
-            try:
-                if _libc.unshare(_CLONE_NEWNET) != 0:
-                    raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWNET)")
-                _bring_lo_up()
-                _mount(b"/proc/thread-self/ns/net", self.netns_path.encode(), b"none", _MS_BIND, None)
-            except BaseException as exc:
-                failure.append(exc)
-
-        thread = threading.Thread(target=work, name="contain-netns")
-        thread.start()
-        thread.join()
-        if failure:
-            raise SandboxStartError(
-                f"cannot make the container's network namespace: {failure[0]}", "run contain as root"
-            ) from failure[0]
+        """Step 3 (host_setup.pin_new_netns)."""
+        pin_new_netns(self.netns_path)
         self._netns_pinned = True
 
     def _start_runtime(self) -> None:
@@ -379,7 +377,7 @@ class ContainerSandbox:
                         (os.POSIX_SPAWN_DUP2, peer.fileno(), 3),
                     ],
                 )
-                status = _wait_pid(pid, _STARTUP_TIMEOUT_S)
+                status = wait_pid(pid, _STARTUP_TIMEOUT_S)
                 if status != 0:
                     raise SandboxStartError(
                         f"runc run failed (status {status}): {self.runtime_log() or 'no message'}",
@@ -530,7 +528,7 @@ class ContainerSandbox:
     def destroy(self) -> None:
         """Kill every process of the container from outside (runtime kill, then the cgroup)."""
         if self._created:
-            _run_bounded(
+            run_bounded(
                 plan_kill_argv(self._rt, state_dir=self.state_dir, log_file=self.log_file, name=self.name), 10.0
             )
         if self._cgroup is not None:
@@ -553,19 +551,19 @@ class ContainerSandbox:
             self._remove_host_traces()
 
     def _delete_container(self) -> None:
-        if self._proc is not None and not _wait_popen(self._proc, 2.0):
-            _run_bounded(
+        if self._proc is not None and not wait_popen(self._proc, 2.0):
+            run_bounded(
                 plan_kill_argv(self._rt, state_dir=self.state_dir, log_file=self.log_file, name=self.name), 10.0
             )
-        done = _run_bounded(
+        done = run_bounded(
             plan_delete_argv(self._rt, state_dir=self.state_dir, log_file=self.log_file, name=self.name),
             _DELETE_TIMEOUT_S,
         )
-        if self._proc is not None and not _wait_popen(self._proc, 5.0):
+        if self._proc is not None and not wait_popen(self._proc, 5.0):
             self._proc.kill()
             self._proc.wait(timeout=5.0)
         if self._pid:  # runc: the supervisor was reparented to init; wait until it is gone
-            _wait_gone(self._pid, 5.0)
+            wait_gone(self._pid, 5.0)
         if done is not None and done != 0 and os.path.exists(os.path.join(self.state_dir, self.name)):
             raise SandboxStartError(
                 f"{self._rt.runtime} delete --force {self.name} failed (status {done}): {self.runtime_log()}",
@@ -574,13 +572,13 @@ class ContainerSandbox:
 
     def _remove_host_traces(self) -> None:
         if self._rootfs_mounted:  # before the tmpfs that holds its upper layer
-            _umount(str(self.dir / "rootfs"))
+            umount(str(self.dir / "rootfs"))
             self._rootfs_mounted = False
         if self._disk_mounted:
-            _umount(self.disk_root)
+            umount(self.disk_root)
             self._disk_mounted = False
         if self._netns_pinned:
-            _umount(self.netns_path)
+            umount(self.netns_path)
             self._netns_pinned = False
         if self.dir.exists():
             shutil.rmtree(self.dir)
@@ -589,192 +587,21 @@ class ContainerSandbox:
             # Sandbox made would keep the parent busy. Removing them here is idempotent with
             # Sandbox's own remove() after us.
             self._cgroup.remove(timeout_s=5.0)
-        _remove_empty_parents(self._plan.facts)
+        remove_empty_parents(self._plan.facts)
         if self._root_lease is not None:
             self._root_lease.release()
             self._root_lease = None
 
 
-def write_bundle(bundle: BundlePlan, bundle_dir: Path, *, rootfs_mounted: bool = False) -> None:
-    """Step 4's apply: the rootfs skeleton, the data files and ``config.json`` under ``bundle_dir``.
-
-    Everything is created exclusively and through directory descriptors without following a
-    link. ``rootfs_mounted``: ``rootfs`` is an image the backend mounted; what the image has at a
-    skeleton path that is not of the planned kind (a symlink, a file where a directory goes) is
-    replaced in the sandbox's own layer, never followed (an image's ``/tmp -> /etc`` must not
-    lead the host's mkdir into the host's /etc).
-    """
-    rootfs = bundle_dir / "rootfs"
-    if not rootfs_mounted:
-        rootfs.mkdir(mode=0o755)
-    root_fd = os.open(rootfs, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    try:
-        for entry in bundle.rootfs:
-            _apply_entry(root_fd, entry)
-    finally:
-        os.close(root_fd)
-    (bundle_dir / "data").mkdir(mode=0o755)
-    for file in bundle.files:
-        path = bundle_dir / file.name
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, file.mode | 0o200)
-        try:
-            os.write(fd, file.content)
-            os.fchmod(fd, file.mode)
-        finally:
-            os.close(fd)
-    config = bundle_dir / "config.json"
-    fd = os.open(config, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    with os.fdopen(fd, "w") as handle:
-        json.dump(bundle.config, handle)
-
-
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-
-
-def _apply_entry(root_fd: int, entry: RootfsEntry) -> None:
-    """Create one skeleton entry below ``root_fd``, one component at a time, never through a link."""
-    *parents, leaf = entry.path.strip("/").split("/")
-    fd = os.dup(root_fd)
-    try:
-        for name in parents:
-            fd = _enter_dir(fd, name)
-        _place(fd, leaf, entry)
-    finally:
-        os.close(fd)
-
-
-def _enter_dir(parent_fd: int, name: str) -> int:
-    """Open directory ``name`` of ``parent_fd`` (made, or replacing a non-directory); closes ``parent_fd``."""
-    try:
-        try:
-            child = os.open(name, _DIR_FLAGS, dir_fd=parent_fd)
-        except FileNotFoundError:
-            os.mkdir(name, 0o755, dir_fd=parent_fd)
-            child = os.open(name, _DIR_FLAGS, dir_fd=parent_fd)
-        except OSError as exc:
-            if exc.errno not in (errno.ENOTDIR, errno.ELOOP):
-                raise
-            os.unlink(name, dir_fd=parent_fd)  # a link or a file where a directory goes: replaced
-            os.mkdir(name, 0o755, dir_fd=parent_fd)
-            child = os.open(name, _DIR_FLAGS, dir_fd=parent_fd)
-    finally:
-        os.close(parent_fd)
-    return child
-
-
-def _place(dir_fd: int, name: str, entry: RootfsEntry) -> None:
-    try:
-        info: os.stat_result | None = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
-    except FileNotFoundError:
-        info = None
-    wanted = {"dir": stat.S_ISDIR, "file": stat.S_ISREG}.get(entry.kind)
-    if info is not None and entry.kind != "symlink" and wanted is not None and wanted(info.st_mode):
-        return  # the image already has it, of the right kind
-    if info is not None:
-        try:
-            if stat.S_ISDIR(info.st_mode):
-                os.rmdir(name, dir_fd=dir_fd)
-            else:
-                os.unlink(name, dir_fd=dir_fd)
-        except OSError as exc:
-            raise SandboxStartError(
-                f"the image has a non-empty directory at {entry.path}, where contain mounts a {entry.kind}",
-                "use an image without that directory, or move the bind elsewhere",
-            ) from exc
-    if entry.kind == "symlink":
-        os.symlink(entry.target, name, dir_fd=dir_fd)
-    elif entry.kind == "dir":
-        os.mkdir(name, 0o755, dir_fd=dir_fd)
-    else:
-        os.close(
-            os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o444, dir_fd=dir_fd)
-        )
-
-
-# -- small host helpers ------------------------------------------------------------------------------
-
-
-def _make_private_dir(path: Path, mode: int, uid: int) -> None:
-    """Create ``path`` (parents 0755) or check that it is a real directory owned by ``uid`` with ``mode``."""
-    path.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
-    with contextlib.suppress(FileExistsError):
-        os.mkdir(path, mode)
-    info = os.lstat(path)
-    if not stat.S_ISDIR(info.st_mode) or info.st_uid != uid:
-        raise SandboxStartError(f"{path} is not a directory owned by uid {uid}", f"remove {path}; contain recreates it")
-    if stat.S_IMODE(info.st_mode) != mode:
-        os.chmod(path, mode)
-
-
-def _mount(source: bytes, target: bytes, fstype: bytes, flags: int, data: bytes | None) -> None:
-    if _libc.mount(source, target, fstype, flags, data) != 0:
-        code = ctypes.get_errno()
-        raise SandboxStartError(
-            f"cannot mount {fstype.decode()} at {target.decode()}: {os.strerror(code)}", "run contain as root"
-        )
-
-
-def _umount(target: str) -> None:
-    if _libc.umount2(target.encode(), _MNT_DETACH) != 0 and ctypes.get_errno() not in (errno.EINVAL, errno.ENOENT):
-        log.warning("cannot unmount %s: %s", target, os.strerror(ctypes.get_errno()))
-
-
-def _bring_lo_up() -> None:
-    import fcntl
-    import struct
-
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-        request = struct.pack("16sh22x", b"lo", 0)
-        flags = struct.unpack("16sh22x", fcntl.ioctl(sock, _SIOCGIFFLAGS, request))[1]
-        fcntl.ioctl(sock, _SIOCSIFFLAGS, struct.pack("16sh22x", b"lo", flags | _IFF_UP))
-
-
-def _wait_pid(pid: int, timeout_s: float) -> int | None:
-    """Wait for a child we spawned; its exit status, or None after killing it at the bound."""
-    pidfd = os.pidfd_open(pid)
-    try:
-        if not select.select([pidfd], [], [], timeout_s)[0]:
-            os.kill(pid, signal.SIGKILL)
-    finally:
-        os.close(pidfd)
-    _, status = os.waitpid(pid, 0)
-    return os.waitstatus_to_exitcode(status)
-
-
-def _wait_popen(proc: subprocess.Popen[bytes], timeout_s: float) -> bool:
-    try:
-        proc.wait(timeout=timeout_s)
-        return True
-    except subprocess.TimeoutExpired:
-        return False
-
-
-def _wait_gone(pid: int, timeout_s: float) -> None:
-    try:
-        pidfd = os.pidfd_open(pid)
-    except OSError:
-        return
-    try:
-        select.select([pidfd], [], [], timeout_s)
-    finally:
-        os.close(pidfd)
-
-
-def _run_bounded(argv: list[str], timeout_s: float) -> int | None:
-    """Run a runtime subcommand with stdio on /dev/null; its status, or None when it hung (killed)."""
-    try:
-        done = subprocess.run(
-            argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=timeout_s
-        )
-    except subprocess.TimeoutExpired:
-        log.warning("%s did not finish within %ss", argv[:4], timeout_s)
-        return None
-    return done.returncode
-
-
-def _remove_empty_parents(facts: HostFacts) -> None:
-    """rmdir the ``contain-container`` parent in every hierarchy; only an empty one goes."""
-    for mount in facts.cgroups:
-        parent = os.path.join(plan_base_dir(facts, mount), CGROUP_PARENT)
-        with contextlib.suppress(OSError):
-            os.rmdir(parent)
+def _runsc_plan(plan: BackendPlan) -> BackendPlan:
+    """The plan as runsc runs it (bundle.RUNTIME_DIFFERENCES ``write-binds-as-their-owner``): write
+    binds bound as they are, and the workload as their owner. Read binds keep their idmapped view."""
+    write_binds = [b for b in plan.paths.binds if b.rule.access is FileAccess.WRITE]
+    owners = set()
+    for bind in write_binds:
+        info = os.stat(bind.host_realpath)  # a fact gathered before any workload exists
+        owners.add((info.st_uid, info.st_gid))
+    ids = plan_runsc_ids(owners, default=plan.host_ids)
+    real = {b.host_realpath for b in write_binds}
+    sources = {host: view for host, view in plan.bind_sources.items() if host not in real}
+    return plan._replace(bind_sources=sources, host_ids=ids)

@@ -58,7 +58,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from contain.boundary.kinds import FileAccess
-from contain.errors import SandboxStartError
+from contain.errors import SandboxStartError, UnsupportedHost
 from contain.runtime.backend import BackendPlan
 from contain.runtime.bwrap import SANDBOX_GID, SANDBOX_UID, SUPERVISOR_SANDBOX_PATH
 from contain.runtime.cgroup_plan import plan_cgroup_hierarchies, plan_cgroup_limits
@@ -81,6 +81,7 @@ __all__ = [
     "RootfsEntry",
     "RuntimeDifference",
     "plan_oci_bundle",
+    "plan_runsc_ids",
 ]
 
 OCI_VERSION = "1.0.2"  # runtime-spec version runc 1.1 implements
@@ -151,11 +152,43 @@ RUNTIME_DIFFERENCES: tuple[RuntimeDifference, ...] = (
     ),
     RuntimeDifference(
         "runsc",
+        "write-binds-as-their-owner",
+        "runsc's gofer (host root) creates the workload's files and then gives them the workload's uid; through "
+        "the idmapped view of a write bind root is unmapped and every create fails with EOVERFLOW (measured). "
+        "So write binds are bound as they are and the workload runs as the binds' owner inside the sentry "
+        "(plan_runsc_ids); files it makes there belong to that owner, as through the view on other backends",
+    ),
+    RuntimeDifference(
+        "runsc",
         "dev-mount-points-in-skeleton",
         "runsc's gofer mounts each bind onto the host rootfs, so mount points under /dev (/dev/shm, /dev/pts) "
         "must exist in the skeleton; runc makes them inside its own /dev tmpfs",
     ),
 )
+
+
+def plan_runsc_ids(write_bind_owners: set[tuple[int, int]], *, default: tuple[int, int]) -> tuple[int, int]:
+    """The ids the workload runs as inside runsc's sentry (RUNTIME_DIFFERENCES
+    ``write-binds-as-their-owner``): the one owner of every write bind, else ``default``.
+
+    Raises:
+        UnsupportedHost: write binds with different owners, or owned by root.
+    """
+    if not write_bind_owners:
+        return default
+    if len(write_bind_owners) > 1:
+        raise UnsupportedHost(
+            f"under runsc the workload runs as its write binds' owner, and these have several: "
+            f"{sorted(write_bind_owners)}",
+            "give every write bind the same owner, or use --backend container:runc or process",
+        )
+    owner = next(iter(write_bind_owners))
+    if 0 in owner:
+        raise UnsupportedHost(
+            "under runsc the workload would run as its write bind's owner, root",
+            "bind a directory owned by an ordinary user, or use --backend container:runc or process",
+        )
+    return owner
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ from contain.runtime.container.bundle import (
     BundleInputs,
     RootfsEntry,
     plan_oci_bundle,
+    plan_runsc_ids,
 )
 from contain.runtime.container.oci_seccomp import render_oci_seccomp
 from contain.runtime.paths import BindFacts, Mask, PathFacts
@@ -319,3 +320,12 @@ def test_for_runsc_the_mount_points_under_dev_are_in_the_skeleton():
 def test_every_runtime_difference_has_a_reason_and_names_a_known_runtime():
     for row in RUNTIME_DIFFERENCES:
         assert row.runtime in ("runc", "runsc") and len(row.why) > 40
+
+
+def test_under_runsc_the_workload_runs_as_the_one_owner_of_its_write_binds():
+    assert plan_runsc_ids(set(), default=(7, 7)) == (7, 7)
+    assert plan_runsc_ids({(1000, 1000)}, default=(7, 7)) == (1000, 1000)
+    with pytest.raises(UnsupportedHost, match="several"):
+        plan_runsc_ids({(1000, 1000), (1001, 1001)}, default=(7, 7))
+    with pytest.raises(UnsupportedHost, match="owner, root"):
+        plan_runsc_ids({(0, 0)}, default=(7, 7))

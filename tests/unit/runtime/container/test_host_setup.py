@@ -1,5 +1,5 @@
-"""The container backend's apply helpers: the bundle is written exactly as planned, without
-following links; the sandbox root refuses to be anything but our own directory. The backend
+"""The container backend's host-side apply steps (host_setup.py): the bundle is written exactly as
+planned, without following links; the sandbox root refuses to be anything but our own directory. The backend
 itself runs real runtimes: tests/integration/test_container_backend.py."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from contain.errors import SandboxStartError
-from contain.runtime.container.backend import _make_private_dir, write_bundle
 from contain.runtime.container.bundle import BundleFile, BundlePlan, RootfsEntry
+from contain.runtime.container.host_setup import make_private_dir, write_bundle
 
 PLAN = BundlePlan(
     config={"ociVersion": "1.0.2", "root": {"path": "rootfs", "readonly": True}},
@@ -56,7 +56,46 @@ def test_the_sandbox_root_must_be_a_real_directory_of_ours(tmp_path: Path):
     link = tmp_path / "root"
     link.symlink_to(target)
     with pytest.raises(SandboxStartError, match="is not a directory owned by uid"):
-        _make_private_dir(link, 0o711, os.getuid())
+        make_private_dir(link, 0o711, os.getuid())
     fresh = tmp_path / "fresh"
-    _make_private_dir(fresh, 0o711, os.getuid())
+    make_private_dir(fresh, 0o711, os.getuid())
     assert stat.S_IMODE(fresh.stat().st_mode) == 0o711
+
+
+def test_on_an_image_root_links_at_skeleton_paths_are_replaced_never_followed(tmp_path: Path):
+    """An image's /tmp -> <victim> and /etc/resolv.conf -> <victim file> must not lead the host there."""
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "keep").write_text("keep")
+    bundle = tmp_path / "bundle"
+    rootfs = bundle / "rootfs"
+    (rootfs / "etc").mkdir(parents=True)
+    (rootfs / "tmp").symlink_to(victim)
+    (rootfs / "etc" / "resolv.conf").symlink_to(victim / "keep")
+    (rootfs / "dev").write_text("a file where a directory goes")
+    plan = BundlePlan(
+        config={},
+        rootfs=(
+            RootfsEntry("/dev", "dir"),
+            RootfsEntry("/tmp", "dir"),
+            RootfsEntry("/dev/shm", "dir"),
+            RootfsEntry("/etc/resolv.conf", "file"),
+            RootfsEntry("/tmp/inner/leaf", "file"),
+        ),
+        files=(),
+    )
+    write_bundle(plan, bundle, rootfs_mounted=True)
+    assert sorted(os.listdir(victim)) == ["keep"] and (victim / "keep").read_text() == "keep"
+    assert (rootfs / "tmp").is_dir() and not (rootfs / "tmp").is_symlink()
+    assert (rootfs / "tmp" / "inner" / "leaf").is_file()
+    assert (rootfs / "etc" / "resolv.conf").is_file() and not (rootfs / "etc" / "resolv.conf").is_symlink()
+    assert (rootfs / "dev" / "shm").is_dir()
+
+
+def test_a_non_empty_image_directory_where_a_file_is_mounted_is_refused(tmp_path: Path):
+    rootfs = tmp_path / "bundle" / "rootfs"
+    (rootfs / "etc" / "passwd").mkdir(parents=True)
+    (rootfs / "etc" / "passwd" / "x").write_text("x")
+    plan = BundlePlan(config={}, rootfs=(RootfsEntry("/etc/passwd", "file"),), files=())
+    with pytest.raises(SandboxStartError, match="non-empty directory at /etc/passwd"):
+        write_bundle(plan, tmp_path / "bundle", rootfs_mounted=True)

@@ -1,0 +1,286 @@
+r"""The container backend's host-side apply steps: the bundle on disk, mounts, the pinned network
+namespace, bounded waits for runtime processes, and the cgroup parents runc leaves.
+
+Each function performs one kind of syscall the backend's plan asks for (container/backend.py is
+the orchestrator; bundle.py and oci_runtime.py are the plans). What they enforce:
+
+- ``write_bundle`` creates every file and directory exclusively and through directory
+  descriptors opened with ``O_NOFOLLOW``, one component at a time. On an image root, an entry the
+  image has at a skeleton path with the wrong kind (a symlink, a file where a directory goes) is
+  *replaced* in the sandbox's own overlay layer, never followed: an image's ``/tmp -> /etc`` must
+  not lead the host's mkdir into the host's /etc;
+- ``make_private_dir`` refuses a path that is not a real directory owned by the expected uid;
+- ``pin_new_netns`` makes a namespace in a throwaway thread (``unshare(CLONE_NEWNET)`` moves only
+  the calling thread), brings its ``lo`` up, and pins it with a bind mount on a file;
+- ``remove_empty_parents`` only ``rmdir``\ s, which the kernel refuses for a cgroup that has
+  children, so a parent another sandbox is using stays.
+
+Does NOT decide anything: paths, modes and options come from the backend.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import errno
+import fcntl
+import json
+import os
+import select
+import signal
+import socket
+import stat
+import struct
+import subprocess
+import threading
+from pathlib import Path
+
+from contain._log import LazyLogger
+from contain.errors import SandboxStartError
+from contain.host.facts import HostFacts
+from contain.runtime.backend_names import BACKEND_KINDS
+from contain.runtime.cgroup_plan import plan_base_dir
+from contain.runtime.container.bundle import BundlePlan, RootfsEntry
+
+__all__ = [
+    "CGROUP_PARENT",
+    "MS_NODEV",
+    "MS_NOSUID",
+    "make_private_dir",
+    "mount",
+    "pin_new_netns",
+    "remove_empty_parents",
+    "run_bounded",
+    "umount",
+    "wait_gone",
+    "wait_pid",
+    "wait_popen",
+    "write_bundle",
+]
+
+log = LazyLogger(__name__)
+
+CGROUP_PARENT = next(k.cgroup_parent for k in BACKEND_KINDS if k.kind == "container")
+MS_NOSUID, MS_NODEV = 0x2, 0x4  # <sys/mount.h>
+_MS_BIND = 4096
+_MNT_DETACH = 2
+_CLONE_NEWNET = 0x40000000  # <linux/sched.h>
+_IFF_UP = 0x1
+_SIOCGIFFLAGS, _SIOCSIFFLAGS = 0x8913, 0x8914  # <linux/sockios.h>
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def pin_new_netns(path: str) -> None:
+    """A fresh network namespace with ``lo`` up, pinned by a bind mount on a new file at ``path``.
+
+    Raises:
+        SandboxStartError: the namespace, ``lo`` or the pin could not be made.
+    """
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, 0o400)
+    os.close(fd)
+    failure: list[BaseException] = []
+
+    def work() -> None:
+        # unshare(CLONE_NEWNET) moves only this thread; it exits right after, the mount keeps
+        # the namespace alive.
+        try:
+            if _libc.unshare(_CLONE_NEWNET) != 0:
+                raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWNET)")
+            _bring_lo_up()
+            mount(b"/proc/thread-self/ns/net", path.encode(), b"none", _MS_BIND, None)
+        except BaseException as exc:
+            failure.append(exc)
+
+    thread = threading.Thread(target=work, name="contain-netns")
+    thread.start()
+    thread.join()
+    if failure:
+        raise SandboxStartError(
+            f"cannot make the container's network namespace: {failure[0]}", "run contain as root"
+        ) from failure[0]
+
+
+def write_bundle(bundle: BundlePlan, bundle_dir: Path, *, rootfs_mounted: bool = False) -> None:
+    """Step 4's apply: the rootfs skeleton, the data files and ``config.json`` under ``bundle_dir``.
+
+    Everything is created exclusively and through directory descriptors without following a
+    link. ``rootfs_mounted``: ``rootfs`` is an image the backend mounted; what the image has at a
+    skeleton path that is not of the planned kind (a symlink, a file where a directory goes) is
+    replaced in the sandbox's own layer, never followed (an image's ``/tmp -> /etc`` must not
+    lead the host's mkdir into the host's /etc).
+    """
+    rootfs = bundle_dir / "rootfs"
+    if not rootfs_mounted:
+        rootfs.mkdir(mode=0o755)
+    root_fd = os.open(rootfs, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        for entry in bundle.rootfs:
+            _apply_entry(root_fd, entry)
+    finally:
+        os.close(root_fd)
+    (bundle_dir / "data").mkdir(mode=0o755)
+    for file in bundle.files:
+        path = bundle_dir / file.name
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, file.mode | 0o200)
+        try:
+            os.write(fd, file.content)
+            os.fchmod(fd, file.mode)
+        finally:
+            os.close(fd)
+    config = bundle_dir / "config.json"
+    fd = os.open(config, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        json.dump(bundle.config, handle)
+
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def _apply_entry(root_fd: int, entry: RootfsEntry) -> None:
+    """Create one skeleton entry below ``root_fd``, one component at a time, never through a link."""
+    *parents, leaf = entry.path.strip("/").split("/")
+    fd = os.dup(root_fd)
+    try:
+        for name in parents:
+            fd = _enter_dir(fd, name)
+        _place(fd, leaf, entry)
+    finally:
+        os.close(fd)
+
+
+def _enter_dir(parent_fd: int, name: str) -> int:
+    """Open directory ``name`` of ``parent_fd`` (made, or replacing a non-directory); closes ``parent_fd``."""
+    try:
+        try:
+            child = os.open(name, _DIR_FLAGS, dir_fd=parent_fd)
+        except FileNotFoundError:
+            os.mkdir(name, 0o755, dir_fd=parent_fd)
+            child = os.open(name, _DIR_FLAGS, dir_fd=parent_fd)
+        except OSError as exc:
+            if exc.errno not in (errno.ENOTDIR, errno.ELOOP):
+                raise
+            os.unlink(name, dir_fd=parent_fd)  # a link or a file where a directory goes: replaced
+            os.mkdir(name, 0o755, dir_fd=parent_fd)
+            child = os.open(name, _DIR_FLAGS, dir_fd=parent_fd)
+    finally:
+        os.close(parent_fd)
+    return child
+
+
+def _place(dir_fd: int, name: str, entry: RootfsEntry) -> None:
+    try:
+        info: os.stat_result | None = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        info = None
+    wanted = {"dir": stat.S_ISDIR, "file": stat.S_ISREG}.get(entry.kind)
+    if info is not None and entry.kind != "symlink" and wanted is not None and wanted(info.st_mode):
+        return  # the image already has it, of the right kind
+    if info is not None:
+        try:
+            if stat.S_ISDIR(info.st_mode):
+                os.rmdir(name, dir_fd=dir_fd)
+            else:
+                os.unlink(name, dir_fd=dir_fd)
+        except OSError as exc:
+            raise SandboxStartError(
+                f"the image has a non-empty directory at {entry.path}, where contain mounts a {entry.kind}",
+                "use an image without that directory, or move the bind elsewhere",
+            ) from exc
+    if entry.kind == "symlink":
+        os.symlink(entry.target, name, dir_fd=dir_fd)
+    elif entry.kind == "dir":
+        os.mkdir(name, 0o755, dir_fd=dir_fd)
+    else:
+        os.close(
+            os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o444, dir_fd=dir_fd)
+        )
+
+
+def make_private_dir(path: Path, mode: int, uid: int) -> None:
+    """Create ``path`` (parents 0755) or check that it is a real directory owned by ``uid`` with ``mode``."""
+    path.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(path, mode)
+    info = os.lstat(path)
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != uid:
+        raise SandboxStartError(f"{path} is not a directory owned by uid {uid}", f"remove {path}; contain recreates it")
+    if stat.S_IMODE(info.st_mode) != mode:
+        os.chmod(path, mode)
+
+
+def mount(source: bytes, target: bytes, fstype: bytes, flags: int, data: bytes | None) -> None:
+    """mount(2).
+
+    Raises:
+        SandboxStartError: naming the file system type, the target and the errno.
+    """
+    if _libc.mount(source, target, fstype, flags, data) != 0:
+        code = ctypes.get_errno()
+        raise SandboxStartError(
+            f"cannot mount {fstype.decode()} at {target.decode()}: {os.strerror(code)}", "run contain as root"
+        )
+
+
+def umount(target: str) -> None:
+    """Detach the mount at ``target`` (``MNT_DETACH``); a path that is not mounted is fine."""
+    if _libc.umount2(target.encode(), _MNT_DETACH) != 0 and ctypes.get_errno() not in (errno.EINVAL, errno.ENOENT):
+        log.warning("cannot unmount %s: %s", target, os.strerror(ctypes.get_errno()))
+
+
+def _bring_lo_up() -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        request = struct.pack("16sh22x", b"lo", 0)
+        flags = struct.unpack("16sh22x", fcntl.ioctl(sock, _SIOCGIFFLAGS, request))[1]
+        fcntl.ioctl(sock, _SIOCSIFFLAGS, struct.pack("16sh22x", b"lo", flags | _IFF_UP))
+
+
+def wait_pid(pid: int, timeout_s: float) -> int | None:
+    """Wait for a child we spawned; its exit status, or None after killing it at the bound."""
+    pidfd = os.pidfd_open(pid)
+    try:
+        if not select.select([pidfd], [], [], timeout_s)[0]:
+            os.kill(pid, signal.SIGKILL)
+    finally:
+        os.close(pidfd)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status)
+
+
+def wait_popen(proc: subprocess.Popen[bytes], timeout_s: float) -> bool:
+    try:
+        proc.wait(timeout=timeout_s)
+        return True
+    except subprocess.TimeoutExpired:
+        return False
+
+
+def wait_gone(pid: int, timeout_s: float) -> None:
+    try:
+        pidfd = os.pidfd_open(pid)
+    except OSError:
+        return
+    try:
+        select.select([pidfd], [], [], timeout_s)
+    finally:
+        os.close(pidfd)
+
+
+def run_bounded(argv: list[str], timeout_s: float) -> int | None:
+    """Run a runtime subcommand with stdio on /dev/null; its status, or None when it hung (killed)."""
+    try:
+        done = subprocess.run(
+            argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=timeout_s
+        )
+    except subprocess.TimeoutExpired:
+        log.warning("%s did not finish within %ss", argv[:4], timeout_s)
+        return None
+    return done.returncode
+
+
+def remove_empty_parents(facts: HostFacts) -> None:
+    """rmdir the ``contain-container`` parent in every hierarchy; only an empty one goes."""
+    for mount in facts.cgroups:
+        parent = os.path.join(plan_base_dir(facts, mount), CGROUP_PARENT)
+        with contextlib.suppress(OSError):
+            os.rmdir(parent)
