@@ -36,6 +36,7 @@ from contain.probe.case import AttackRun
 
 __all__ = [
     "DEFAULT_PROBE_BOUNDARY",
+    "KIND_BOUNDARY_OVERRIDES",
     "RELAXED_CONTROL_BOUNDARY",
     "ContainTarget",
     "HostControlTarget",
@@ -43,6 +44,7 @@ __all__ = [
     "WrapTarget",
     "deep_merge",
     "kind_keys",
+    "probe_boundary_for",
     "target_kind",
 ]
 
@@ -59,6 +61,16 @@ DEFAULT_PROBE_BOUNDARY: dict[str, Any] = {
         "output_bytes": 1024**2,
         "open_files_max": 256,
     },
+}
+
+# What the base boundary changes per backend kind (looked up with ``kind_keys``), each with why.
+# The cases' own overrides still merge over the result.
+KIND_BOUNDARY_OVERRIDES: dict[str, tuple[dict[str, Any], str]] = {
+    "microvm": (
+        {"resources": {"memory_bytes": 256 * 1024**2}},
+        "the budget holds the guest's RAM (at least 128 MiB) and the VMM's own memory (96 MiB) in one "
+        "cgroup; the microvm backend refuses less (backend.plan_microvm_refusals)",
+    ),
 }
 
 # For positive controls that would be unsafe on the bare host (fork bomb, memory fill): still a
@@ -95,6 +107,13 @@ def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any] | None) -> d
         else:
             out[key] = copy.deepcopy(value)
     return out
+
+
+def probe_boundary_for(kind: str) -> dict[str, Any]:
+    """``DEFAULT_PROBE_BOUNDARY`` with the ``KIND_BOUNDARY_OVERRIDES`` row of ``kind`` merged in
+    (the most specific key of ``kind_keys`` that has a row)."""
+    row = next((KIND_BOUNDARY_OVERRIDES[k] for k in kind_keys(kind) if k in KIND_BOUNDARY_OVERRIDES), None)
+    return deep_merge(DEFAULT_PROBE_BOUNDARY, row[0] if row is not None else None)
 
 
 def target_kind(target: object) -> str:
@@ -162,7 +181,7 @@ class ContainTarget(_PythonRunner):
     ) -> None:
         self.backend = backend
         self.kind = backend
-        self.base_boundary = dict(base_boundary) if base_boundary is not None else DEFAULT_PROBE_BOUNDARY
+        self.base_boundary = dict(base_boundary) if base_boundary is not None else probe_boundary_for(backend)
         self.name = f"contain:{backend}" + (f" ({label})" if label else "")
 
     def boundary_for(self, boundary: Mapping[str, Any] | None) -> dict[str, Any]:

@@ -80,5 +80,25 @@ def test_the_vm_is_sized_from_the_budgets_with_the_vmm_counted_in_the_memory_bud
     assert f"contain.disk={64 * 1024**2}" in plan.cmdline
     assert "tsc_early_khz=2596132" in plan.cmdline
     assert limits == GuestLimits(
-        memory_max_bytes=416 * 1024**2 - 48 * 1024**2, pids_max=64, output_max_bytes=8 * 1024**2
+        memory_max_bytes=416 * 1024**2 - 48 * 1024**2, pids_max=64, output_max_bytes=8 * 1024**2 + 1
     )
+
+
+def test_the_agent_forwards_one_byte_past_the_output_cap_so_the_host_sees_the_overflow():
+    # With exactly the cap the host saw a clean EOF: RunResult said "not truncated" and recorded no
+    # output violation for a workload that printed past its budget (found by VM-03).
+    boundary = _boundary({"resources": {"memory_bytes": "256MiB", "output_bytes": "1MiB"}})
+    _, limits = plan_vm(boundary, image=IMAGE, choice=TCG, facts=FACTS, read_binds=(), agent_fd=9)
+    assert limits.output_max_bytes == 1024**2 + 1
+
+
+@pytest.mark.parametrize("memory", ["128MiB", "223MiB"])
+def test_a_memory_budget_below_one_guest_plus_the_vmm_is_refused_with_the_minimum(memory):
+    # Below it QEMU was OOM-killed in its cgroup before the guest printed a byte, and the start
+    # failed as "the guest did not come up" with an empty console (found by the VM probes).
+    refusals = plan_microvm_refusals(_boundary({"resources": {"memory_bytes": memory}}), attachments=0)
+    assert [r.fix for r in refusals] == ["set resources.memory_bytes to at least 224MiB, or use --backend process"]
+
+
+def test_a_memory_budget_of_one_guest_plus_the_vmm_is_accepted():
+    assert plan_microvm_refusals(_boundary({"resources": {"memory_bytes": "224MiB"}}), attachments=0) == ()
