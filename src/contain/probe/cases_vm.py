@@ -339,32 +339,19 @@ def _vm03(ctx: ProbeContext) -> CaseResult:
 # -- VM-04 ------------------------------------------------------------------------------------
 
 
-def _vm04_script(token: str, tcp_port: int, udp_port: int) -> str:
-    return f"""
-T={token}
-for m in $(cat /lib/modules/network); do insmod /lib/modules/$m.ko 2>/dev/null; done
-for i in /sys/class/net/*; do
-  n=${{i##*/}}; echo "vm04: interface $n"
-  [ "$n" = lo ] && continue
-  ip link set $n up; ip addr add 10.0.2.15/24 dev $n; ip route add default via 10.0.2.2 dev $n
-done
-for a in 10.0.2.2 10.0.2.3 10.0.2.255 255.255.255.255 127.0.0.1; do
-  echo "$T tcp $a" | timeout 3 nc $a {tcp_port} 2>&1 | sed "s|^|vm04: tcp $a |"
-  echo "$T udp $a" | timeout 2 nc -u $a {udp_port} 2>&1 | sed "s|^|vm04: udp $a |"
-done
-echo "$T dns" | timeout 2 nc -u 10.0.2.3 53 2>&1 | sed "s|^|vm04: dns |"
-timeout 3 wget -q -O- http://10.0.2.2:{tcp_port}/$T 2>&1 | sed "s|^|vm04: http |"
-echo "$T tcp6" | timeout 3 nc fec0::2 {tcp_port} 2>&1 | sed "s|^|vm04: tcp6 |"
-ping6 -c 1 -W 1 ff02::1 2>&1 | tail -1 | sed "s|^|vm04: ping6 |"
-"""
-
-
 _VM04_WORKLOAD = r"""
 import os, socket
 token = os.environ["TOKEN"]; tcp = int(os.environ["TCP"]); udp = int(os.environ["UDP"])
 seen = []
 for fam, addr in ((socket.AF_INET, "10.0.2.2"), (socket.AF_INET, "10.0.2.3"), (socket.AF_INET, "127.0.0.1"),
                   (socket.AF_INET6, "fec0::2"), (socket.AF_INET6, "::1")):
+    if addr == "10.0.2.3":  # the DNS forwarder: a query naming the token
+        try:
+            q = bytes.fromhex("123401000001000000000000") + bytes([len(token)]) + token.encode()
+            q += bytes.fromhex("0000010001")
+            d = socket.socket(fam, socket.SOCK_DGRAM); d.sendto(q, (addr, 53)); seen.append("dns 10.0.2.3 sent")
+        except OSError as e:
+            seen.append(f"dns {addr} {e.errno}")
     try:
         s = socket.socket(fam, socket.SOCK_STREAM); s.settimeout(2); s.connect((addr, tcp)); s.sendall(token.encode())
         seen.append(f"tcp {addr} connected")
@@ -381,6 +368,28 @@ try:
 except OSError as e:
     seen.append(f"broadcast {e.errno}")
 print("\n".join(seen))
+"""
+
+
+def _vm04_script(token: str, tcp_port: int, udp_port: int) -> str:
+    return f"""
+T={token}
+for m in $(cat /lib/modules/network); do insmod /lib/modules/$m.ko 2>/dev/null; done
+for i in /sys/class/net/*; do
+  n=${{i##*/}}; echo "vm04: interface $n"
+  [ "$n" = lo ] && continue
+  ip link set $n up; ip addr add 10.0.2.15/24 dev $n; ip route add default via 10.0.2.2 dev $n
+done
+for a in 10.0.2.2 10.0.2.3 10.0.2.255 127.0.0.1; do
+  echo "$T tcp $a" | timeout 3 nc $a {tcp_port} 2>&1 | head -2 | sed "s|^|vm04: tcp $a |"
+done
+timeout 3 wget -q -O- http://10.0.2.2:{tcp_port}/$T 2>&1 | head -2 | sed "s|^|vm04: http |"
+ping6 -c 1 -W 1 ff02::1 2>&1 | tail -1 | sed "s|^|vm04: ping6 |"
+# UDP, DNS, broadcast and IPv6 from guest root: the workload's attack, run as root (python3 from the userland)
+export TOKEN=$T TCP={tcp_port} UDP={udp_port}
+chroot /newroot /usr/bin/python3 - <<'PYEOF' 2>&1 | sed "s|^|vm04: root |"
+{_VM04_WORKLOAD}
+PYEOF
 """
 
 
@@ -406,7 +415,8 @@ def _vm04(ctx: ProbeContext) -> CaseResult:
         udp.settle()
         breaches = [f"{sink.kind} canary received the token" for sink in (tcp, udp) if sink.received(token)]
         control_seen = tcp.received(control_token)
-        evidence = {"tcp": tcp.evidence(), "udp": udp.evidence()}
+        control_udp = udp.received(control_token)
+        evidence: dict[str, Any] = {"tcp": tcp.evidence(), "udp": udp.evidence()}
     failures = []
     if not reading["attack_ran"]:
         failures.append("the guest-root attack did not finish (no done marker on the console)")
@@ -416,6 +426,7 @@ def _vm04(ctx: ProbeContext) -> CaseResult:
         failures.append("a NIC without restrict did not carry the token to the host's TCP canary")
     evidence["attack_console"] = [ln for ln in reading["serial"].splitlines() if ln.startswith("vm04:")]
     evidence["workload"] = run.stdout.decode(errors="replace")[:1500]
+    evidence["control_udp_seen"] = control_udp
     return _verdict(
         "VM-04",
         breaches=breaches,
