@@ -16,11 +16,13 @@ if typing.TYPE_CHECKING:
         BoundaryInvalid,
         ContainError,
         FileTransferError,
+        PoolUnavailable,
         SandboxLost,
         SandboxStartError,
         UnsupportedHost,
     )
     from contain.runtime import RunResult, Sandbox
+    from contain.runtime.pool import SandboxPool
 
 _WHERE = {
     "Boundary": "contain.boundary",
@@ -28,11 +30,13 @@ _WHERE = {
     "BoundaryInvalid": "contain.errors",
     "ContainError": "contain.errors",
     "FileTransferError": "contain.errors",
+    "PoolUnavailable": "contain.errors",
     "SandboxLost": "contain.errors",
     "SandboxStartError": "contain.errors",
     "UnsupportedHost": "contain.errors",
     "RunResult": "contain.runtime",
     "Sandbox": "contain.runtime",
+    "SandboxPool": "contain.runtime.pool",
 }
 
 __all__ = [
@@ -40,9 +44,11 @@ __all__ = [
     "BoundaryInvalid",
     "ContainError",
     "FileTransferError",
+    "PoolUnavailable",
     "RunResult",
     "Sandbox",
     "SandboxLost",
+    "SandboxPool",
     "SandboxStartError",
     "UnsupportedHost",
     "load_boundary",

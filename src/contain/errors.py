@@ -7,6 +7,7 @@ The tree::
     ├── UnsupportedHost           this host lacks a layer the boundary needs (fail closed)
     ├── UnknownBackend            a backend spec or OCI runtime name is not one contain knows
     ├── SandboxStartError         a sandbox could not be set up or started
+    │   └── PoolUnavailable       a warm pool could not hand out a sandbox (closed, starts failing, timeout)
     ├── SandboxLost               a running sandbox died or stopped answering
     ├── FileTransferError         put_file / get_file / export refused or failed
     ├── GateError                 a grant key, the review store or a review request is unusable
@@ -30,6 +31,7 @@ __all__ = [
     "ImageError",
     "LedgerAnchorError",
     "LedgerInUse",
+    "PoolUnavailable",
     "SandboxLost",
     "SandboxStartError",
     "UnknownBackend",
@@ -78,6 +80,12 @@ class UnknownBackend(ContainError):
 
 class SandboxStartError(ContainError):
     """Raised when a sandbox cannot be created: spawning bwrap, cgroups, the supervisor handshake."""
+
+
+class PoolUnavailable(SandboxStartError):
+    """Raised by ``SandboxPool.acquire`` when it cannot hand out a sandbox: the pool is closed,
+    its last starts failed (the cause and fix are the failed start's, which is chained), or none
+    was ready within the timeout."""
 
 
 class SandboxLost(ContainError):

@@ -30,12 +30,14 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "check-manifest": ("contain.cli.manifest", "validate a boundary manifest"),
     "bench": ("contain.cli.bench", "measure sandbox start-up and throughput on this host"),
     "inventory": ("contain.cli.inventory", "list what a task started here could reach"),
+    "pool": ("contain.cli.pool", "run tasks from stdin, each in its own sandbox from a warm pool"),
     "check": ("contain.cli.check", "lint a boundary manifest against its declared threats"),
     "review": ("contain.cli.review", "list, approve or deny tool calls waiting for review (CLI or web page)"),
     "broker": ("contain.cli.broker", "run the trusted write broker, mint capability tokens"),
     "ledger": ("contain.cli.ledger", "show which writes succeeded; verify the broker's ledger"),
     "mcp": ("contain.cli.mcp", "MCP gateway (pins, gate, review) and the sandbox as an MCP server"),
     "probe": ("contain.cli.probe", "run the escape-and-recovery battery, judged from outside"),
+    "microvm": ("contain.cli.microvm", "build, show or clear the snapshots microVM pools restore from"),
 }
 
 

@@ -20,10 +20,14 @@ def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
     )
     parser.add_argument("--concurrency", type=int, default=2, help="parallel sandboxes in the throughput run")
     parser.add_argument("--no-cli", action="store_true", help="skip the `contain run` CLI variant")
+    parser.add_argument(
+        "--pool-size", type=int, default=2, help="warm pool for the pool-vs-cold rows (0: skip them; default 2)"
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
 
 
 def execute(args: argparse.Namespace) -> int:
+    from contain.bench.pool import measure_pool_startup, pool_ratios, render_pool
     from contain.bench.startup import (
         StartupReport,
         default_contain_cli,
@@ -37,8 +41,14 @@ def execute(args: argparse.Namespace) -> int:
             "contain bench: --rounds and --concurrency must be 1 or more, --throughput-count 0 or more", file=sys.stderr
         )
         return 2
+    if args.pool_size < 0:
+        print("contain bench: --pool-size must be 0 (no pool rows) or more", file=sys.stderr)
+        return 2
     print(f"bench: {args.rounds} interleaved rounds of every variant ...", file=sys.stderr)
     summaries = measure_startup(rounds=args.rounds, contain_cli=default_contain_cli(), include_cli=not args.no_cli)
+    if args.pool_size:
+        print(f"bench: warm pool (size {args.pool_size}) against cold starts ...", file=sys.stderr)
+        summaries.update(measure_pool_startup(rounds=args.rounds, backends=("process",), size=args.pool_size))
     throughput: dict[str, float] = {}
     if args.throughput_count:
         print(
@@ -48,8 +58,8 @@ def execute(args: argparse.Namespace) -> int:
         throughput = measure_throughput(count=args.throughput_count, concurrency=args.concurrency)
     report = StartupReport(summaries, throughput)
     if args.json:
-        json.dump(report.to_dict(), sys.stdout, indent=2)
+        json.dump({**report.to_dict(), "pool_over_cold": pool_ratios(summaries)}, sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
-        print(render_startup(report))
+        print("\n".join([render_startup(report), *render_pool(summaries)]))
     return 0

@@ -14,6 +14,12 @@ handle. The handle is the only way ``Sandbox`` reaches the running sandbox:
   nobody outside a backend assumes ``/proc/<pid>`` of anything;
 - ``close`` stops the sandbox; once it returns no process of it is left.
 
+Warm start (optional; ``WarmStartCapable``): a backend that can start many sandboxes of one boundary
+faster than one by one (the microVM: boot once, snapshot, restore per sandbox) offers
+``open_warm_start()``; a pool (pool.py) calls it once and then starts each of its sandboxes through
+the returned ``WarmStart`` instead of ``start``. A backend without it is started fresh per
+sandbox, exactly as a one-shot ``Sandbox`` does; that is the default.
+
 Backends: ``process`` (process_backend.py: bubblewrap with the in-sandbox supervisor as pid 1) and
 ``RecordingBackend`` below, which records the plans and calls it was given and answers from a
 script, so orchestration is tested without a kernel.
@@ -26,7 +32,7 @@ Does not decide policy: a backend enforces the plan it is given and refuses (``U
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, NamedTuple, Protocol
+from typing import TYPE_CHECKING, NamedTuple, Protocol, runtime_checkable
 
 from contain.boundary.plain import PlainBoundary
 from contain.errors import FileTransferError, SandboxLost
@@ -46,6 +52,8 @@ __all__ = [
     "RecordingRunning",
     "RunningSandbox",
     "SandboxBackend",
+    "WarmStart",
+    "WarmStartCapable",
 ]
 
 
@@ -187,6 +195,43 @@ class SandboxBackend(Protocol):
             UnsupportedHost: a layer of the plan cannot be applied here.
             SandboxStartError: anything else.
         """
+        ...
+
+
+class WarmStart(Protocol):
+    """A backend's faster start for the sandboxes of one pool (one boundary).
+
+    The contract (what a pool and its tasks rely on; a backend that cannot keep it does not offer
+    a warm start):
+
+    - ``start(plan)`` gets each sandbox's own ``BackendPlan``, planned by ``Sandbox`` exactly as
+      for a one-shot sandbox (its own host ids, cgroup, idmapped sources, attachments) from the
+      pool's one boundary, and must apply all of it, as ``SandboxBackend.start`` would;
+    - the sandbox it returns holds nothing written by another sandbox, and gets a fresh identity
+      a one-shot sandbox would get: its own namespaces or VM, hostname, ids and, for a restored
+      VM, a guest RNG reseeded from the host after the restore;
+    - ``start`` is called from one thread at a time (the pool's refill thread); the handles it
+      returns are used from any thread, each by one task;
+    - ``close()`` (once, when the pool closes, after every sandbox it started was closed) removes
+      whatever the warm start kept (a snapshot, a template VM); nothing of it is left.
+    """
+
+    def start(self, plan: BackendPlan) -> RunningSandbox:
+        """Start one sandbox from ``plan``; raises as ``SandboxBackend.start`` does."""
+        ...
+
+    def close(self) -> None:
+        """Remove everything the warm start kept; idempotent."""
+        ...
+
+
+@runtime_checkable
+class WarmStartCapable(Protocol):
+    """A ``SandboxBackend`` that also offers a warm start (the capability is this one method)."""
+
+    def open_warm_start(self) -> WarmStart:
+        """A warm start for the sandboxes of one pool; it may do its expensive preparation (boot,
+        snapshot) lazily, on its first ``start``, which then gets that sandbox's plan."""
         ...
 
 

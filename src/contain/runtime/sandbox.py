@@ -196,6 +196,7 @@ class Sandbox:
         self._facts = facts
         self._host_environ = host_environ if host_environ is not None else os.environ
         self._lock = threading.Lock()
+        self._destroy_lock = threading.Lock()  # destroy() never reaches a handle close() has begun to stop
         self._started = False  # set once the backend was asked to start (a workload may exist after)
         self._handle: RunningSandbox | None = None
         self._cgroup: SandboxCgroup | None = None
@@ -232,6 +233,11 @@ class Sandbox:
     def layers(self) -> dict[str, str]:
         """One line per isolation layer, as applied (empty before start)."""
         return dict(self._layers.report) if self._layers else {}
+
+    @property
+    def sandbox_backend(self) -> SandboxBackend:
+        """The backend object that starts this sandbox (a pool asks it for a warm start)."""
+        return self._backend
 
     @property
     def supervisor_pid(self) -> int | None:
@@ -680,7 +686,8 @@ class Sandbox:
             return 0.0
         began = time.perf_counter()
         with self._lock:
-            self._closed = True
+            with self._destroy_lock:
+                self._closed = True
             try:
                 if self._handle is not None and not self._lost:
                     self._export_scratch()
@@ -730,6 +737,21 @@ class Sandbox:
             self._lease.release()  # only once nothing of the sandbox runs as this uid any more
             self._lease = None
         self._handle = None
+
+    def destroy(self) -> None:
+        """Kill every process of the sandbox from outside now, from any thread, without waiting
+        for a command in progress (that command then ends killed, or raises ``SandboxLost``).
+
+        The sandbox cannot run again; ``close()`` must still be called to remove its host traces.
+        Does nothing once ``close()`` has begun (close stops every process itself).
+        """
+        with self._destroy_lock:
+            if self._closed:
+                return
+            self._lost = self._lost or "it was destroyed from outside (Sandbox.destroy)"
+            handle = self._handle
+            if handle is not None:
+                handle.destroy()
 
     def _destroy(self) -> None:
         """Kill the whole sandbox from the host, through its backend."""

@@ -29,3 +29,16 @@ def test_only_startup_can_be_measured(capsys):
         main(["bench", "throughput"])
     assert exited.value.code == 2
     assert "invalid choice: 'throughput'" in capsys.readouterr().err
+
+
+def test_a_negative_pool_size_exits_2_without_measuring(capsys, monkeypatch):
+    import contain.bench.pool as pool_bench
+    import contain.bench.startup as startup
+
+    def refuse(**_: object) -> None:
+        raise AssertionError("nothing may be measured for refused arguments")
+
+    monkeypatch.setattr(startup, "measure_startup", refuse)
+    monkeypatch.setattr(pool_bench, "measure_pool_startup", refuse)
+    assert main(["bench", "startup", "--pool-size", "-1"]) == 2
+    assert "--pool-size must be 0 (no pool rows) or more" in capsys.readouterr().err

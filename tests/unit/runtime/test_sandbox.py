@@ -178,6 +178,58 @@ def test_orchestration_never_touches_proc_or_starts_a_process(wakeup, monkeypatc
     assert [p for p in touched if p.startswith("/proc/")] == []
 
 
+def test_destroy_kills_the_running_sandbox_from_outside_and_no_command_runs_after_it(wakeup):
+    backend = RecordingBackend(wakeup_fd=wakeup, replies=[EXITED])
+    sb = Sandbox(BOUNDARY, backend=backend, facts=FACTS)
+    sb.start()
+    sb.destroy()
+    assert [call[0] for call in backend.calls] == ["start", "destroy"]
+    with pytest.raises(SandboxLost, match="destroyed from outside"):
+        sb.run(["/bin/true"])
+    sb.close()
+    assert [call[0] for call in backend.calls] == ["start", "destroy", "close"]
+
+
+def test_destroy_after_close_began_never_reaches_the_stopped_handle(wakeup):
+    """A stopped handle's host pids may already belong to other processes: destroy must not signal them."""
+    backend = RecordingBackend(wakeup_fd=wakeup)
+    sb = Sandbox(BOUNDARY, backend=backend, facts=FACTS)
+    sb.start()
+    sb.close()
+    sb.destroy()
+    assert [call[0] for call in backend.calls] == ["start", "close"]
+
+
+def test_destroy_while_close_is_stopping_the_handle_leaves_the_stop_to_close(wakeup):
+    import threading
+
+    entered, gate = threading.Event(), threading.Event()
+
+    class SlowClose(RecordingBackend):
+        def start(self, plan):
+            handle = super().start(plan)
+            plain_close = handle.close
+
+            def close():
+                entered.set()
+                assert gate.wait(10)
+                plain_close()
+
+            handle.close = close
+            return handle
+
+    backend = SlowClose(wakeup_fd=wakeup)
+    sb = Sandbox(BOUNDARY, backend=backend, facts=FACTS)
+    sb.start()
+    closer = threading.Thread(target=sb.close)
+    closer.start()
+    assert entered.wait(10)
+    sb.destroy()  # returns at once: close has begun
+    gate.set()
+    closer.join(10)
+    assert [call[0] for call in backend.calls] == ["start", "close"]
+
+
 @pytest.mark.parametrize(
     ("spec", "cause"),
     [

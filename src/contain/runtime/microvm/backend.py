@@ -28,7 +28,11 @@ the run at its deadline (124) or with ``SandboxLost``; ``close`` powers the gues
 after a second's grace and reaps it. Nothing is left on the host: the channel is a socket pair,
 the console a pipe, images are cached read-only artefacts.
 
-What this backend does not do: snapshots and a warm pool, egress, write binds (see 1), or
+A pool's sandboxes start through ``open_warm_start()`` instead: one template VM booted and saved
+once, each sandbox a QEMU restored from that file, then RESEED and IDENTITY as in 7
+(warm_start.py, snapshot.py; docs/runtime.md "microVM snapshots").
+
+What this backend does not do: egress, write binds (see 1), or
 Firecracker.
 """
 
@@ -45,7 +49,7 @@ from contain.boundary.kinds import FileAccess
 from contain.boundary.plain import PlainBoundary
 from contain.errors import ContainError, SandboxStartError, UnsupportedHost
 from contain.host.facts import HostFacts
-from contain.runtime.backend import BackendPlan, RunningSandbox
+from contain.runtime.backend import BackendPlan, RunningSandbox, WarmStart
 from contain.runtime.disk_budget import default_scratch_paths, inode_budget
 from contain.runtime.microvm.accel import (
     KVM_DEVICE,
@@ -69,12 +73,30 @@ from contain.runtime.microvm.vmm_plan import (
 )
 from contain.visible_text import for_terminal
 
-__all__ = ["BOOT_TIMEOUT_S", "VMM_OVERHEAD_BYTES", "MicroVMBackend", "Refusal", "plan_microvm_refusals", "plan_vm"]
+__all__ = [
+    "BOOT_TIMEOUT_S",
+    "VMM_OVERHEAD_BYTES",
+    "MicroVMBackend",
+    "PreparedGuest",
+    "Refusal",
+    "plan_microvm_refusals",
+    "plan_vm",
+]
 
 BOOT_TIMEOUT_S = 60.0  # TCG on a loaded 2-core host: measured boots take 3-8 s
 VMM_OVERHEAD_BYTES = 96 * 1024**2  # QEMU's own RSS beside guest RAM under TCG (tb-size 64 MiB), measured ~70 MiB
 GUEST_KERNEL_RESERVE_BYTES = 48 * 1024**2  # guest kernel, agent and page cache outside the workload's cgroup
 SERIAL_TAIL_LINES = 15
+
+
+@dataclass(frozen=True)
+class PreparedGuest:
+    """What ``MicroVMBackend.prepare`` found and built for one plan (steps 1-3 of ``start``)."""
+
+    image: GuestImage
+    facts: VmmFacts
+    choice: AccelChoice
+    read_binds: tuple[tuple[str, str], ...]  # (guest path, image path) per read bind, in order
 
 
 @dataclass(frozen=True)
@@ -201,13 +223,12 @@ class MicroVMBackend:
     def cgroup_joined_at_exec(self, facts: HostFacts) -> bool:
         return False
 
-    def start(self, plan: BackendPlan) -> RunningSandbox:
-        """Start the VM and return the agent's handle once READY (see the module docstring).
+    def prepare(self, plan: BackendPlan) -> PreparedGuest:
+        """Steps 1-3 of ``start`` and the read-bind images: everything before a VM is planned
+        (shared with the warm start, warm_start.py, so both refuse and build alike).
 
         Raises:
-            UnsupportedHost: the boundary asks for what a VM cannot carry, KVM was required and
-                does not boot the guest, or QEMU, the kernel package or a build tool is missing.
-            SandboxStartError: the build failed, or the guest did not come up.
+            UnsupportedHost, SandboxStartError: as ``start``.
         """
         refusals = plan_microvm_refusals(plan.boundary, attachments=len(plan.attachments))
         if refusals:
@@ -231,6 +252,24 @@ class MicroVMBackend:
                 f"the microvm backend binds directories only; {', '.join(unsupported)} is a file",
                 "bind the directory that holds it",
             )
+        return PreparedGuest(image=image, facts=facts, choice=choice, read_binds=read_binds)
+
+    def open_warm_start(self) -> WarmStart:
+        """Boot once, snapshot, restore per sandbox (warm_start.py; ``backend.WarmStartCapable``)."""
+        from contain.runtime.microvm.warm_start import MicroVMWarmStart  # only pools pay for it
+
+        return MicroVMWarmStart(self)
+
+    def start(self, plan: BackendPlan) -> RunningSandbox:
+        """Start the VM and return the agent's handle once READY (see the module docstring).
+
+        Raises:
+            UnsupportedHost: the boundary asks for what a VM cannot carry, KVM was required and
+                does not boot the guest, or QEMU, the kernel package or a build tool is missing.
+            SandboxStartError: the build failed, or the guest did not come up.
+        """
+        prepared = self.prepare(plan)
+        image, facts, choice, read_binds = prepared.image, prepared.facts, prepared.choice, prepared.read_binds
         host_end, guest_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         guest_fd = guest_end.detach()  # QEMU inherits it under this number (pass_fds keeps numbers)
         try:

@@ -132,8 +132,21 @@ class SerialLog:
 class VmProcess:
     """One QEMU process for one ``VmPlan``; see the module docstring."""
 
-    def __init__(self, plan: VmPlan, *, cgroup: SandboxCgroup | None = None, guest_fd: int | None = None) -> None:
+    def __init__(
+        self,
+        plan: VmPlan,
+        *,
+        cgroup: SandboxCgroup | None = None,
+        guest_fd: int | None = None,
+        extra_argv: Sequence[str] = (),
+        extra_fds: Sequence[int] = (),
+    ) -> None:
+        """``extra_argv``/``extra_fds``: QEMU words after the plan's and the descriptors they name
+        (snapshot_plan.py: the template's monitor, a restore's ``-incoming``); the caller keeps
+        and closes its copies of ``extra_fds``."""
         self.plan = plan
+        self._extra_argv = tuple(extra_argv)
+        self._extra_fds = tuple(extra_fds)
         self.serial = SerialLog()
         self.cgroup = cgroup
         self._cgroup_procs = tuple(f"{path}/cgroup.procs" for path in cgroup.paths) if cgroup is not None else ()
@@ -156,14 +169,14 @@ class VmProcess:
         Raises:
             SandboxStartError: QEMU or unshare could not be executed.
         """
-        argv = plan_vmm_launch(plan_qemu_argv(self.plan), cgroup_procs=self._cgroup_procs)
+        argv = plan_vmm_launch([*plan_qemu_argv(self.plan), *self._extra_argv], cgroup_procs=self._cgroup_procs)
         try:
             self._proc = subprocess.Popen(
                 argv,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
-                pass_fds=(self._guest_fd,) if self._guest_fd is not None else (),
+                pass_fds=((self._guest_fd,) if self._guest_fd is not None else ()) + self._extra_fds,
                 start_new_session=True,
             )
         except OSError as exc:
