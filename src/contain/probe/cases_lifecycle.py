@@ -10,7 +10,7 @@ for what N left, and what it finds must reach a sink (its output) to count.
 Controls run on the bare host unless that would be unsafe: every leftover process is bounded
 (it exits by itself after a fixed time) and killed by the probe afterwards; IPC objects and keys
 the control creates on the host are removed by a cleanup run; the zombie control runs in a
-relaxed but bounded sandbox. XT-07 is about microVM snapshots and does not apply here.
+relaxed but bounded sandbox. XT-07 (microVM snapshots) is in cases_vm.py.
 
 Why one file past 600 lines: one mechanism, the LF and XT rows of the catalogue; each case keeps
 its attack, its host-side judge and its control side by side.
@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from contain.probe.case import CaseResult, Category, ProbeCase, ProbeContext, Target, Verdict
+from contain.probe.case import CaseResult, Category, ProbeCase, ProbeContext, Target
 from contain.probe.context import (
     RunContext,
     as_run_context,
@@ -807,17 +807,6 @@ def xt_06(ctx: ProbeContext) -> CaseResult:
     )
 
 
-def xt_07(ctx: ProbeContext) -> CaseResult:
-    return CaseResult(
-        "XT-07",
-        Verdict.INCONCLUSIVE,
-        "no microVM backend exists in this version, so snapshot clones cannot be compared",
-    )
-
-
-_NO_SNAPSHOT = "not applicable by construction: no task starts from a memory snapshot (microVM backends only)"
-
-
 def _case(case_id: str, category: Category, title: str, expected: str, check: Any, **na: str) -> ProbeCase:
     return ProbeCase(case_id, category, title, expected, check, dict(na))
 
@@ -838,15 +827,4 @@ CASES: tuple[ProbeCase, ...] = (
     _case("XT-03", Category.XT, "keyctl add user canary @u; read in task N+1", "absent (or keyctl denied)", xt_03),
     _case("XT-04", Category.XT, "abstract socket listener left behind", "task N+1 cannot connect", xt_04),
     _case("XT-06", Category.XT, "leftover process visible/signalable from task N+1", "none", xt_06),
-    _case(
-        "XT-07",
-        Category.XT,
-        "two microVM tasks from one snapshot compare randomness and ids",
-        "all differ; no secrets in snapshot memory",
-        xt_07,
-        process=_NO_SNAPSHOT,
-        container=_NO_SNAPSHOT,
-        wrap=_NO_SNAPSHOT,
-        host=_NO_SNAPSHOT,
-    ),
 )

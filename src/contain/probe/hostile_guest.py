@@ -33,7 +33,7 @@ import stat
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -154,7 +154,7 @@ class ControlVm:
         self.with_agent_port = with_agent_port  # without it /init stops after the attack line
         self.serial = SerialLog()
         self.exit_code: int | None = None
-        self.before_kill: Callable[[int], None] | None = None  # a judge's last look at the live VMM (its pid)
+        self.max_rss_kib = 0  # QEMU's peak resident memory once it was reaped
 
     def plan(self, agent_fd: int | None) -> VmPlan:
         """The VM as the backend would plan a scratch-only sandbox (TCG), with ``cmdline_extra``."""
@@ -204,11 +204,12 @@ class ControlVm:
                     break
             time.sleep(0.5)  # the host side of a breach (a command QEMU runs) completes after the guest's write
         finally:
-            if self.before_kill is not None and proc.poll() is None:
-                self.before_kill(proc.pid)
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
-            self.exit_code = proc.wait()
+            # wait4 gives this child's own peak RSS (unshare execs QEMU: one pid, one process)
+            _, status, usage = os.wait4(proc.pid, 0)
+            proc.returncode = self.exit_code = os.waitstatus_to_exitcode(status)
+            self.max_rss_kib = usage.ru_maxrss
             reader.join(timeout=5.0)
             stream.close()
             host_end.close()

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from contain.probe.case import Category, Verdict
 from contain.probe import cases_vm
+from contain.probe.case import Category, Verdict
 from contain.probe.cases_vm import CASES
 from contain.probe.context import RunContext
 from contain.probe.runner import run_case
@@ -31,13 +31,23 @@ def _ctx(kind: str) -> RunContext:
     return RunContext(target, control=target, sandboxed_control=target, run_id="unitoc")
 
 
-def test_the_cases_are_vm_01_to_06():
-    assert [c.id for c in CASES] == [f"VM-0{n}" for n in range(1, 7)]
-    assert {c.category for c in CASES} == {Category.VM}
+VM_CASES = tuple(c for c in CASES if c.category is Category.VM)
+
+
+def test_the_cases_are_vm_01_to_06_and_xt_07():
+    assert [c.id for c in CASES] == [f"VM-0{n}" for n in range(1, 7)] + ["XT-07"]
+    assert [c.category for c in CASES] == [Category.VM] * 6 + [Category.XT]
+
+
+@pytest.mark.parametrize("kind", ["process", "container", "container:runsc", "host", "wrap"])
+def test_xt_07_is_not_applicable_where_no_task_starts_from_a_snapshot(kind):
+    result = run_case(CASES[-1], _ctx(kind))
+    assert result.verdict is Verdict.NOT_APPLICABLE
+    assert "no task starts from a memory snapshot" in result.summary
 
 
 @pytest.mark.parametrize("kind", ["process", "container", "host", "wrap"])
-@pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
+@pytest.mark.parametrize("case", VM_CASES, ids=lambda c: c.id)
 def test_targets_without_a_vmm_are_not_applicable_with_the_reason(case, kind):
     result = run_case(case, _ctx(kind))
     assert result.verdict is Verdict.NOT_APPLICABLE
@@ -45,7 +55,7 @@ def test_targets_without_a_vmm_are_not_applicable_with_the_reason(case, kind):
 
 
 @pytest.mark.parametrize("spec", ["container:runc", "container:runsc"])
-@pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
+@pytest.mark.parametrize("case", VM_CASES, ids=lambda c: c.id)
 def test_every_container_runtime_is_not_applicable_through_its_kind(case, spec):
     result = run_case(case, _ctx(spec))
     assert result.verdict is Verdict.NOT_APPLICABLE

@@ -34,7 +34,7 @@ def test_the_hostile_init_is_the_real_one_plus_one_root_attack_line_before_the_a
 
 @pytest.mark.parametrize("init", ["#!/bin/sh\nexec /contain-guest-agent\n", INIT_SCRIPT + INIT_SCRIPT])
 def test_an_init_without_exactly_one_ready_marker_is_refused_never_booted_without_the_attack(init):
-    with pytest.raises(ValueError, match="update hostile_guest.py"):
+    with pytest.raises(ValueError, match=r"update hostile_guest\.py"):
         hostile_init_script(init)
 
 
