@@ -5,8 +5,9 @@ with the boundary's limits, and checked scratch paths):
 
 1. refuse what a VM cannot carry (``plan_microvm_refusals``, pure, one table row per refusal with
    its reason): a memory budget below one guest's RAM plus the VMM's own (QEMU would be
-   OOM-killed in the cgroup before the guest prints a byte), write binds (there is no safe live sharing: no 9p or virtiofs here, and a copy
-   back would need the whole write-bind audit on a second path; refused, never weakened),
+   OOM-killed in the cgroup before the guest prints a byte), write binds (there is no safe
+   live sharing: no 9p or virtiofs here, and a copy back would need the whole write-bind audit
+   on a second path; refused, never weakened),
    attachments (a host socket cannot cross into a VM), and ``network.allow`` (egress is not wired
    into the guest in this version; the guest gets no NIC);
 2. build or find the guest (``guest_build.ensure_guest_image``: kernel, initramfs with the agent,

@@ -24,7 +24,8 @@ What ``/init`` (``INIT_SCRIPT``, run by the kernel as pid 1) does, in order:
    routes through 10.0.2.2 and names 10.0.2.3 as the resolver; always brings up ``lo``;
 8. binds ``/run/machine-id`` (initramfs, written by the agent's IDENTITY) read-only onto the
    workload's ``/etc/machine-id``; remounts ``/newroot`` read-only (scratch, /tmp and /dev/shm
-   stay writable: they are mounts of their own), prints ``READY_MARKER``, and execs the agent as pid 1 with ``--chroot /newroot``
+   stay writable: they are mounts of their own), prints ``READY_MARKER``, and execs the agent
+   as pid 1 with ``--chroot /newroot``
    (the agent keeps the initramfs as its root; only the workload is chrooted, and runs as uid
    1000 without capabilities: docs/guest-agent-protocol.md).
    ``contain.mode=shell`` instead runs ``/bin/sh`` in ``/newroot`` as root on the serial console,

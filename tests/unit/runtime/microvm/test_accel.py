@@ -38,5 +38,5 @@ def test_the_reason_names_why_kvm_was_not_used():
 
 @pytest.mark.parametrize(("kvm_present", "verdict"), [(True, ABORTS), (True, HANGS), (False, None)])
 def test_a_required_kvm_fails_closed(kvm_present, verdict):
-    with pytest.raises(UnsupportedHost, match="runtime.microvm.accel is kvm"):
+    with pytest.raises(UnsupportedHost, match=r"runtime\.microvm\.accel is kvm"):
         decide_accelerator(AccelRequirement.KVM, kvm_present=kvm_present, verdict=verdict)
