@@ -28,6 +28,7 @@ import resource
 import selectors
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -95,6 +96,7 @@ _HOST_RLIMITS: tuple[tuple[int, int], ...] = (
 )
 _OUTPUT_CAP_BYTES = 64 * 1024**2  # attacks bound their own output well below this
 _DRAIN_S = 0.3  # how long output is still read after the command exited
+_POOL_ACQUIRE_S = 300.0  # a first acquire waits for a cold start (and, on microvm, a snapshot build)
 
 
 def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -177,12 +179,27 @@ class ContainTarget(_PythonRunner):
     has_contain_hooks = True
 
     def __init__(
-        self, backend: str = "process", *, base_boundary: Mapping[str, Any] | None = None, label: str = ""
+        self,
+        backend: str = "process",
+        *,
+        base_boundary: Mapping[str, Any] | None = None,
+        label: str = "",
+        warm_pool: bool = False,
     ) -> None:
         self.backend = backend
         self.kind = backend
         self.base_boundary = dict(base_boundary) if base_boundary is not None else probe_boundary_for(backend)
         self.name = f"contain:{backend}" + (f" ({label})" if label else "")
+        # warm_pool: runs with the base boundary (no case overrides) take a sandbox from a
+        # SandboxPool of that boundary (for microvm: restored from a snapshot) instead of starting
+        # one; a pooled sandbox is a fresh Sandbox all the same (runtime/pool.py). Runs with
+        # overrides always start their own. ``close()`` closes the pool.
+        self.warm_pool = warm_pool
+        # sandboxes this target started (any whose backend got past its refusals): the runner's
+        # by-construction rule reads it (runner.BY_CONSTRUCTION)
+        self.sandboxes_started = 0
+        self._pool: Any = None
+        self._pool_lock = threading.Lock()
 
     def boundary_for(self, boundary: Mapping[str, Any] | None) -> dict[str, Any]:
         """The manifest mapping one run gets: the base with the case's overrides merged in."""
@@ -211,16 +228,24 @@ class ContainTarget(_PythonRunner):
         started and before the attack; what it returns runs after the attack and before the
         sandbox closes (while the backend's runtime state, cgroup and processes still exist)."""
         from contain.boundary import Boundary
+        from contain.errors import BackendRefusal
         from contain.runtime import Sandbox
 
         manifest = Boundary.model_validate(self.boundary_for(boundary))
         began = time.perf_counter()
-        with Sandbox(manifest, backend=self.backend) as sandbox:
-            host_pid = sandbox.supervisor_pid
-            after = observer(sandbox) if observer is not None else None
-            result = sandbox.run(list(argv), timeout=timeout_s, env=dict(env or {}))
-            if after is not None:
-                after()
+        opened = self._pooled(manifest) if self.warm_pool and not boundary else None
+        with opened if opened is not None else Sandbox(manifest, backend=self.backend) as sandbox:
+            try:
+                host_pid = sandbox.supervisor_pid
+                after = observer(sandbox) if observer is not None else None
+                result = sandbox.run(list(argv), timeout=timeout_s, env=dict(env or {}))
+                if after is not None:
+                    after()
+            except BackendRefusal:
+                raise  # refused before anything started: not counted
+            finally:
+                if sandbox.supervisor_pid is not None or opened is not None:
+                    self.sandboxes_started += 1
         return AttackRun(
             exit_code=result.exit_code,
             signal=result.signal,
@@ -232,6 +257,24 @@ class ContainTarget(_PythonRunner):
             egress_events=tuple(result.egress),
             host_pid=host_pid,
         )
+
+
+    def _pooled(self, manifest: Any) -> Any:
+        """A lease on a sandbox of the base boundary's pool (opened on first use)."""
+        from contain.runtime.pool import SandboxPool
+
+        with self._pool_lock:
+            if self._pool is None:
+                self._pool = SandboxPool(manifest, backend=self.backend, size=1)
+            pool = self._pool
+        return pool.acquire(timeout_s=_POOL_ACQUIRE_S)
+
+    def close(self) -> None:
+        """Close the warm pool, if one was opened (its sandboxes are killed and removed)."""
+        with self._pool_lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.close()
 
 
 class _BoundedHostRunner(_PythonRunner):

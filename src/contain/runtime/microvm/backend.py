@@ -48,7 +48,7 @@ from dataclasses import dataclass
 
 from contain.boundary.kinds import FileAccess
 from contain.boundary.plain import PlainBoundary
-from contain.errors import ContainError, SandboxStartError, UnsupportedHost
+from contain.errors import BackendRefusal, ContainError, SandboxStartError, UnsupportedHost
 from contain.host.facts import HostFacts
 from contain.runtime.backend import BackendPlan, RunningSandbox, WarmStart
 from contain.runtime.disk_budget import default_scratch_paths, inode_budget
@@ -102,11 +102,13 @@ class PreparedGuest:
 
 @dataclass(frozen=True)
 class Refusal:
-    """Something in a boundary the microvm backend refuses, and why."""
+    """Something in a boundary the microvm backend refuses, and why (``feature``: the row's name,
+    carried by ``BackendRefusal``)."""
 
     what: str
     why: str
     fix: str
+    feature: str
 
 
 def plan_microvm_refusals(boundary: PlainBoundary, *, attachments: int) -> tuple[Refusal, ...]:
@@ -122,6 +124,7 @@ def plan_microvm_refusals(boundary: PlainBoundary, *, attachments: int) -> tuple
                 f"a microVM needs at least {smallest} bytes: {MIN_GUEST_MIB} MiB of guest RAM and "
                 f"{VMM_OVERHEAD_BYTES // 1024**2} MiB for the VMM, both counted in the sandbox's cgroup",
                 f"set resources.memory_bytes to at least {smallest // 1024**2}MiB, or use --backend process",
+                "memory_budget",
             )
         )
     writes = [r.path for r in boundary.files if r.access is FileAccess.WRITE]
@@ -133,6 +136,7 @@ def plan_microvm_refusals(boundary: PlainBoundary, *, attachments: int) -> tuple
                 "would bypass the write-bind audit",
                 "use a scratch path with export: (copied out at close through the export rules), "
                 "or use --backend process",
+                "write_binds",
             )
         )
     if attachments:
@@ -141,6 +145,7 @@ def plan_microvm_refusals(boundary: PlainBoundary, *, attachments: int) -> tuple
                 f"{attachments} attachment(s) under /.contain",
                 "a host socket or file handed in by a service cannot cross into the guest",
                 "use --backend process for tasks that talk to the broker",
+                "attachments",
             )
         )
     if boundary.allows_network:
@@ -149,6 +154,7 @@ def plan_microvm_refusals(boundary: PlainBoundary, *, attachments: int) -> tuple
                 "network.allow",
                 "egress is not wired into the microVM guest in this version (the guest has no network device)",
                 "remove network.allow, or use --backend process",
+                "network_allow",
             )
         )
     return tuple(refusals)
@@ -234,7 +240,9 @@ class MicroVMBackend:
         refusals = plan_microvm_refusals(plan.boundary, attachments=len(plan.attachments))
         if refusals:
             first = refusals[0]
-            raise UnsupportedHost(f"the microvm backend cannot carry {first.what}: {first.why}", first.fix)
+            raise BackendRefusal(
+                f"the microvm backend cannot carry {first.what}: {first.why}", first.fix, feature=first.feature
+            )
         facts = detect_vmm_facts()
         if facts.qemu is None:
             raise UnsupportedHost("qemu-system-x86_64 is not installed", "apt-get install qemu-system-x86")

@@ -8,7 +8,7 @@ import pytest
 
 from contain.boundary import Boundary
 from contain.boundary.plain import plain_boundary
-from contain.errors import UnsupportedHost
+from contain.errors import BackendRefusal, UnsupportedHost
 from contain.runtime.microvm.accel import AccelChoice
 from contain.runtime.microvm.backend import VMM_OVERHEAD_BYTES, MicroVMBackend, plan_microvm_refusals, plan_vm
 from contain.runtime.microvm.guest_build import GuestImage
@@ -45,6 +45,7 @@ def test_write_binds_attachments_and_egress_are_refused_each_with_a_reason(tmp_p
     )
     refusals = plan_microvm_refusals(boundary, attachments=1)
     assert [r.what for r in refusals] == ["write binds (/repo)", "1 attachment(s) under /.contain", "network.allow"]
+    assert [r.feature for r in refusals] == ["write_binds", "attachments", "network_allow"]
     assert all(r.why and r.fix for r in refusals)
 
 
@@ -53,8 +54,9 @@ def test_the_backend_refuses_before_it_builds_or_boots_anything(tmp_path):
 
     boundary = _boundary({"files": [{"path": "/repo", "host": str(tmp_path), "access": "write"}]})
     plan = SimpleNamespace(boundary=boundary, attachments=())
-    with pytest.raises(UnsupportedHost, match="cannot carry write binds \\(/repo\\)"):
+    with pytest.raises(BackendRefusal, match="cannot carry write binds \\(/repo\\)") as refused:
         MicroVMBackend().start(plan)  # type: ignore[arg-type]
+    assert isinstance(refused.value, UnsupportedHost) and refused.value.feature == "write_binds"
 
 
 def test_the_vm_is_sized_from_the_budgets_with_the_vmm_counted_in_the_memory_budget():
