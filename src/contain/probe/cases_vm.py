@@ -28,6 +28,10 @@ What these cases do not test: bugs in QEMU's device emulation reached with craft
 the backend chose; under TCG there is no KVM surface at all). VM-04's "only the egress path
 answers" is checked as "nothing answers": this version's microvm guest has no NIC and the
 backend refuses ``network.allow``.
+
+Why one file past 600 lines: one mechanism (a hostile guest against contain's VMM, judged from
+outside, with a weakened VMM as control) applied seven times; each case's attack script, judge
+and control sit together so a reviewer reads one case in one place.
 """
 
 from __future__ import annotations
