@@ -121,6 +121,8 @@ import time
 pids = sorted(int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) != os.getpid())
 if P.get("only_marked"):
     pids = [p for p in pids if P["marker"].encode() in open(f"/proc/{p}/cmdline", "rb").read()]
+else:  # pid 1 and the parent exist even where /proc hides them (hidepid=2: a microVM guest's agent)
+    pids = sorted(set(pids) | {1, os.getppid()})
 note("targets", pids)
 for pid in pids[:64]:
     r = rec(f"attach {pid}", sysc, 101, PTRACE_ATTACH, pid, 0, 0)
