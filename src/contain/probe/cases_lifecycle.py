@@ -545,7 +545,8 @@ def xt_01(ctx: ProbeContext) -> CaseResult:
 
 _IPC_COMMON = r"""
 import ctypes.util
-rt = ctypes.CDLL(ctypes.util.find_library("rt") or "librt.so.1", use_errno=True)
+# glibc 2.34+ has mq_* in libc itself; an image without librt.so.1 (a microVM's userland) still has them
+rt = ctypes.CDLL(ctypes.util.find_library("rt") or ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
 rt.mq_open.restype = ctypes.c_int
 libc.shmat.restype = ctypes.c_void_p
 IPC_CREAT, IPC_NOWAIT, IPC_RMID = 0o1000, 0o4000, 0

@@ -191,3 +191,11 @@ def test_every_kernel_case_has_probes_and_sy12_is_not_applicable_to_wrap() -> No
     assert ids == ["SY-01", "SY-02", "SY-03", "SY-04", "SY-05", "SY-06", "SY-07", "SY-09", "SY-10", "SY-11", "SY-12"]
     sy12 = next(c for c in CASES if c.id == "SY-12")
     assert "wrap" in sy12.not_applicable
+
+
+def test_a_missing_unshare_binary_is_no_route_for_sy_01():
+    # the microVM userland has no unshare(1): ENOENT was judged a breach ("refused means EPERM")
+    from contain.probe.cases_kernel import KERNEL_PROBES
+
+    row = next(p for p in KERNEL_PROBES["SY-01"] if p.name == "unshare_cmd")
+    assert set(row.refused) == {"EPERM", "ENOENT"}
