@@ -38,7 +38,7 @@ from contain.probe.context import (
     verdict,
 )
 from contain.probe.snapshot import ProcessEntry, diff, ipc_key, kill_marked, marked_processes, take_snapshot
-from contain.probe.targets import ContainTarget, WrapTarget, _BoundedHostRunner
+from contain.probe.targets import ContainTarget, WrapTarget, _BoundedHostRunner, target_kind
 
 __all__ = ["CASES"]
 
@@ -364,18 +364,27 @@ def workload_processes(
     return [p for p in entries if p.pid != launcher_pid and p.cmdline != launcher_cmdline]
 
 
+# Target kinds whose workload has no host process: it runs in a guest kernel, so the host sees
+# only the VMM (the sandbox's init pid), and "started" means the VMM is up and running the task.
+_WORKLOAD_IN_A_GUEST = ("microvm",)
+
+
 def _kill_launcher(target: Target, marker: str) -> dict[str, Any]:
     proc, init_pid = _launch(target, marker)
+    in_guest = target_kind(target) in _WORKLOAD_IN_A_GUEST
 
     def others() -> list[Any]:  # the launcher's own command line carries the marker too
         found = marked_processes([marker])
         launcher = next((p.cmdline for p in found if p.pid == proc.pid), None)
         return workload_processes(found, launcher_pid=proc.pid, launcher_cmdline=launcher)
 
+    def running() -> bool:
+        return bool(init_pid and _alive(init_pid)) if in_guest else bool(others())
+
     deadline = time.monotonic() + 10
-    while not others() and time.monotonic() < deadline:
+    while not running() and time.monotonic() < deadline:
         time.sleep(0.05)
-    started = bool(others())
+    started = running()
     os.kill(proc.pid, signal.SIGKILL)  # the launcher only, never its group
     proc.wait()
     killed_at = time.monotonic()
