@@ -2,7 +2,8 @@
 
 ``VmProcess.start`` is a checklist:
 
-1. ``plan_vmm_launch`` (pure) wraps the planned QEMU argv so that QEMU starts in a network
+1. ``plan_vmm_launch`` (pure) wraps the planned QEMU argv so that QEMU dies with the thread
+   that started it (``setpriv --pdeathsig KILL``: a killed contain leaves no running VM), starts in a network
    namespace of its own (``unshare --net``: its only interface is a down ``lo``, so the VMM
    process itself can reach nothing, and egress listeners are what ``netns_path`` names) and in
    the sandbox's host cgroup from its first instruction (a shell writes its own pid into each
@@ -39,6 +40,7 @@ __all__ = ["SERIAL_TAIL_BYTES", "SerialLog", "VmProcess", "VmmFacts", "detect_vm
 SERIAL_TAIL_BYTES = 64 * 1024
 CLOSE_GRACE_S = 1.0  # a guest that was asked to power off does so in ~0.1 s under TCG
 UNSHARE = "/usr/bin/unshare"
+SETPRIV = "/usr/bin/setpriv"  # util-linux, like unshare
 _JOIN_AND_EXEC = 'n=$1; shift; while [ "$n" -gt 0 ]; do echo $$ > "$1" || exit 125; shift; n=$((n-1)); done; exec "$@"'
 
 
@@ -82,8 +84,16 @@ def parse_tsc_khz(cpuinfo: str) -> int | None:
 
 
 def plan_vmm_launch(qemu_argv: Sequence[str], *, cgroup_procs: Sequence[str]) -> list[str]:
-    """The argv that starts QEMU in a new network namespace, inside ``cgroup_procs`` first."""
+    """The argv that starts QEMU with a parent-death SIGKILL, in a new network namespace, inside
+    ``cgroup_procs`` first.
+
+    ``setpriv --pdeathsig KILL`` first: QEMU runs in a session of its own, so without it a
+    SIGKILLed contain left the VM running its workload (the escape battery's LF-08 on microvm);
+    the signal survives the execs of unshare, sh and QEMU (none is set-id). As with bubblewrap's
+    ``--die-with-parent``, the parent is the *thread* that started the VMM.
+    """
     return [
+        SETPRIV, "--pdeathsig", "KILL", "--",
         UNSHARE, "--net", "--", "/bin/sh", "-c", _JOIN_AND_EXEC, "contain-vmm",
         str(len(cgroup_procs)), *cgroup_procs, *qemu_argv,
     ]  # fmt: skip

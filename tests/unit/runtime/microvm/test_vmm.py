@@ -12,6 +12,7 @@ def test_qemu_starts_in_a_new_netns_after_joining_every_cgroup():
         ["qemu-system-x86_64", "-m", "256"], cgroup_procs=["/cg/mem/x/cgroup.procs", "/cg/pids/x/cgroup.procs"]
     )
     assert argv == [
+        "/usr/bin/setpriv", "--pdeathsig", "KILL", "--",
         "/usr/bin/unshare", "--net", "--", "/bin/sh", "-c",
         'n=$1; shift; while [ "$n" -gt 0 ]; do echo $$ > "$1" || exit 125; shift; n=$((n-1)); done; exec "$@"',
         "contain-vmm", "2", "/cg/mem/x/cgroup.procs", "/cg/pids/x/cgroup.procs", "qemu-system-x86_64", "-m", "256",
@@ -23,11 +24,11 @@ def test_the_join_script_writes_its_own_pid_then_execs_and_stops_on_a_failed_wri
 
     procs = tmp_path / "cgroup.procs"
     procs.write_text("")
-    argv = plan_vmm_launch(["/bin/sh", "-c", "echo $$"], cgroup_procs=[str(procs)])[3:]  # without unshare
+    argv = plan_vmm_launch(["/bin/sh", "-c", "echo $$"], cgroup_procs=[str(procs)])[7:]  # without setpriv, unshare
     done = subprocess.run(argv, capture_output=True, text=True, check=False)
     assert done.returncode == 0
     assert procs.read_text().strip() == done.stdout.strip()  # the pid that joined is the one that runs
-    blocked = plan_vmm_launch(["/bin/true"], cgroup_procs=[str(tmp_path / "missing" / "cgroup.procs")])[3:]
+    blocked = plan_vmm_launch(["/bin/true"], cgroup_procs=[str(tmp_path / "missing" / "cgroup.procs")])[7:]
     assert subprocess.run(blocked, capture_output=True, check=False).returncode == 125
 
 
