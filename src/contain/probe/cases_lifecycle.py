@@ -484,7 +484,8 @@ def _orphan_breaches(report: dict[str, Any], bound: int) -> list[str]:
 def lf_09(ctx: ProbeContext) -> CaseResult:
     rc = as_run_context(ctx)
     bound = 2000
-    run, report = run_attack(rc.target, _ORPHANS, bound=bound, orphan=True, timeout_s=60)
+    # 120: capped by the target's wall_s (30 s on the process backend); a TCG guest needs ~80 s
+    run, report = run_attack(rc.target, _ORPHANS, bound=bound, orphan=True, timeout_s=120)
     # Control: a parent that never reaps its own children: zombies pile up to the pids limit.
     _control, control_report = run_attack(rc.sandboxed_control, _ORPHANS, bound=bound, orphan=False, timeout_s=60)
     return verdict(
