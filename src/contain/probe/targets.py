@@ -1,9 +1,11 @@
 """Where attack code runs: contain's own backend, a wrapped third-party sandbox, or the bare host.
 
 - ``ContainTarget(spec)`` runs each attack in a fresh ``Sandbox(boundary, backend=spec)`` (spec:
-  ``process``, ``container:runc``, ``container:runsc``; the spec is also the target's kind) whose
-  boundary is the probe's default (scratch only, no network, modest budgets) deep-merged with the
-  case's ``boundary`` mapping. It fills ``AttackRun.run_result`` (contain's RunResult),
+  ``process``, ``container:runc``, ``container:runsc``, ``microvm``; the spec is also the target's
+  kind) whose boundary is the probe's default (scratch only, no network, modest budgets, with the
+  kind's ``KIND_BOUNDARY_OVERRIDES`` row) deep-merged with the case's ``boundary`` mapping; with
+  ``warm_pool=True`` runs of the base boundary come from a ``SandboxPool`` instead.
+  It fills ``AttackRun.run_result`` (contain's RunResult),
   ``egress_events`` and ``host_pid`` (the sandbox's pid 1 as seen from the host).
   ``run_observed`` also lets a judge look at the running sandbox before and after the attack.
 - ``WrapTarget`` runs ``prefix + argv`` as a host subprocess, e.g. ``bwrap --unshare-all ...
