@@ -19,6 +19,7 @@ its attack, its host-side judge and its control side by side.
 from __future__ import annotations
 
 import json
+import contextlib
 import os
 import signal
 import subprocess
@@ -395,6 +396,9 @@ def _kill_launcher(target: Target, marker: str) -> dict[str, Any]:
     left = [p.describe() for p in marked_processes([marker])]
     init_alive = bool(init_pid and _alive(init_pid))
     _reap(marker)
+    if init_alive and init_pid:  # a breach must not leave a sandbox (a VM) running after the case
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(init_pid, signal.SIGKILL)
     return {
         "workload_started": started,
         "survivors": left,
