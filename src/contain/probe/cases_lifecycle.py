@@ -18,8 +18,8 @@ its attack, its host-side judge and its control side by side.
 
 from __future__ import annotations
 
-import json
 import contextlib
+import json
 import os
 import signal
 import subprocess
