@@ -37,5 +37,6 @@ def test_probe_refuses_a_selection_that_matches_nothing(capsys):
 
 
 def test_probe_refuses_a_backend_that_does_not_exist(capsys):
-    assert main(["probe", "--backend", "microvm", "--cases", "FS-01"]) != 0
-    assert "backend 'microvm' is not available" in capsys.readouterr().err
+    assert main(["probe", "--backend", "container:gvisor", "--cases", "FS-01"]) == 125
+    err = capsys.readouterr().err
+    assert "container runtime 'gvisor' is unknown" in err and "container:runc, container:runsc" in err

@@ -339,6 +339,10 @@ ws = P["ws"]
 rec("mknod c 1 3", os.mknod, ws + "/c13", 0o666 | 0o020000, os.makedev(1, 3))
 rec("mknod b 8 0", os.mknod, ws + "/b80", 0o666 | 0o060000, os.makedev(8, 0))
 rec("mkfifo", os.mkfifo, ws + "/fifo")
+def plain():
+    with open(ws + "/plain", "w") as f:
+        f.write("plain")
+rec("write a plain file", plain)
 done()
 """
 
@@ -356,9 +360,16 @@ def fs_07(ctx: ProbeContext) -> CaseResult:
     rc = as_run_context(ctx)
     ws = rc.workspace("ws")
     run, report = run_attack(rc.target, _MKNOD, boundary=ws.boundary(), ws=ws.path_for(rc.target))
-    breaches = _device_nodes(ws.host)
+    # The host's view and the kernel's answer inside: under gVisor a special file made inside a
+    # write bind stays in the Sentry (neither a FIFO nor a device reaches the host), so a mknod
+    # that succeeded inside is a breach even when the host sees nothing.
+    breaches = _device_nodes(ws.host) + [
+        f"{n} succeeded inside" for n in succeeded(report, "mknod c 1 3", "mknod b 8 0")
+    ]
     fifo = ws.host / "fifo"
-    fifo_ok = fifo.exists() and stat.S_ISFIFO(fifo.lstat().st_mode)
+    fifo_on_host = fifo.exists() and stat.S_ISFIFO(fifo.lstat().st_mode)
+    plain_on_host = (ws.host / "plain").is_file()
+    fifo_ok = fifo_on_host or (plain_on_host and bool(succeeded(report, "mkfifo")))
     ws2 = rc.workspace("ws-control")
     run_attack(rc.control, _MKNOD, ws=str(ws2.host))
     shown = len(_device_nodes(ws2.host)) == 2
@@ -368,7 +379,12 @@ def fs_07(ctx: ProbeContext) -> CaseResult:
         control_shows_breach=shown,
         contained="mknod of character and block devices failed; mkfifo worked (control)",
         control=f"on the bare host (root) both device nodes {'were' if shown else 'were NOT'} created",
-        evidence={"attack": report, "run": run_evidence(run), "fifo_on_host": fifo_ok},
+        evidence={
+            "attack": report,
+            "run": run_evidence(run),
+            "fifo_on_host": fifo_on_host,
+            "plain_file_on_host": plain_on_host,
+        },
         missing=None if fifo_ok else "mkfifo in the workspace failed, so the workspace was not writable",
     )
 

@@ -34,6 +34,7 @@ from typing import Any
 from contain.probe.canaries import unix_canary
 from contain.probe.case import CaseResult, Category, ProbeCase, ProbeContext
 from contain.probe.context import as_run_context, run_attack, run_evidence, verdict
+from contain.probe.targets import kind_keys, target_kind
 
 __all__ = ["CASES"]
 
@@ -54,8 +55,20 @@ done()
 """
 
 
+# target kind -> why the boundary cannot name an allowed socket there (IP-51 then plants the
+# "allowed" socket as one more that must stay unreachable, and checks that the attack's paths exist).
+NO_ALLOWED_SOCKETS: dict[str, str] = {
+    "container:runsc": (
+        "gVisor's Sentry connects to no host socket (--host-uds=none), so contain refuses allow_sockets under runsc"
+    ),
+}
+
+
 def ip_51(ctx: ProbeContext) -> CaseResult:
     rc = as_run_context(ctx)
+    no_allowed = next(
+        (NO_ALLOWED_SOCKETS[k] for k in kind_keys(target_kind(rc.target)) if k in NO_ALLOWED_SOCKETS), None
+    )
     read_ws, write_ws = rc.workspace("sockets-read"), rc.workspace("sockets-write")
     owner = os.stat(read_ws.host)
     planted = {
@@ -71,7 +84,7 @@ def ip_51(ctx: ProbeContext) -> CaseResult:
                 "host": str(write_ws.host),
                 "path": write_ws.sandbox_path,
                 "access": "write",
-                "allow_sockets": ["allowed.sock"],
+                "allow_sockets": [] if no_allowed else ["allowed.sock"],
             },
         ]
     }
@@ -93,21 +106,31 @@ def ip_51(ctx: ProbeContext) -> CaseResult:
     breaches = [
         f"the sandbox connected to the host socket {inside[label]} (mode {planted[label][2]:o})"
         for label, count in reached_inside.items()
-        if label != "allowed" and count > 0
+        if (label != "allowed" or no_allowed) and count > 0
     ]
     control_reached = all(reached_total[label] > reached_inside[label] for label in planted)
     allowed_reached = reached_inside["allowed"] > 0
+    absent = [label for label in planted if (report.get(label) or {}).get("errno") == "ENOENT"]
     missing = None
     if not report:
         missing = "the attack did not report"
-    elif not allowed_reached and rc.target.has_contain_hooks:
+    elif no_allowed and absent:
+        missing = f"the attack's paths do not exist inside ({', '.join(absent)}), so it dialled nothing planted"
+    elif not no_allowed and not allowed_reached and rc.target.has_contain_hooks:
         missing = "the socket named in allow_sockets was not reached, so the sandbox's paths are not the planted ones"
     return verdict(
         "IP-51",
         breaches=breaches,
         control_shows_breach=control_reached,
         contained="no host socket inside a read or write bind accepted a connection from the sandbox",
-        control="from the host every planted socket accepted; inside, the socket named in allow_sockets did",
+        control=(
+            "from the host every planted socket accepted; inside, "
+            + (
+                f"every path existed (no allow_sockets: {no_allowed})"
+                if no_allowed
+                else "the socket named in allow_sockets did"
+            )
+        ),
         evidence={
             "run": run_evidence(run),
             "attack": report,

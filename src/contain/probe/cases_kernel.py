@@ -48,8 +48,18 @@ from typing import Any
 
 from contain.probe.canaries import attack_source, decide, read_report, run_evidence
 from contain.probe.case import AttackRun, CaseResult, Category, ProbeCase, ProbeContext, Verdict
+from contain.probe.targets import kind_keys, target_kind
 
-__all__ = ["CASES", "KERNEL_PROBES", "KernelProbe", "judge_kernel", "probe_helpers"]
+__all__ = [
+    "BACKEND_REFUSALS",
+    "CASES",
+    "KERNEL_PROBES",
+    "BackendRefusal",
+    "KernelProbe",
+    "judge_kernel",
+    "probe_helpers",
+    "refused_outcomes",
+]
 
 HELPER_SANDBOX_DIR = "/inputs/probe-bin"
 
@@ -123,9 +133,12 @@ def helper_socketcall():
     r = subprocess.run([P["bin"] + "/i386-socketcall"], capture_output=True, timeout=5)
     if r.returncode < 0:
         raise OSError(0, "killed by signal %d" % -r.returncode) if -r.returncode != signal.SIGSYS else SIGSYS_DEATH
-    value = int((r.stdout.strip() or b"-38").split()[-1])
+    fields = (r.stdout.strip() or b"-38 0").split()
+    value = int(fields[0])
     if value < 0:
         raise OSError(-value, os.strerror(-value))
+    if fields[1:2] != [b"1"]:  # a number came back, but no socket was made (gVisor ran another syscall)
+        raise OSError(errno.ENOTSOCK, "int 0x80 returned %d, which is not a socket" % value)
     return value
 class _SigsysDeath(Exception):
     pass
@@ -148,7 +161,13 @@ def no_new_privs():
             if line.split()[1] == "1":
                 raise OSError(errno.EPERM, "NoNewPrivs is 1")
             return 0
-    raise OSError(errno.ENOSYS, "no NoNewPrivs line")
+    # no such line (gVisor's status has none): ask the kernel, PR_GET_NO_NEW_PRIVS
+    value = libc.prctl(39, 0, 0, 0, 0)
+    if value < 0:
+        raise OSError(errno.ENOSYS, "no NoNewPrivs line and PR_GET_NO_NEW_PRIVS failed")
+    if value == 1:
+        raise OSError(errno.EPERM, "PR_GET_NO_NEW_PRIVS is 1 (no NoNewPrivs line)")
+    return 0
 def setuid_helper():
     if MODE == "control":
         os.setgroups([]); os.setresgid(65534, 65534, 65534); os.setresuid(65534, 65534, 65534)
@@ -231,6 +250,41 @@ def _p(name: str, refused: str, what: str, *, helper: bool = False) -> KernelPro
     return KernelProbe(name, tuple(refused.split()), what, helper)
 
 
+@dataclass(frozen=True)
+class BackendRefusal:
+    """An outcome that also counts as refused on one backend (looked up with ``kind_keys``), and
+    why it stops the attack as surely as the probe's own refusals do."""
+
+    kind: str
+    probe: str
+    refused: tuple[str, ...]
+    why: str
+
+
+BACKEND_REFUSALS: tuple[BackendRefusal, ...] = (
+    BackendRefusal(
+        "container:runsc",
+        "raw_icmp",
+        ("EAFNOSUPPORT",),
+        "gVisor's network stack in host mode has no raw sockets: socket() makes nothing to send with",
+    ),
+    BackendRefusal(
+        "container:runsc",
+        "helper_socketcall",
+        ("ENOTSOCK",),
+        "gVisor runs int 0x80 as the 64-bit syscall of the same number (102 is getuid there); the "
+        "helper checks that no socket descriptor came back, so no netlink socket exists",
+    ),
+)
+
+
+def refused_outcomes(probe: KernelProbe, kind: str) -> tuple[str, ...]:
+    """The probe's refusals plus the ``BACKEND_REFUSALS`` rows for ``kind``."""
+    keys = kind_keys(kind)
+    extra = tuple(o for row in BACKEND_REFUSALS if row.probe == probe.name and row.kind in keys for o in row.refused)
+    return probe.refused + extra
+
+
 KERNEL_PROBES: dict[str, tuple[KernelProbe, ...]] = {
     "SY-01": (
         _p("unshare_user", "EPERM", "unshare(CLONE_NEWUSER)"),
@@ -289,11 +343,15 @@ _HELPERS: dict[str, str] = {
     # argument block must sit below 4 GiB, hence a static non-PIE binary and a global array.
     "i386-socketcall": r"""
 #include <stdio.h>
+#include <sys/stat.h>
 static unsigned int args[3] = {16, 3, 0};
 int main(void) {
     long r;
+    struct stat st;
     __asm__ volatile("int $0x80" : "=a"(r) : "a"(102L), "b"(1L), "c"(args) : "memory");
-    printf("%ld\n", r);
+    /* the return value and whether it is a socket descriptor: a kernel that runs int 0x80 as
+       another syscall returns a number that is not one */
+    printf("%ld %d\n", r, r >= 0 && fstat((int)r, &st) == 0 && S_ISSOCK(st.st_mode));
     return 0;
 }
 """,
@@ -356,9 +414,11 @@ def judge_kernel(
     control: dict[str, Any] | None,
     host_breaches: Sequence[str] = (),
     evidence: dict[str, Any] | None = None,
+    kind: str = "",
 ) -> CaseResult:
-    """Strict errno judging: anything but a listed refusal inside is a breach; a control refused
-    the same way (or not run) is a control failure."""
+    """Strict errno judging: anything but a listed refusal inside is a breach (``kind`` adds the
+    ``BACKEND_REFUSALS`` of that target kind); a control refused the same way (or not run) is a
+    control failure."""
     breaches = list(host_breaches)
     failures: list[str] = []
     missing: list[str] = []
@@ -368,10 +428,11 @@ def judge_kernel(
         if attack is None:
             break
         got = _outcome(attack.get(probe.name))
+        refused = refused_outcomes(probe, kind)
         if got == "no result" or got.startswith(("error", "FileNotFoundError", "ValueError")):
             missing.append(f"{probe.what}: no kernel answer ({got})")
-        elif got not in probe.refused:
-            breaches.append(f"{probe.what}: {got} (refused means {'/'.join(probe.refused)})")
+        elif got not in refused:
+            breaches.append(f"{probe.what}: {got} (refused means {'/'.join(refused)})")
         ctl = _outcome((control or {}).get(probe.name))
         if ctl in probe.refused or ctl == "no result":
             failures.append(f"{probe.what}: host control also {ctl}")
@@ -451,6 +512,7 @@ def _kernel_case(case_id: str) -> ProbeCase:
                 control=read_report(control_run),
                 host_breaches=host_breaches,
                 evidence={"attack_run": _brief(attack_run), "control_run": _brief(control_run)},
+                kind=target_kind(ctx.target),
             )
             if len(usable) < len(probes) and result.verdict is Verdict.CONTAINED:
                 skipped = ", ".join(p.what for p in probes if p not in usable)

@@ -321,6 +321,7 @@ from contain.runtime import Sandbox
 spec = json.loads(sys.argv[1])
 with Sandbox(Boundary.model_validate(spec["boundary"]), backend=spec["backend"]) as sb:
     print(sb.supervisor_pid, flush=True)
+    print("run", flush=True)
     sb.run(["python3", "-c", "import time; time.sleep(%d)" % spec["life_s"], spec["marker"]], timeout=spec["life_s"])
 """
 
@@ -341,6 +342,7 @@ def _launch(target: Target, marker: str) -> tuple[subprocess.Popen[bytes], int |
         )
         assert proc.stdout is not None
         line = proc.stdout.readline().strip()
+        proc.stdout.readline()  # "run": the launcher is about to start the workload
         return proc, int(line) if line.isdigit() else None
     if isinstance(target, _BoundedHostRunner):
         prefix = target.prefix if isinstance(target, WrapTarget) else []
@@ -379,13 +381,15 @@ def _kill_launcher(target: Target, marker: str) -> dict[str, Any]:
         launcher = next((p.cmdline for p in found if p.pid == proc.pid), None)
         return workload_processes(found, launcher_pid=proc.pid, launcher_cmdline=launcher)
 
-    def running() -> bool:
-        return bool(init_pid and _alive(init_pid)) if in_guest else bool(others())
-
     deadline = time.monotonic() + 10
-    while not running() and time.monotonic() < deadline:
+    while not others() and time.monotonic() < deadline:
+        if in_guest and init_pid and _alive(init_pid):
+            break  # a guest kernel runs the workload: on the host the sandbox is its VMM
+        if init_pid and _alive(init_pid) and not _workload_visible(init_pid) and time.monotonic() > deadline - 8:
+            break  # a user-space kernel (gVisor) runs the workload: no host process carries the marker
         time.sleep(0.05)
-    started = running()
+    visible = bool(others())
+    started = visible or bool(init_pid and _alive(init_pid))
     os.kill(proc.pid, signal.SIGKILL)  # the launcher only, never its group
     proc.wait()
     killed_at = time.monotonic()
@@ -401,11 +405,21 @@ def _kill_launcher(target: Target, marker: str) -> dict[str, Any]:
             os.kill(init_pid, signal.SIGKILL)
     return {
         "workload_started": started,
+        "workload_visible_on_host": visible,
         "survivors": left,
         "init_pid": init_pid,
         "init_alive": init_alive,
         "seconds_until_gone": None if left or init_alive else round(gone_after, 3),
     }
+
+
+def _workload_visible(init_pid: int) -> bool:
+    """Whether the sandbox's workload runs as host processes in the init's pid namespace (bwrap,
+    runc); under runsc the host pid is gVisor's own process and the workload lives in its kernel."""
+    try:
+        return os.readlink(f"/proc/{init_pid}/ns/pid") != os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return True
 
 
 def _alive(pid: int) -> bool:

@@ -8,7 +8,9 @@ Each case attacks from inside and is judged from outside:
   and the sha256 on the host of the runtime binary (bwrap, runc or runsc) and of every host
   executable that a process in the sandbox's pid namespace runs (the supervisor, python3).
   Control: a fresh pid+mount namespace as host root, where a writable host binary runs as a
-  short-lived helper; the same attack opens it for writing once it exited.
+  short-lived helper (started once the attack's shell exec'd python3); the same attack opens it
+  for writing once it exited. On a container target the judge also has the runtime exec a short
+  command into the container while the attack watches (the CVE's own step).
 - OC-02 (CVE-2024-21626 shape): every directory descriptor in ``/proc/self/fd`` and
   ``/proc/1/fd``, and the cwd of ``self`` and pid 1, is climbed with ``openat("..")`` to read a
   host canary by its host path. Judge: the canary at a sink. Control: a host process given a
@@ -82,7 +84,7 @@ from contain.probe.hostile_images import (
 )
 from contain.probe.targets import ContainTarget, WrapTarget, kind_keys, target_kind
 
-__all__ = ["CASES", "RUNTIME_BINARIES", "runtime_binary", "runtime_state_dir"]
+__all__ = ["CASES", "RUNTIME_BINARIES", "helper_launch", "runtime_binary", "runtime_state_dir"]
 
 # backend kind -> the runtime binary that starts its sandboxes (what OC-01 must keep intact)
 RUNTIME_BINARIES: Mapping[str, str] = {
@@ -223,11 +225,17 @@ while pending:
 note("visible", {str(k): v[1] for k, v in held.items()})
 done()
 """
-_WATCH_S = 1.5
+_WATCH_S = 2.0
 _SETTLE_S = 1.5  # how long a reopen is retried while the binary still runs (ETXTBSY)
-# The control's helper: six short runs of a writable binary, so at least one starts inside the
-# attack's watch window however slowly python3 starts, and the last exits inside the settle time.
-_HELPER_RUNS, _HELPER_S = 6, 0.2
+_HELPER_S = 1.2  # the control's helper: runs from the attack's exec, seen inside the watch window
+
+
+def helper_launch(helper: str) -> str:
+    """Shell that starts ``helper`` (a writable binary) once this shell has exec'd python3, then
+    execs the command in ``"$@"``: the helper then runs while the attack's watch window is open
+    however slowly python3 starts, and exits before the window and the settle time end."""
+    wait_for_exec = "while ! grep -q python3 /proc/$pid/cmdline 2>/dev/null; do sleep 0.01; done"
+    return f'pid=$$; ({wait_for_exec}; exec {helper} {_HELPER_S}) & exec "$@"'
 
 
 def _write_opens(report: Mapping[str, Any]) -> list[str]:
@@ -275,10 +283,9 @@ def oc_01(ctx: ProbeContext) -> CaseResult:
     helper = rc.plant_dir("exe-helper") / "runtime-copy"
     shutil.copy2("/usr/bin/sleep", helper)
     helper.chmod(0o755)
-    control = WrapTarget(["unshare", "--pid", "--fork", "--mount-proc"]).run_argv(
-        ["sh", "-c", f'(for i in $(seq {_HELPER_RUNS}); do {helper} {_HELPER_S}; done) & exec python3 -c "$0"', code]
-    )
-    control_opens = [n for n in _write_opens(attack_report(control) or {}) if str(helper) in n]
+    control = WrapTarget(["unshare", "--pid", "--fork", "--mount-proc", "sh", "-c", helper_launch(str(helper)), "sh"])
+    control_run = control.run_argv(["python3", "-c", code])
+    control_opens = [n for n in _write_opens(attack_report(control_run) or {}) if str(helper) in n]
     return verdict(
         "OC-01",
         breaches=breaches,
@@ -641,6 +648,10 @@ def oc_05(ctx: ProbeContext) -> CaseResult:
     kept = [name for name in entries if not name.startswith(".lock-")]
     if len(kept) > 1:  # only the set-id image may be cached
         breaches.append(f"the cache holds entries of refused images: {kept}")
+    started: dict[str, Any] = {}
+    if isinstance(rc.target, ContainTarget) and rc.target.kind.split(":", 1)[0] == "container":
+        through = [(label, image) for label, image, _o, must in attempts if must == "refuse"][-2:]
+        breaches += _through_backend(rc.target, through, setid, started)
     breaches += [f"outside the cache: {change}" for change in witness.changes()]
     breaches += [f"outside the cache: {path}" for path in _outside_cache(work, (images, cache))]
     control = _naive_control(rc.plant_dir("naive"))
@@ -660,8 +671,54 @@ def oc_05(ctx: ProbeContext) -> CaseResult:
                 else "wrote outside its target, kept a device, a set-id bit and 1 TiB"
             )
         ),
-        evidence={"refused": refused, "cache_entries": entries, "naive_control": control},
+        evidence={
+            "refused": refused,
+            "cache_entries": entries,
+            "through_the_backend": started or "not run: the target starts no container",
+            "naive_control": control,
+        },
     )
+
+
+def _through_backend(
+    target: ContainTarget, hostile: list[tuple[str, Path]], setid: Path, seen: dict[str, Any]
+) -> list[str]:
+    """Start the target's backend with ``runtime.container.image`` set: each hostile image must
+    stop the start with ImageError (no container), and the set-id image must give a root whose
+    file has no set-id bit, read on the host from the container's root (never followed)."""
+    from contain.boundary import Boundary
+    from contain.errors import ImageError
+    from contain.runtime import Sandbox
+
+    breaches = []
+    for label, image in hostile:
+        manifest = Boundary.model_validate(target.boundary_for({"runtime": {"container": {"image": str(image)}}}))
+        try:
+            with Sandbox(manifest, backend=target.backend):
+                breaches.append(f"{label}: a container started from the image")
+        except ImageError as exc:
+            seen[label] = f"refused before any container existed: {exc.cause[:300]}"
+    manifest = Boundary.model_validate(target.boundary_for({"runtime": {"container": {"image": str(setid)}}}))
+    with Sandbox(manifest, backend=target.backend) as sandbox:
+        root = _container_root(sandbox)
+        try:
+            mode = os.lstat(os.path.join(root, "usr/bin/su-copy")).st_mode
+        except OSError as exc:
+            breaches.append(f"set-id image: its file is not in the container's root {root} ({exc})")
+        else:
+            seen["setuid binary"] = f"{root}/usr/bin/su-copy has mode {oct(mode)}"
+            if mode & (stat.S_ISUID | stat.S_ISGID):
+                breaches.append(f"set-id image: the container's root has a set-id file ({oct(mode)})")
+    return breaches
+
+
+def _container_root(sandbox: Any) -> str:
+    """The host path of the container's root: the backend's overlay mount (runc and runsc both
+    run from it), else the init's ``/proc/<pid>/root``."""
+    directory = getattr(getattr(sandbox, "_handle", None), "dir", None)
+    if directory is not None and os.path.isdir(os.path.join(directory, "rootfs")):
+        return os.path.join(directory, "rootfs")
+    return f"/proc/{sandbox.supervisor_pid}/root"
 
 
 def _naive_control(base: Path) -> dict[str, Any]:
@@ -719,7 +776,9 @@ for top in tops:
         continue  # the same root as ours: already walked
     for current, dirs, files in os.walk(top):
         if top == "/" and current == "/":
-            dirs[:] = [x for x in dirs if x not in ("proc", "sys", "dev")]
+            # /proc and /sys are walked through the visible pids above; /usr is the host's /usr or
+            # the image's cache, both read-only and never a runtime's state
+            dirs[:] = [x for x in dirs if x not in ("proc", "sys", "dev", "usr")]
         walked += len(dirs) + len(files)
         for name in dirs + files:
             if is_state(name):

@@ -119,8 +119,13 @@ _PTRACE = r"""
 PTRACE_ATTACH, PTRACE_DETACH = 16, 17
 import time
 pids = sorted(int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) != os.getpid())
+def marked(pid):
+    try:
+        return P["marker"].encode() in readf(f"/proc/{pid}/cmdline")
+    except OSError:  # exited since the listing (a busy host): not the marker process
+        return False
 if P.get("only_marked"):
-    pids = [p for p in pids if P["marker"].encode() in open(f"/proc/{p}/cmdline", "rb").read()]
+    pids = [p for p in pids if marked(p)]
 else:  # pid 1 and the parent exist even where /proc hides them (hidepid=2: a microVM guest's agent)
     pids = sorted(set(pids) | {1, os.getppid()})
 note("targets", pids)
@@ -202,16 +207,49 @@ def pr_05(ctx: ProbeContext) -> CaseResult:
 
 _POSTURE = r"""
 import resource, glob
+def prctl(*args):
+    r = libc.prctl(*[ctypes.c_ulong(a) for a in args], *[ctypes.c_ulong(0)] * (5 - len(args)))
+    if r < 0:
+        e = ctypes.get_errno(); raise OSError(e, os.strerror(e))
+    return r
+def ambient_mask():
+    # PR_CAP_AMBIENT(47), PR_CAP_AMBIENT_IS_SET(1) for each capability until EINVAL
+    mask = 0
+    for cap in range(64):
+        try:
+            if prctl(47, 1, cap):
+                mask |= 1 << cap
+        except OSError:
+            break
+    return f"{mask:016x}"
+# A kernel whose status file lacks a line (gVisor has no NoNewPrivs and no CapAmb line) is asked
+# through prctl instead, for the calling thread; the source of each reading is recorded.
+FALLBACK = {"NoNewPrivs": lambda: str(prctl(39)), "CapAmb": ambient_mask}  # PR_GET_NO_NEW_PRIVS
 status = {}
+sources = {}
 for task in sorted(glob.glob("/proc/self/task/*")):
     fields = {}
     for line in open(task + "/status"):
         k, _, v = line.partition(":")
         if k in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb", "NoNewPrivs", "Seccomp", "Uid"):
             fields[k] = v.strip()
+    for k, ask in FALLBACK.items():
+        if k not in fields and os.path.basename(task) == str(os.getpid()):
+            try:
+                fields[k] = ask()
+                sources[k] = "prctl"
+            except OSError as e:
+                sources[k] = "prctl failed: " + errno.errorcode.get(e.errno or 0, str(e.errno))
     status[os.path.basename(task)] = fields
 note("threads", status)
-note("ns", {n: os.readlink(f"/proc/self/ns/{n}") for n in P["namespaces"]})
+note("sources", sources)
+ns = {}
+for n in P["namespaces"]:
+    try:
+        ns[n] = os.readlink(f"/proc/self/ns/{n}")
+    except OSError as e:
+        ns[n] = "absent: " + errno.errorcode.get(e.errno or 0, str(e.errno))
+note("ns", ns)
 note("RLIMIT_CORE", " ".join(str(x) for x in resource.getrlimit(resource.RLIMIT_CORE)))
 old = os.umask(0); os.umask(old)
 note("umask", f"{old:03o}")

@@ -127,7 +127,9 @@ def _check_process_host(facts: HostFacts) -> None:
         )
 
 
-def _check_container_host(facts: HostFacts, backend: str, runtime: RuntimeFacts | None) -> dict[str, str]:
+def _check_container_host(
+    boundary: PlainBoundary, facts: HostFacts, backend: str, runtime: RuntimeFacts | None
+) -> dict[str, str]:
     """The container backend's own prerequisites; returns its report lines (runtime, platform)."""
     if not facts.is_root:
         raise UnsupportedHost(
@@ -148,6 +150,13 @@ def _check_container_host(facts: HostFacts, backend: str, runtime: RuntimeFacts 
         )
     if variant == "runsc":
         platform = plan_runsc_platform(runtime.platforms)
+        kept = [r.path for r in boundary.files if r.allow_sockets]
+        if kept:  # --host-uds=none (container/oci_runtime.py): no host socket is connectable in gVisor
+            raise UnsupportedHost(
+                f"files[] {', '.join(kept)} keep Unix sockets connectable (allow_sockets), which runsc cannot: "
+                "the sentry refuses connect() to host sockets",
+                "use --backend container:runc or process for this boundary, or drop allow_sockets",
+            )
         return {
             "runtime": f"runsc ({runtime.version}): gVisor user-space kernel",
             "platform": f"{platform.name} ({platform.why})",
@@ -215,7 +224,7 @@ def plan_layers(
     if backend == "process":
         _check_process_host(facts)
     else:
-        report.update(_check_container_host(facts, backend, runtime))
+        report.update(_check_container_host(boundary, facts, backend, runtime))
     if not facts.seccomp:
         raise UnsupportedHost(
             "the kernel has no seccomp filter support", "use a kernel built with CONFIG_SECCOMP_FILTER"

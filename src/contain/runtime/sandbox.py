@@ -8,8 +8,9 @@
      (``write_binds.prepare_write_binds``) — before any workload exists;
   3. create the cgroup and write its limits;
   4. hand the resulting ``BackendPlan`` to the backend (backend.py), which starts the sandbox, puts
-     its init in the cgroup before any workload exists and returns once the init is ready (for the
-     process backend: process_backend.py);
+     its init in the cgroup before any workload exists and returns once the init is ready
+     (process_backend.py; container/backend.py for runc and runsc, whose cgroup is made under
+     the container backend's own parent, ``backend_names.BACKEND_KINDS``);
   5. start egress listeners in the sandbox's network namespace (``netns_path`` of the running
      handle) when the boundary allows hosts, before any workload exists.
 Any failure tears down what was built and raises ``SandboxStartError`` (or ``UnsupportedHost``).
@@ -136,7 +137,7 @@ def _plain(boundary: Boundary | PlainBoundary | None) -> PlainBoundary:
 
 
 class Sandbox:
-    """A disposable process sandbox for one boundary.
+    """A disposable sandbox for one boundary, on the backend its spec names (process or container).
 
     Use as a context manager::
 

@@ -148,3 +148,17 @@ def test_a_validator_that_lets_a_foreign_error_out_still_gives_boundary_invalid(
     monkeypatch.setattr(model.Boundary, "model_validate", classmethod(lambda cls, data: explode(cls, data)))
     with pytest.raises(BoundaryInvalid, match="OverflowError: from a validator"):
         boundary_from_mapping({"task": "a"})
+
+
+def test_a_container_image_path_is_relative_to_the_manifests_folder(tmp_path):
+    (tmp_path / "sub").mkdir()
+    manifest = tmp_path / "sub" / "contain.yaml"
+    manifest.write_text("runtime:\n  backend: container\n  container:\n    runtime: runsc\n    image: ../img.tar\n")
+    boundary = load_boundary(manifest)
+    assert boundary.runtime.container.image == str(tmp_path / "img.tar")
+    assert boundary.runtime.container.runtime == "runsc"
+
+
+def test_an_unknown_oci_runtime_in_the_manifest_is_refused_naming_the_key(tmp_path):
+    with pytest.raises(BoundaryInvalid, match=r"runtime\.container\.runtime"):
+        load_boundary(write(tmp_path, "runtime:\n  container:\n    runtime: crun\n"))

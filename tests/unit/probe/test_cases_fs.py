@@ -156,3 +156,55 @@ def test_the_fs_cases_keep_catalogue_order():
     ids = [c.id for c in CASES]
     assert ids == sorted(ids)
     assert {"FS-08", "FS-09"} <= set(ids)
+
+
+class SentryView(Unconfined):
+    """A gVisor-like target: special files made inside stay inside (the host sees only the plain
+    file); ``mknod_ok`` says whether the kernel inside let the device nodes be made."""
+
+    name = "sentry-view"
+
+    def __init__(self, *, mknod_ok: bool) -> None:
+        self.mknod_ok = mknod_ok
+
+    def run_python(self, code: str, **kw: Any) -> AttackRun:
+        Path(params_of(code)["ws"], "plain").write_text("plain")
+        node = {"ok": True, "value": None} if self.mknod_ok else {"ok": False, "errno": "EPERM"}
+        report = {
+            "mknod c 1 3": node,
+            "mknod b 8 0": node,
+            "mkfifo": {"ok": True, "value": None},
+            "write a plain file": {"ok": True, "value": None},
+        }
+        return AttackRun(0, None, f"\n{REPORT_MARK}{json.dumps(report)}\n".encode(), b"", False, 0.0)
+
+
+class DevicesOnHost(Unconfined):
+    """The control: both device nodes appear in its workspace on the host."""
+
+    name = "devices-on-host"
+
+    def run_python(self, code: str, **kw: Any) -> AttackRun:
+        ws = Path(params_of(code)["ws"])
+        (ws / "c13").write_text("")  # stands for the node; the judge is given the kind below
+        (ws / "b80").write_text("")
+        return AttackRun(0, None, b"", b"", False, 0.0)
+
+
+def test_fs07_a_device_node_made_inside_a_sentry_is_escaped_though_the_host_sees_none(run_context, monkeypatch):
+    monkeypatch.setattr(
+        "contain.probe.cases_fs._device_nodes", lambda d: [f"{d.name}/c13"] if (d / "c13").exists() else []
+    )
+    escaped = _case("FS-07").check(run_context(SentryView(mknod_ok=True), DevicesOnHost()))
+    assert escaped.verdict is Verdict.ESCAPED
+    assert escaped.summary == "mknod c 1 3 succeeded inside; mknod b 8 0 succeeded inside"
+
+
+def test_fs07_a_fifo_that_stays_inside_still_shows_a_writable_workspace(run_context, monkeypatch):
+    monkeypatch.setattr(
+        "contain.probe.cases_fs._device_nodes",
+        lambda d: [f"{d.name}/{n}" for n in ("c13", "b80") if (d / n).exists()],
+    )
+    result = _case("FS-07").check(run_context(SentryView(mknod_ok=False), DevicesOnHost()))
+    assert result.verdict is Verdict.CONTAINED, result.summary
+    assert result.evidence["fifo_on_host"] is False and result.evidence["plain_file_on_host"] is True

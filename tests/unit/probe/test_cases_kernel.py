@@ -199,3 +199,29 @@ def test_a_missing_unshare_binary_is_no_route_for_sy_01():
 
     row = next(p for p in KERNEL_PROBES["SY-01"] if p.name == "unshare_cmd")
     assert set(row.refused) == {"EPERM", "ENOENT"}
+
+
+def _sy07(answers: dict[str, dict[str, Any]], kind: str):
+    probes = KERNEL_PROBES["SY-07"]
+    attack = {p.name: {"ok": False, "errno": "EPERM"} for p in probes} | answers
+    control = {p.name: {"ok": True, "value": 3} for p in probes}
+    return judge_kernel("SY-07", probes, attack=attack, control=control, kind=kind)
+
+
+def test_gvisors_own_refusals_count_only_on_runsc_and_each_row_says_why() -> None:
+    gvisor = {
+        "raw_icmp": {"ok": False, "errno": "EAFNOSUPPORT"},
+        "helper_socketcall": {"ok": False, "errno": "ENOTSOCK"},
+    }
+    assert _sy07(gvisor, "container:runsc").verdict is Verdict.CONTAINED
+    for kind in ("process", "container:runc", "wrap"):
+        result = _sy07(gvisor, kind)
+        assert result.verdict is Verdict.ESCAPED, kind
+        assert "ENOTSOCK (refused means SIGSYS)" in result.summary
+    assert all(row.why and row.kind == "container:runsc" for row in cases_kernel.BACKEND_REFUSALS)
+
+
+def test_an_i386_socketcall_that_made_a_socket_escapes_on_runsc_too() -> None:
+    result = _sy07({"helper_socketcall": {"ok": True, "value": 3}}, "container:runsc")
+    assert result.verdict is Verdict.ESCAPED
+    assert "i386 int 0x80 socketcall(SOCKET, AF_NETLINK): succeeded" in result.summary

@@ -27,3 +27,14 @@ def test_lf_08_takes_neither_the_launcher_nor_its_copy_before_exec_for_the_workl
     assert [p.pid for p in workload_processes(entries, launcher_pid=10, launcher_cmdline=launcher)] == [12]
     assert [p.pid for p in workload_processes(entries[:2], launcher_pid=10, launcher_cmdline=launcher)] == []
     assert [p.pid for p in workload_processes(entries, launcher_pid=10, launcher_cmdline=None)] == [11, 12]
+
+
+def test_lf_08_knows_a_host_pid_in_the_hosts_own_pid_namespace_shows_no_workload():
+    """Under runsc the sandbox's host pid is gVisor's own process in the host's pid namespace: no
+    host process ever carries the workload's marker, so LF-08 judges by that process alone."""
+    import os
+
+    from contain.probe.cases_lifecycle import _workload_visible
+
+    assert _workload_visible(os.getpid()) is False
+    assert _workload_visible(2**22 + 12345) is True  # no such pid: assume visible, wait for the marker

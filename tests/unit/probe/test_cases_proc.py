@@ -84,3 +84,24 @@ def test_kernel_leaks_need_nonzero_addresses_or_data():
         "debugfs": {"ok": True, "value": ["tracing"]},
     }
     assert len(_kernel_leaks(leaky)) == 3
+
+
+def test_the_ptrace_control_survives_a_process_that_exits_while_it_lists_proc():
+    """PR-03's host control read /proc/<pid>/cmdline of every listed pid; one that exited in
+    between crashed the control on a busy host, and the case went INCONCLUSIVE."""
+    import subprocess
+    import sys
+
+    from contain.probe.case import AttackRun
+    from contain.probe.cases_proc import _PTRACE
+    from contain.probe.context import attack, attack_report
+
+    vanished = (
+        "import os\n_listdir = os.listdir\n"
+        "os.listdir = lambda path='.': _listdir(path) + (['999999999'] if path == '/proc' else [])\n"
+    )
+    code = vanished + attack(_PTRACE, marker="no-such-marker-anywhere", only_marked=True)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=30, check=False)
+    report = attack_report(AttackRun(done.returncode, None, done.stdout, done.stderr, False, 0.0))
+    assert report is not None, done.stderr.decode()
+    assert report["targets"] == {"ok": True, "value": []}

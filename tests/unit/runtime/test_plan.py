@@ -200,3 +200,12 @@ def test_runsc_and_runc_both_plan_write_binds(tmp_path):
     manifest = boundary(files=[{"path": "/proj", "access": "write", "host": str(tmp_path)}])
     for backend, runtime in (("container:runsc", RUNSC_PTRACE), ("container:runc", RUNC)):
         assert plan_layers(manifest, facts(), egress_available=False, backend=backend, runtime=runtime).seccomp
+
+
+def test_runsc_refuses_a_boundary_that_keeps_sockets_connectable_and_runc_plans_it(tmp_path):
+    manifest = boundary(
+        files=[{"path": "/in", "access": "read", "host": str(tmp_path), "allow_sockets": ["agent.sock"]}]
+    )
+    with pytest.raises(UnsupportedHost, match="allow_sockets"):
+        plan_layers(manifest, facts(), egress_available=False, backend="container:runsc", runtime=RUNSC_PTRACE)
+    assert plan_layers(manifest, facts(), egress_available=False, backend="container:runc", runtime=RUNC).seccomp

@@ -5,6 +5,7 @@ tests/integration/test_sandbox_containment.py and test_sandbox_spawn_and_attachm
 from __future__ import annotations
 
 import builtins
+import dataclasses
 import errno
 import io
 import os
@@ -16,7 +17,7 @@ from types import SimpleNamespace
 import pytest
 
 from contain.boundary import Boundary
-from contain.errors import SandboxLost, SandboxStartError, UnknownBackend
+from contain.errors import SandboxLost, SandboxStartError, UnknownBackend, UnsupportedHost
 from contain.host.facts import HostFacts
 from contain.runtime import sandbox as sandbox_module
 from contain.runtime.backend import CommandRequest, RecordingBackend
@@ -253,3 +254,27 @@ def test_layer_lines_a_backend_learns_only_at_start_reach_the_result(wakeup):
         result = sb.run(["/bin/true"])
     assert result.layers["accelerator"] == "tcg (software emulation: KVM does not boot the guest here)"
     assert result.layers["seccomp"] == "applied"  # the planned lines stay
+
+
+def test_a_container_backend_gets_layers_planned_from_its_runtime_facts_and_reports_its_spec(wakeup, monkeypatch):
+    from contain.runtime.backend_names import RuntimeFacts
+
+    backend = RecordingBackend(wakeup_fd=wakeup, replies=[EXITED], name="container:runsc")
+    backend.runtime_facts = RuntimeFacts("runsc", "/usr/bin/runsc", "runsc version 0.0~20221219.0", ("ptrace",))  # type: ignore[attr-defined]
+    root = dataclasses.replace(FACTS, is_root=True, uid=0, gid=0, bwrap_path=None)
+    monkeypatch.setattr(Sandbox, "_choose_host_ids", lambda self, facts: (1611, 1611))  # no lease dir here
+    with Sandbox(BOUNDARY, backend=backend, facts=root) as sb:
+        result = sb.run(["/bin/true"])
+    (plan,) = backend.plans
+    assert result.backend == "container:runsc"
+    assert plan.layers.report["runtime"] == "runsc (runsc version 0.0~20221219.0): gVisor user-space kernel"
+    assert plan.layers.report["platform"].startswith("ptrace")
+    assert plan.layers.landlock is None  # gVisor has none; auto says so instead of failing
+
+
+def test_a_container_backend_without_runtime_facts_is_refused_before_it_starts(wakeup):
+    backend = RecordingBackend(wakeup_fd=wakeup, replies=[EXITED], name="container:runc")
+    root = dataclasses.replace(FACTS, is_root=True, uid=0, gid=0)
+    with pytest.raises(UnsupportedHost, match="no facts about the runc binary"):
+        Sandbox(BOUNDARY, backend=backend, facts=root).start()
+    assert backend.plans == []

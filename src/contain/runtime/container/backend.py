@@ -39,18 +39,10 @@ sentry's host pid has no view of the container's files, so scratch files move th
 directory of the disk budget place that backs the scratch path (the same files.py calls); a bind
 mounted *below* a scratch path is not visible that way (the transfer sees the tmpfs under it).
 
-Limits that end a whole runsc sandbox: the sentry holds all of the workload's memory and host
-tasks, so the host cgroup's OOM killer or ``pids.max`` ends the sandbox, not one process; the run
-is then reported as killed by SIGKILL with the violation, and the sandbox refuses further runs.
-
-Close (idempotent): EXIT to the supervisor; ``runc|runsc delete --force`` (kills what is left,
-removes the state and the cgroup leaves the runtime made); runsc's foreground process reaped;
-unmount the image overlay, the disk tmpfs and the netns pin (``MNT_DETACH``); remove the
-sandbox's directory (``shutil.rmtree``, which walks by descriptors without following symlinks;
-nothing in it was writable by the workload once the tmpfs is gone); remove the cgroup leaves
-``Sandbox`` made (runsc leaves them) and the empty ``contain-container`` parents runc leaves in
-every v1 hierarchy (``rmdir`` fails on a parent another sandbox uses, which then stays); release
-the container root's host id. ``sweep_stale`` does the same for sandboxes whose owner died.
+Close (idempotent, never raises): EXIT, ``delete --force``, unmount the overlay, tmpfs and pins,
+remove the directory, the cgroup leaves and the empty ``contain-container`` parents runc leaves
+in every v1 hierarchy, release the lease (``close`` has the order; sweep.py does the same for a
+sandbox whose owner died). An OOM kill or ``pids.max`` ends a whole runsc sandbox (``wait_exited``).
 
 Does NOT: decide layers (plan_layers), create the cgroup or write its limits (``Sandbox`` does,
 under the ``contain-container`` parent; the runtime joins it and writes the same limits), start
@@ -71,7 +63,6 @@ import subprocess
 from pathlib import Path
 
 from contain._log import LazyLogger
-from contain.boundary.kinds import FileAccess
 from contain.errors import ContainError, FileTransferError, SandboxLost, SandboxStartError, UnsupportedHost
 from contain.host.facts import HostFacts
 from contain.runtime import files as sandbox_files
@@ -79,15 +70,17 @@ from contain.runtime.backend import BackendPlan, CommandRequest
 from contain.runtime.backend_names import RuntimeFacts
 from contain.runtime.bwrap import ETC_PASSTHROUGH, default_scratch_paths, generated_etc_files
 from contain.runtime.cgroups import SandboxCgroup
-from contain.runtime.container.bundle import BundleInputs, plan_oci_bundle, plan_runsc_ids
+from contain.runtime.container.bundle import BundleInputs, plan_oci_bundle
 from contain.runtime.container.host_setup import (
-    MS_NODEV,
-    MS_NOSUID,
     make_private_dir,
-    mount,
+    mount_disk_budget,
+    mount_overlay_root,
     pin_new_netns,
+    pin_owned_namespaces,
     remove_empty_parents,
     run_bounded,
+    runsc_plan,
+    tail_of,
     umount,
     wait_gone,
     wait_pid,
@@ -101,9 +94,9 @@ from contain.runtime.container.oci_runtime import (
     plan_start_argv,
     probe_runtime,
 )
-from contain.runtime.container.seccomp_probe import PROBE_SANDBOX_PATH, probe_program
+from contain.runtime.container.seccomp_probe import CLONE3_NOT_ENOSYS, PROBE_SANDBOX_PATH, probe_program
 from contain.runtime.container.sweep import sweep_stale
-from contain.runtime.disk_budget import check_disk_mounts, inode_budget, plan_disk_places
+from contain.runtime.disk_budget import check_disk_mounts, plan_disk_places
 from contain.runtime.etc_tree import ensure_etc_tree
 from contain.runtime.host_ids import HostIdLease, lease_host_ids
 from contain.runtime.kernel_differences import supervisor_difference_args
@@ -198,6 +191,7 @@ class ContainerSandbox:
         self._disk_mounted = False
         self._rootfs_mounted = False
         self._netns_pinned = False
+        self._userns_pinned = False
         self._created = False
         self._closed = False
         self._limits_before: tuple[int, int] | None = None  # OOM kills, refused forks when the command began
@@ -218,6 +212,10 @@ class ContainerSandbox:
         return str(self.dir / "disk")
 
     @property
+    def userns_path(self) -> str:
+        return str(self.dir / "userns")
+
+    @property
     def host_pid(self) -> int:
         """runc: the supervisor's host pid; runsc: the sentry's (``runsc-sandbox``)."""
         return self._pid
@@ -236,7 +234,7 @@ class ContainerSandbox:
 
     def build_and_run(self) -> None:
         if self._rt.runtime == "runsc":
-            self._plan = _runsc_plan(self._plan)
+            self._plan = runsc_plan(self._plan)
             self._ids = self._plan.host_ids
         plan = self._plan
         root_ids = (0, 0)  # runsc: no user namespace (bundle.RUNTIME_DIFFERENCES), so no container root id
@@ -255,8 +253,8 @@ class ContainerSandbox:
         self._mount_disk_budget()
         if self._image is not None:
             self._mount_image_root(self._image)
-        self._pin_new_netns()
         supervisor = ensure_supervisor_binary()
+        self._pin_namespaces(str(supervisor), root_ids)
         etc = generated_etc_files(home=default_scratch_paths(plan.boundary)[0], resolv_conf=plan.resolv_conf)
         on_host = self._image is None  # the host's /usr and loader paths, or an image's own
         args = ["--control-fd", str(_CONTROL_FD[self._rt.runtime])]
@@ -275,6 +273,7 @@ class ContainerSandbox:
             root_host_ids=root_ids,
             host_hard_limits={n: resource.getrlimit(getattr(resource, f"RLIMIT_{n}"))[1] for n in _RLIMIT_NAMES},
             netns_path=self.netns_path,
+            userns_path=self.userns_path if self._rt.runtime == "runc" else "",
             runtime=self._rt.runtime,
             image_etc_files=None if on_host else etc,
             seccomp_probe=probe_program(plan.facts.arch) if self._rt.runtime == "runsc" else None,
@@ -301,27 +300,14 @@ class ContainerSandbox:
             self._check_seccomp_took()
 
     def _mount_disk_budget(self) -> None:
-        """Step 2: the one tmpfs of ``disk_bytes`` with an inode cap, its places as the sandbox user."""
-        disk = self._plan.boundary.resources.disk_bytes
+        """Step 2 (host_setup.mount_disk_budget)."""
         os.mkdir(self.disk_root, 0o755)
-        options = f"size={disk},nr_inodes={inode_budget(disk)},mode=755"
-        mount(b"tmpfs", self.disk_root.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, options.encode())
-        self._disk_mounted = True
-        for place in plan_disk_places(self._plan.boundary):
-            path = os.path.join(self.disk_root, place.name)
-            os.mkdir(path)
-            os.chown(path, *self._ids)
-            os.chmod(path, int(place.mode, 8))
+        self._disk_mounted = True  # from here on, close() unmounts whatever was mounted
+        mount_disk_budget(self._plan.boundary, self.disk_root, self._ids)
 
     def _mount_image_root(self, image: str) -> None:
-        """The image's cached read-only tree under a fresh overlay whose upper layer lives on the
-        sandbox's disk budget tmpfs (counted in ``disk_bytes``, gone when it is unmounted).
-
-        Why an overlay and not a copy: the mount points contain makes (and image entries it must
-        replace at those paths: a symlink at /etc/resolv.conf) go into this sandbox's own layer, so
-        the shared cache is never written and nothing is copied per start. The workload still gets
-        the root read-only (``root.readonly``), as on every backend: it writes to /tmp, scratch and
-        write binds.
+        """Step 3: the image unpacked into the cache and mounted at ``<dir>/rootfs`` under an
+        overlay whose upper layer is on the disk budget (host_setup.mount_overlay_root says why).
 
         Raises:
             ImageError: the image is refused or cannot be unpacked (exit 125 in the CLI).
@@ -329,25 +315,33 @@ class ContainerSandbox:
         """
         unpacked = unpack_image(image, cache_root=supervisor_cache_dir() / "images")
         log.debug("image %s: %s (reused: %s)", image, unpacked.digest, unpacked.reused)
-        layer = os.path.join(self.disk_root, ".layer")  # not a disk place: never bound into the sandbox
-        os.mkdir(layer, 0o700)
-        upper, work = os.path.join(layer, "upper"), os.path.join(layer, "work")
-        os.mkdir(upper, 0o755)
-        os.mkdir(work, 0o700)
-        lower = str(unpacked.rootfs)
-        for path in (lower, upper, work):
-            if any(c in path for c in ",:\\"):  # overlayfs option syntax; never escaped, refused
-                raise SandboxStartError(f"overlay path {path!r} contains , : or \\", "move the cache directory")
-        rootfs = str(self.dir / "rootfs")
-        os.mkdir(rootfs, 0o755)
-        options = f"lowerdir={lower},upperdir={upper},workdir={work}"
-        mount(b"overlay", rootfs.encode(), b"overlay", MS_NOSUID | MS_NODEV, options.encode())
-        self._rootfs_mounted = True
+        self._rootfs_mounted = True  # from here on, close() unmounts whatever was mounted
+        mount_overlay_root(
+            lower=str(unpacked.rootfs),
+            layer_dir=os.path.join(self.disk_root, ".layer"),  # not a disk place: never bound in
+            rootfs=str(self.dir / "rootfs"),
+        )
 
-    def _pin_new_netns(self) -> None:
-        """Step 3 (host_setup.pin_new_netns)."""
-        pin_new_netns(self.netns_path)
-        self._netns_pinned = True
+    def _pin_namespaces(self, launcher: str, root_ids: tuple[int, int]) -> None:
+        """Step 4: runc gets a user namespace owned by the sandbox's uid and a netns owned by it
+        (host_setup.pin_owned_namespaces); runsc (no user namespace of ours) a netns."""
+        if self._rt.runtime == "runc":
+            unshare = shutil.which("unshare", path="/usr/bin:/bin")
+            if unshare is None:
+                raise SandboxStartError("unshare (util-linux) is not installed", "apt-get install util-linux")
+            self._userns_pinned = True  # from here on, close() unmounts whatever was pinned
+            self._netns_pinned = True
+            pin_owned_namespaces(
+                launcher=launcher,
+                unshare=unshare,
+                ids=self._ids,
+                root_ids=root_ids,
+                user_path=self.userns_path,
+                net_path=self.netns_path,
+            )
+        else:
+            self._netns_pinned = True
+            pin_new_netns(self.netns_path)
 
     def _start_runtime(self) -> None:
         """Step 5: start the container with the supervisor's end of a socketpair as its control fd."""
@@ -402,12 +396,14 @@ class ContainerSandbox:
         self._channel = SupervisorChannel(host)
 
     def _check_seccomp_took(self) -> None:
-        """runsc: a ``ptrace(PTRACE_TRACEME)`` must get EPERM from the profile (SECCOMP_RULES' row)."""
+        """runsc: the self-check program (seccomp_probe.py) must exit with EPERM: clone3 answered
+        ENOSYS and ``ptrace(PTRACE_TRACEME)`` got EPERM from the profile (SECCOMP_RULES' row)."""
         status = self._run_quietly([PROBE_SANDBOX_PATH])
         if status != errno.EPERM:
+            what = "clone3 did not answer ENOSYS" if status == CLONE3_NOT_ENOSYS else f"ptrace probe status {status}"
             raise UnsupportedHost(
-                f"{self._rt.path} did not apply the bundle's seccomp profile (ptrace probe status {status}, "
-                "expected EPERM)",
+                f"{self._rt.path} did not apply the bundle's seccomp profile as planned ({what}, expected EPERM "
+                "from ptrace)",
                 "use a runsc build that supports --oci-seccomp, or --backend container:runc",
             )
 
@@ -429,13 +425,7 @@ class ContainerSandbox:
 
     def runtime_log(self) -> str:
         """The runtime's own log (the last 2 KiB), for start errors."""
-        try:
-            with open(self.log_file, "rb") as handle:
-                handle.seek(0, os.SEEK_END)
-                handle.seek(max(0, handle.tell() - 2048))
-                return handle.read().decode(errors="replace").strip()
-        except OSError:
-            return ""
+        return tail_of(self.log_file, 2048)
 
     # -- running
 
@@ -535,7 +525,13 @@ class ContainerSandbox:
             self._cgroup.kill_all(timeout_s=5.0)
 
     def close(self) -> None:
-        """Stop and delete the container and remove every trace (module docstring, "Close")."""
+        """Stop and delete the container and remove every trace (module docstring, "Close").
+
+        Never raises: ``Sandbox`` still has its own teardown to do (egress, cgroup, write-bind
+        audit, the host-id lease). A step that fails is logged, the cgroup's ``kill_all`` ends any
+        process the runtime left, and what stays on disk is removed by the next start's sweep once
+        this process is gone.
+        """
         if self._closed:
             return
         self._closed = True
@@ -545,10 +541,18 @@ class ContainerSandbox:
         try:
             if self._created:
                 self._delete_container()
+        except (OSError, subprocess.SubprocessError, ContainError) as exc:
+            log.warning("container %s: delete failed (%s); killing its cgroup", self.name, exc)
+            if self._cgroup is not None:
+                with contextlib.suppress(ContainError):
+                    self._cgroup.kill_all(timeout_s=5.0)
         finally:
             if self._channel is not None:
                 self._channel.close()
-            self._remove_host_traces()
+            try:
+                self._remove_host_traces()
+            except (OSError, ContainError) as exc:
+                log.warning("container %s: traces left for the next sweep: %s", self.name, exc)
 
     def _delete_container(self) -> None:
         if self._proc is not None and not wait_popen(self._proc, 2.0):
@@ -580,6 +584,9 @@ class ContainerSandbox:
         if self._netns_pinned:
             umount(self.netns_path)
             self._netns_pinned = False
+        if self._userns_pinned:
+            umount(self.userns_path)
+            self._userns_pinned = False
         if self.dir.exists():
             shutil.rmtree(self.dir)
         if self._cgroup is not None:
@@ -591,17 +598,3 @@ class ContainerSandbox:
         if self._root_lease is not None:
             self._root_lease.release()
             self._root_lease = None
-
-
-def _runsc_plan(plan: BackendPlan) -> BackendPlan:
-    """The plan as runsc runs it (bundle.RUNTIME_DIFFERENCES ``write-binds-as-their-owner``): write
-    binds bound as they are, and the workload as their owner. Read binds keep their idmapped view."""
-    write_binds = [b for b in plan.paths.binds if b.rule.access is FileAccess.WRITE]
-    owners = set()
-    for bind in write_binds:
-        info = os.stat(bind.host_realpath)  # a fact gathered before any workload exists
-        owners.add((info.st_uid, info.st_gid))
-    ids = plan_runsc_ids(owners, default=plan.host_ids)
-    real = {b.host_realpath for b in write_binds}
-    sources = {host: view for host, view in plan.bind_sources.items() if host not in real}
-    return plan._replace(bind_sources=sources, host_ids=ids)

@@ -67,12 +67,14 @@ from contain.runtime.container.seccomp_probe import PROBE_SANDBOX_PATH
 from contain.runtime.disk_budget import plan_disk_places
 from contain.runtime.paths import bind_source, is_under_write_bind, with_bind_sources
 from contain.runtime.plan import plan_rlimits
+from contain.runtime.seccomp_rules import SECCOMP_RULES
 
 __all__ = [
     "CONTAINER_CGROUP_PARENT",
     "OCI_VERSION",
     "PROC_PATH_RULES",
     "RUNSC_HOST_TASKS",
+    "RUNSC_HOST_TASKS_PER_MOUNT",
     "RUNTIME_DIFFERENCES",
     "BundleFile",
     "BundleInputs",
@@ -87,8 +89,11 @@ __all__ = [
 OCI_VERSION = "1.0.2"  # runtime-spec version runc 1.1 implements
 CONTAINER_CGROUP_PARENT = "contain-container"  # beside the process backend's cgroup_plan.PARENT_NAME
 # Host tasks runsc's sentry and gofer need besides the workload's (see RUNTIME_DIFFERENCES): 65
-# measured idle, with room for the Go runtime's extra threads under blocking syscalls.
+# measured idle, with room for the Go runtime's extra threads under blocking syscalls; plus a few
+# per bind mount, because the gofer serves each mount with threads blocked in syscalls (measured:
+# 299 gofer threads for 78 mounts, six write binds of git repositories with their protected paths).
 RUNSC_HOST_TASKS = 256
+RUNSC_HOST_TASKS_PER_MOUNT = 8
 _RLIM_INFINITY = 2**64 - 1  # RLIM_INFINITY as the OCI spec's uint64
 _BIND_RO = ["rbind", "ro", "nosuid", "nodev"]  # bwrap's --ro-bind: recursive, nosuid, nodev
 _BIND_RW = ["rbind", "nosuid", "nodev"]
@@ -147,7 +152,8 @@ RUNTIME_DIFFERENCES: tuple[RuntimeDifference, ...] = (
         "runsc",
         "sentry-tasks-in-pids",
         "the host cgroup counts the sentry's and gofer's own threads (65 idle, measured with runsc 20221219 on "
-        "ptrace) and about one stub per workload process, so pids.max gets RUNSC_HOST_TASKS on top of pids_max; "
+        "ptrace), a few per bind mount the gofer serves, and about one stub per workload process, so pids.max gets "
+        "RUNSC_HOST_TASKS + RUNSC_HOST_TASKS_PER_MOUNT per bind on top of pids_max; "
         "without it an idle sandbox at pids_max 64 is already full and the sentry dies on its next clone",
     ),
     RuntimeDifference(
@@ -157,6 +163,22 @@ RUNTIME_DIFFERENCES: tuple[RuntimeDifference, ...] = (
         "the idmapped view of a write bind root is unmapped and every create fails with EOVERFLOW (measured). "
         "So write binds are bound as they are and the workload runs as the binds' owner inside the sentry "
         "(plan_runsc_ids); files it makes there belong to that owner, as through the view on other backends",
+    ),
+    RuntimeDifference(
+        "runsc",
+        "clone3-enosys-from-the-sentry",
+        "runsc 20221219 ignores errnoRet and answers every SCMP_ACT_ERRNO row with EPERM; for clone3 (denied "
+        "with ENOSYS so that glibc falls back to clone(), whose flags the filter can check) EPERM means no "
+        "thread can start. The sentry has no clone3 at all (ENOSYS, measured), so the row is left out and the "
+        "seccomp self-check (seccomp_probe.py) refuses the sandbox unless clone3 still gives ENOSYS",
+    ),
+    RuntimeDifference(
+        "runsc",
+        "host-sockets-unreachable",
+        "with --host-uds=none the sentry refuses connect() to every host Unix socket in a bind (EPERM, "
+        "docs/gvisor-notes.md), so the empty-file masks that hide sockets are not planned: the gofer cannot "
+        "mount over a socket anyway (open() of the mount point fails with ENXIO, measured with IP-51). A "
+        "boundary that keeps sockets connectable (allow_sockets) is refused under runsc (plan_layers)",
     ),
     RuntimeDifference(
         "runsc",
@@ -224,6 +246,7 @@ class BundleInputs:
     root_host_ids: tuple[int, int]  # host uid, gid that container root maps to (see the docstring)
     host_hard_limits: Mapping[str, int]  # rlimit name ("NOFILE") -> the host's hard limit (-1: none)
     netns_path: str = ""  # the network namespace the backend made (egress listens there); "": a new one
+    userns_path: str = ""  # runc: the user namespace the backend made, owned by the sandbox's uid; "": new
     runtime: str = "runc"  # the OCI runtime the bundle is for; RUNTIME_DIFFERENCES rows apply to it
     # an image rootfs (the backend mounted it at <bundle>/rootfs): no host /usr, loader dirs or /etc
     # tree; these generated /etc files are bound one by one over the image's own /etc instead
@@ -271,7 +294,9 @@ class _Files:
         return posixpath.join(self.bundle_dir, name)
 
 
-def _plan_mounts(plan: BackendPlan, inputs: BundleInputs, files: _Files) -> list[tuple[dict[str, Any], str]]:
+def _plan_mounts(
+    plan: BackendPlan, inputs: BundleInputs, files: _Files, differences: set[str]
+) -> list[tuple[dict[str, Any], str]]:
     """Mounts in bwrap's order, each with the kind of its mount point ("dir" or "file")."""
     # binds and the masks below them come from the staged idmapped views, as in the process backend
     paths = with_bind_sources(plan.paths, plan.bind_sources) if plan.bind_sources else plan.paths
@@ -311,7 +336,8 @@ def _plan_mounts(plan: BackendPlan, inputs: BundleInputs, files: _Files) -> list
             else:
                 mounts.append((_bind(files.add(b"", 0o444), mask.sandbox_path), "file"))
     for path in paths.hidden_sockets:  # connect() on an empty regular file fails
-        mounts.append((_bind(files.add(b"", 0o000), path), "file"))
+        if "host-sockets-unreachable" not in differences:
+            mounts.append((_bind(files.add(b"", 0o000), path), "file"))
     for path, kind in sorted(paths.blocks.items()):
         if kind == "file":
             mounts.append((_bind(files.add(b"", 0o000), path), "file"))
@@ -338,7 +364,7 @@ def _plan_skeleton(mounts: list[tuple[dict[str, Any], str]], inputs: BundleInput
     return tuple(sorted(entries.values(), key=lambda e: (_depth(e.path), e.path)))
 
 
-def _plan_resources(plan: BackendPlan, differences: set[str]) -> dict[str, Any]:
+def _plan_resources(plan: BackendPlan, differences: set[str], *, binds: int) -> dict[str, Any]:
     devices = [{"allow": False, "access": "rwm"}]  # runc appends its default devices after this
     if not plan.layers.cgroups:
         return {"devices": devices}
@@ -350,7 +376,7 @@ def _plan_resources(plan: BackendPlan, differences: set[str]) -> dict[str, Any]:
         "memory": {"limit": resources.memory_bytes, "swap": resources.memory_bytes},  # swap = RAM + swap
         "pids": {
             "limit": int(limits["pids"]["pids.max"])
-            + (RUNSC_HOST_TASKS if "sentry-tasks-in-pids" in differences else 0)
+            + (RUNSC_HOST_TASKS + RUNSC_HOST_TASKS_PER_MOUNT * binds if "sentry-tasks-in-pids" in differences else 0)
         },
         "cpu": {"quota": quota, "period": period},
     }
@@ -410,6 +436,8 @@ def _namespace(kind: str, inputs: BundleInputs) -> dict[str, str]:
     # before any workload exists); every other namespace is new.
     if kind == "network" and inputs.netns_path:
         return {"type": kind, "path": inputs.netns_path}
+    if kind == "user" and inputs.userns_path:  # owned by the sandbox's uid, not by runc's root
+        return {"type": kind, "path": inputs.userns_path}
     return {"type": kind}
 
 
@@ -438,15 +466,15 @@ def plan_oci_bundle(plan: BackendPlan, inputs: BundleInputs) -> BundlePlan:
             table cannot be rendered for the arch.
     """
     files = _Files(inputs.bundle_dir)
-    mounts = _plan_mounts(plan, inputs, files)
     differences = {row.name for row in RUNTIME_DIFFERENCES if row.runtime == inputs.runtime}
+    mounts = _plan_mounts(plan, inputs, files, differences)
     user_namespace = "no-user-namespace" not in differences
     kinds = ("pid", "ipc", "uts", "mount", "user", "network", "cgroup")
     empty: list[str] = []
     linux: dict[str, Any] = {
         "namespaces": [_namespace(t, inputs) for t in kinds if user_namespace or t != "user"],
         "cgroupsPath": _plan_cgroups_path(plan, inputs.name),
-        "resources": _plan_resources(plan, differences),
+        "resources": _plan_resources(plan, differences, binds=sum(m["type"] == "bind" for m, _kind in mounts)),
         "maskedPaths": [r.path for r in PROC_PATH_RULES if r.how == "masked"],
         "readonlyPaths": [r.path for r in PROC_PATH_RULES if r.how == "readonly"],
         "rootfsPropagation": "rprivate",
@@ -458,7 +486,10 @@ def plan_oci_bundle(plan: BackendPlan, inputs: BundleInputs) -> BundlePlan:
         user = {"uid": plan.host_ids[0], "gid": plan.host_ids[1], "additionalGids": []}
         _check_unmapped_ids(plan)
     if plan.layers.seccomp:
-        linux["seccomp"] = render_oci_seccomp(arch=plan.facts.arch, libseccomp_path=plan.facts.libseccomp_path)
+        rules = SECCOMP_RULES
+        if "clone3-enosys-from-the-sentry" in differences:
+            rules = tuple(r for r in SECCOMP_RULES if r.syscall != "clone3")
+        linux["seccomp"] = render_oci_seccomp(rules, arch=plan.facts.arch, libseccomp_path=plan.facts.libseccomp_path)
     config: dict[str, Any] = {
         "ociVersion": OCI_VERSION,
         "root": {"path": "rootfs", "readonly": True},
@@ -471,7 +502,10 @@ def plan_oci_bundle(plan: BackendPlan, inputs: BundleInputs) -> BundlePlan:
             "cwd": "/",
             "capabilities": {k: list(empty) for k in ("bounding", "effective", "inheritable", "permitted", "ambient")},
             "noNewPrivileges": True,
-            "rlimits": _plan_rlimits(plan, inputs.host_hard_limits),
+            # In a user namespace the backend made (userns_path), runc 1.1.5's prlimit on its init
+            # fails with EPERM for every limit (measured); the supervisor then runs with inherited
+            # limits, as under bubblewrap, and every command gets plan_rlimits from its RUN frame.
+            "rlimits": [] if inputs.userns_path else _plan_rlimits(plan, inputs.host_hard_limits),
         },
         "mounts": [mount for mount, _kind in mounts],
         "linux": linux,

@@ -1,5 +1,6 @@
-r"""The container backend's host-side apply steps: the bundle on disk, mounts, the pinned network
-namespace, bounded waits for runtime processes, and the cgroup parents runc leaves.
+r"""The container backend's host-side apply steps: the bundle on disk, the disk budget and image
+overlay mounts, the pinned namespaces, bounded waits for runtime processes, and the cgroup parents
+runc leaves.
 
 Each function performs one kind of syscall the backend's plan asks for (container/backend.py is
 the orchestrator; bundle.py and oci_runtime.py are the plans). What they enforce:
@@ -10,12 +11,19 @@ the orchestrator; bundle.py and oci_runtime.py are the plans). What they enforce
   *replaced* in the sandbox's own overlay layer, never followed: an image's ``/tmp -> /etc`` must
   not lead the host's mkdir into the host's /etc;
 - ``make_private_dir`` refuses a path that is not a real directory owned by the expected uid;
-- ``pin_new_netns`` makes a namespace in a throwaway thread (``unshare(CLONE_NEWNET)`` moves only
-  the calling thread), brings its ``lo`` up, and pins it with a bind mount on a file;
+- ``pin_owned_namespaces`` (runc) makes the user namespace as the sandbox's leased uid, so the
+  kernel charges per-user counts made inside to that uid and not to host root, with a network
+  namespace it owns; ``pin_new_netns`` (runsc) makes a network namespace in a throwaway thread
+  (``unshare(CLONE_NEWNET)`` moves only the calling thread); both bring ``lo`` up and pin with
+  bind mounts on files;
+- ``mount_disk_budget`` and ``mount_overlay_root`` mount the one budget tmpfs and an image's
+  overlay (its upper layer on that budget);
+- ``runsc_plan`` reads the write binds' owners (a fact, before any workload) for
+  ``bundle.plan_runsc_ids``, which decides;
 - ``remove_empty_parents`` only ``rmdir``\ s, which the kernel refuses for a cgroup that has
   children, so a parent another sandbox is using stays.
 
-Does NOT decide anything: paths, modes and options come from the backend.
+Does NOT decide anything: paths, modes, ids and options come from the backend and the plans.
 """
 
 from __future__ import annotations
@@ -33,14 +41,19 @@ import stat
 import struct
 import subprocess
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 from contain._log import LazyLogger
+from contain.boundary.kinds import FileAccess
+from contain.boundary.plain import PlainBoundary
 from contain.errors import SandboxStartError
 from contain.host.facts import HostFacts
+from contain.runtime.backend import BackendPlan
 from contain.runtime.backend_names import BACKEND_KINDS
 from contain.runtime.cgroup_plan import plan_base_dir
-from contain.runtime.container.bundle import BundlePlan, RootfsEntry
+from contain.runtime.container.bundle import BundlePlan, RootfsEntry, plan_runsc_ids
+from contain.runtime.disk_budget import inode_budget, plan_disk_places
 
 __all__ = [
     "CGROUP_PARENT",
@@ -48,9 +61,14 @@ __all__ = [
     "MS_NOSUID",
     "make_private_dir",
     "mount",
+    "mount_disk_budget",
+    "mount_overlay_root",
     "pin_new_netns",
+    "pin_owned_namespaces",
     "remove_empty_parents",
     "run_bounded",
+    "runsc_plan",
+    "tail_of",
     "umount",
     "wait_gone",
     "wait_pid",
@@ -68,7 +86,100 @@ _CLONE_NEWNET = 0x40000000  # <linux/sched.h>
 _IFF_UP = 0x1
 _SIOCGIFFLAGS, _SIOCSIFFLAGS = 0x8913, 0x8914  # <linux/sockios.h>
 
+_SANDBOX_ID = 1000  # bwrap.SANDBOX_UID / SANDBOX_GID, the workload's ids inside
+
 _libc = ctypes.CDLL(None, use_errno=True)
+
+
+def pin_owned_namespaces(
+    *,
+    launcher: str,
+    unshare: str,
+    ids: tuple[int, int],
+    root_ids: tuple[int, int],
+    user_path: str,
+    net_path: str,
+    timeout_s: float = 10.0,
+) -> None:
+    """runc: a user namespace *owned by the sandbox's host uid* (container 0 -> ``root_ids``, 1000
+    -> ``ids``) and a network namespace owned by it, with ``lo`` up, pinned at the two paths.
+
+    Why not let runc make the user namespace: runc runs as host root, so a namespace it makes is
+    owned by root, and the kernel charges every per-user count made inside it (inotify instances
+    and watches, user namespaces, ...) to host root, shared with every other such sandbox and with
+    contain itself (RE-09 escaped that way). A namespace unshared by a process running as the
+    leased uid is charged to that uid alone, as for the process backend. The helper is contain's
+    launcher (``--exec-as``) exec'ing ``unshare --user --net`` and a shell that says ``ready`` and
+    waits; the host (root in the parent namespace) writes the id maps, pins both namespaces with
+    bind mounts and lets the helper exit.
+
+    Raises:
+        SandboxStartError: the helper failed, or a map, pin or ``lo`` could not be made.
+    """
+    for path in (user_path, net_path):
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, 0o400))
+    argv = [launcher, "--exec-as", str(ids[0]), str(ids[1]), "--", unshare, "--user", "--net", "--"]
+    argv += ["/bin/sh", "-c", "echo ready; read line"]
+    helper = subprocess.Popen(
+        argv,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={"PATH": "/usr/bin:/bin"},
+        cwd="/",
+        close_fds=True,
+    )
+    assert helper.stdin is not None and helper.stdout is not None and helper.stderr is not None
+    try:
+        ready = select.select([helper.stdout], [], [], timeout_s)[0]
+        if not ready or helper.stdout.readline() != b"ready\n":
+            helper.kill()
+            helper.wait(timeout=timeout_s)
+            raise SandboxStartError(
+                f"the namespace helper did not start: {helper.stderr.read(2048).decode(errors='replace').strip()}",
+                f"check that {unshare} (util-linux) works as root",
+            )
+        maps = {"uid_map": (root_ids[0], ids[0]), "gid_map": (root_ids[1], ids[1])}
+        for name, (root, sandbox) in maps.items():
+            with open(f"/proc/{helper.pid}/{name}", "w") as handle:  # 0 -> root, 1000 -> the sandbox's
+                handle.write(f"0 {root} 1\n{_SANDBOX_ID} {sandbox} 1\n")
+        mount(f"/proc/{helper.pid}/ns/user".encode(), user_path.encode(), b"none", _MS_BIND, None)
+        mount(f"/proc/{helper.pid}/ns/net".encode(), net_path.encode(), b"none", _MS_BIND, None)
+    finally:
+        helper.stdin.close()
+        try:
+            helper.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            helper.kill()
+            helper.wait(timeout=timeout_s)
+        helper.stdout.close()
+        helper.stderr.close()
+    _in_netns(net_path, _bring_lo_up)
+
+
+def _in_netns(path: str, work: Callable[[], None]) -> None:
+    """Run ``work`` in a throwaway thread that joined the network namespace at ``path``."""
+    failure: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                if _libc.setns(fd, _CLONE_NEWNET) != 0:
+                    raise OSError(ctypes.get_errno(), "setns(CLONE_NEWNET)")
+            finally:
+                os.close(fd)
+            work()
+        except BaseException as exc:
+            failure.append(exc)
+
+    thread = threading.Thread(target=run, name="contain-netns")
+    thread.start()
+    thread.join()
+    if failure:
+        raise SandboxStartError(
+            f"cannot bring lo up in the container's network namespace: {failure[0]}", "run contain as root"
+        ) from failure[0]
 
 
 def pin_new_netns(path: str) -> None:
@@ -284,3 +395,70 @@ def remove_empty_parents(facts: HostFacts) -> None:
         parent = os.path.join(plan_base_dir(facts, mount), CGROUP_PARENT)
         with contextlib.suppress(OSError):
             os.rmdir(parent)
+
+
+def mount_overlay_root(*, lower: str, layer_dir: str, rootfs: str) -> None:
+    """Mount ``lower`` (an image's read-only cached tree) at ``rootfs`` under an overlay whose upper
+    and work directories are made in ``layer_dir`` (on the sandbox's disk budget tmpfs: counted in
+    ``disk_bytes``, gone when it is unmounted).
+
+    Why an overlay and not a copy: the mount points contain makes (and image entries it must
+    replace at those paths: a symlink at /etc/resolv.conf) go into this sandbox's own layer, so the
+    shared cache is never written and nothing is copied per start. The workload still gets the
+    root read-only (``root.readonly``), as on every backend.
+
+    Raises:
+        SandboxStartError: a path holds a character of the overlay option syntax, or the mount failed.
+    """
+    upper, work = os.path.join(layer_dir, "upper"), os.path.join(layer_dir, "work")
+    for path in (lower, upper, work):
+        if any(c in path for c in ",:\\"):  # overlayfs option syntax; never escaped, refused
+            raise SandboxStartError(f"overlay path {path!r} contains , : or \\", "move the cache directory")
+    os.mkdir(layer_dir, 0o700)
+    os.mkdir(upper, 0o755)
+    os.mkdir(work, 0o700)
+    os.mkdir(rootfs, 0o755)
+    options = f"lowerdir={lower},upperdir={upper},workdir={work}"
+    mount(b"overlay", rootfs.encode(), b"overlay", MS_NOSUID | MS_NODEV, options.encode())
+
+
+def runsc_plan(plan: BackendPlan) -> BackendPlan:
+    """The plan as runsc runs it (bundle.RUNTIME_DIFFERENCES ``write-binds-as-their-owner``): write
+    binds bound as they are, and the workload as their owner. Read binds keep their idmapped view."""
+    write_binds = [b for b in plan.paths.binds if b.rule.access is FileAccess.WRITE]
+    owners = set()
+    for bind in write_binds:
+        info = os.stat(bind.host_realpath)  # a fact gathered before any workload exists
+        owners.add((info.st_uid, info.st_gid))
+    ids = plan_runsc_ids(owners, default=plan.host_ids)
+    real = {b.host_realpath for b in write_binds}
+    sources = {host: view for host, view in plan.bind_sources.items() if host not in real}
+    return plan._replace(bind_sources=sources, host_ids=ids)
+
+
+def mount_disk_budget(boundary: PlainBoundary, disk_root: str, ids: tuple[int, int]) -> None:
+    """The sandbox's one disk budget at ``disk_root``: a tmpfs of ``disk_bytes`` with an inode cap
+    (disk_budget.py), and each place's directory owned by ``ids`` with its mode.
+
+    Raises:
+        SandboxStartError: the tmpfs cannot be mounted.
+    """
+    disk = boundary.resources.disk_bytes
+    options = f"size={disk},nr_inodes={inode_budget(disk)},mode=755"
+    mount(b"tmpfs", disk_root.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, options.encode())
+    for place in plan_disk_places(boundary):
+        path = os.path.join(disk_root, place.name)
+        os.mkdir(path)
+        os.chown(path, *ids)
+        os.chmod(path, int(place.mode, 8))
+
+
+def tail_of(path: str, size: int) -> str:
+    """The last ``size`` bytes of the file at ``path`` as text ("" when it cannot be read)."""
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(0, os.SEEK_END)
+            handle.seek(max(0, handle.tell() - size))
+            return handle.read().decode(errors="replace").strip()
+    except OSError:
+        return ""

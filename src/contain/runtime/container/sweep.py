@@ -40,7 +40,7 @@ log = LazyLogger(__name__)
 
 _NAME_RE = re.compile(r"^contain-(\d+)-[A-Za-z0-9_.-]+$")
 _DELETE_TIMEOUT_S = 20.0
-_MOUNTS = ("rootfs", "disk", "netns")  # unmounted in this order: the overlay's upper is on disk
+_MOUNTS = ("rootfs", "disk", "netns", "userns")  # unmounted in this order: the overlay's upper is on disk
 
 
 def plan_stale(names: Iterable[str], *, is_alive: Callable[[int], bool]) -> list[str]:
@@ -82,7 +82,10 @@ def sweep_stale(root: Path, facts: HostFacts) -> list[str]:
         except BlockingIOError:
             return []
         for name in stale:
-            _remove(root / name, name, facts)
+            try:
+                _remove(root / name, name, facts)
+            except OSError as exc:  # a start must not fail on someone else's leftovers
+                log.warning("could not remove stale container sandbox %s: %s", name, exc)
         remove_empty_parents(facts)
     finally:
         os.close(lock)

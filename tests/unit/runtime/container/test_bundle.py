@@ -13,6 +13,8 @@ from contain.runtime.attachments import Attachment
 from contain.runtime.backend import BackendPlan
 from contain.runtime.container.bundle import (
     PROC_PATH_RULES,
+    RUNSC_HOST_TASKS,
+    RUNSC_HOST_TASKS_PER_MOUNT,
     RUNTIME_DIFFERENCES,
     BundleFile,
     BundleInputs,
@@ -329,3 +331,33 @@ def test_under_runsc_the_workload_runs_as_the_one_owner_of_its_write_binds():
         plan_runsc_ids({(1000, 1000), (1001, 1001)}, default=(7, 7))
     with pytest.raises(UnsupportedHost, match="owner, root"):
         plan_runsc_ids({(0, 0)}, default=(7, 7))
+
+
+def test_runsc_pids_max_adds_the_sentrys_tasks_and_a_few_per_bind_and_runc_does_not():
+    runc = plan_oci_bundle(backend_plan(), inputs())
+    runsc = plan_oci_bundle(backend_plan(), inputs(runtime="runsc"))
+    binds = sum(m["type"] == "bind" for m in runsc.config["mounts"])
+    base = runc.config["linux"]["resources"]["pids"]["limit"]
+    assert base == 128  # positive control: runc's is the boundary's pids_max
+    assert runsc.config["linux"]["resources"]["pids"]["limit"] == (
+        base + RUNSC_HOST_TASKS + RUNSC_HOST_TASKS_PER_MOUNT * binds
+    )
+
+
+def test_a_user_namespace_the_backend_made_is_joined_and_rlimits_are_left_to_the_supervisor():
+    plan = plan_oci_bundle(backend_plan(), inputs(userns_path="/run/contain/b1/userns"))
+    assert {"type": "user", "path": "/run/contain/b1/userns"} in plan.config["linux"]["namespaces"]
+    assert plan.config["linux"]["uidMappings"][1] == {"containerID": 1000, "hostID": 0x6000_0001, "size": 1}
+    assert plan.config["process"]["rlimits"] == []  # runc cannot prlimit its init there (EPERM)
+    assert plan_oci_bundle(backend_plan(), inputs()).config["process"]["rlimits"]  # control: a new one keeps them
+
+
+def test_for_runsc_hidden_sockets_get_no_mask_because_no_host_socket_is_connectable_there():
+    read = BindFacts(rule=_rule("/data", FileAccess.READ), host_realpath="/data", is_dir=True)
+    paths = PathFacts(binds=(read,), skipped=(), hidden_sockets=("/data/agent.sock",))
+    runc = [m["destination"] for m in plan_oci_bundle(backend_plan(paths=paths), inputs()).config["mounts"]]
+    runsc = [
+        m["destination"] for m in plan_oci_bundle(backend_plan(paths=paths), inputs(runtime="runsc")).config["mounts"]
+    ]
+    assert "/data/agent.sock" in runc  # positive control: runc hides it with an empty file
+    assert "/data/agent.sock" not in runsc
