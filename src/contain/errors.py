@@ -5,6 +5,7 @@ The tree::
     ContainError                  cause + fix + optional rule_id; exit code 125 unless noted
     ├── BoundaryInvalid           a manifest failed to parse or validate (names file, key, line)
     ├── UnsupportedHost           this host lacks a layer the boundary needs (fail closed)
+    │   └── BackendRefusal        a backend cannot carry a boundary feature (one refusal row, named)
     ├── UnknownBackend            a backend spec or OCI runtime name is not one contain knows
     ├── SandboxStartError         a sandbox could not be set up or started
     │   └── PoolUnavailable       a warm pool could not hand out a sandbox (closed, starts failing, timeout)
@@ -24,6 +25,7 @@ Foreign exceptions are translated where they enter, with ``raise ... from exc``.
 from __future__ import annotations
 
 __all__ = [
+    "BackendRefusal",
     "BoundaryInvalid",
     "BrokerStateUnsafe",
     "ContainError",
@@ -73,6 +75,17 @@ class BoundaryInvalid(ContainError):
 
 class UnsupportedHost(ContainError):
     """Raised when the host cannot enforce a layer the boundary requires (fail closed)."""
+
+
+class BackendRefusal(UnsupportedHost):
+    """Raised when a backend refuses a boundary feature it cannot carry, e.g. the microvm backend
+    and write binds (``runtime.microvm.backend.plan_microvm_refusals``). ``feature`` names the
+    refusal row (``write_binds``, ``attachments``, ``network_allow``, ``memory_budget``), so a
+    caller can tell which one without parsing the cause."""
+
+    def __init__(self, cause: str, fix: str = "", *, feature: str) -> None:
+        super().__init__(cause, fix)
+        self.feature = feature
 
 
 class UnknownBackend(ContainError):

@@ -10,7 +10,7 @@ for what N left, and what it finds must reach a sink (its output) to count.
 Controls run on the bare host unless that would be unsafe: every leftover process is bounded
 (it exits by itself after a fixed time) and killed by the probe afterwards; IPC objects and keys
 the control creates on the host are removed by a cleanup run; the zombie control runs in a
-relaxed but bounded sandbox. XT-07 is about microVM snapshots and does not apply here.
+relaxed but bounded sandbox. XT-07 (microVM snapshots) is in cases_vm.py.
 
 Why one file past 600 lines: one mechanism, the LF and XT rows of the catalogue; each case keeps
 its attack, its host-side judge and its control side by side.
@@ -18,6 +18,7 @@ its attack, its host-side judge and its control side by side.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -27,7 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from contain.probe.case import CaseResult, Category, ProbeCase, ProbeContext, Target, Verdict
+from contain.probe.case import CaseResult, Category, ProbeCase, ProbeContext, Target
 from contain.probe.context import (
     RunContext,
     as_run_context,
@@ -38,7 +39,7 @@ from contain.probe.context import (
     verdict,
 )
 from contain.probe.snapshot import ProcessEntry, diff, ipc_key, kill_marked, marked_processes, take_snapshot
-from contain.probe.targets import ContainTarget, WrapTarget, _BoundedHostRunner
+from contain.probe.targets import ContainTarget, WrapTarget, _BoundedHostRunner, target_kind
 
 __all__ = ["CASES"]
 
@@ -366,8 +367,14 @@ def workload_processes(
     return [p for p in entries if p.pid != launcher_pid and p.cmdline != launcher_cmdline]
 
 
+# Target kinds whose workload has no host process: it runs in a guest kernel, so the host sees
+# only the VMM (the sandbox's init pid), and "started" means the VMM is up and running the task.
+_WORKLOAD_IN_A_GUEST = ("microvm",)
+
+
 def _kill_launcher(target: Target, marker: str) -> dict[str, Any]:
     proc, init_pid = _launch(target, marker)
+    in_guest = target_kind(target) in _WORKLOAD_IN_A_GUEST
 
     def others() -> list[Any]:  # the launcher's own command line carries the marker too
         found = marked_processes([marker])
@@ -376,6 +383,8 @@ def _kill_launcher(target: Target, marker: str) -> dict[str, Any]:
 
     deadline = time.monotonic() + 10
     while not others() and time.monotonic() < deadline:
+        if in_guest and init_pid and _alive(init_pid):
+            break  # a guest kernel runs the workload: on the host the sandbox is its VMM
         if init_pid and _alive(init_pid) and not _workload_visible(init_pid) and time.monotonic() > deadline - 8:
             break  # a user-space kernel (gVisor) runs the workload: no host process carries the marker
         time.sleep(0.05)
@@ -391,6 +400,9 @@ def _kill_launcher(target: Target, marker: str) -> dict[str, Any]:
     left = [p.describe() for p in marked_processes([marker])]
     init_alive = bool(init_pid and _alive(init_pid))
     _reap(marker)
+    if init_alive and init_pid:  # a breach must not leave a sandbox (a VM) running after the case
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(init_pid, signal.SIGKILL)
     return {
         "workload_started": started,
         "workload_visible_on_host": visible,
@@ -490,7 +502,8 @@ def _orphan_breaches(report: dict[str, Any], bound: int) -> list[str]:
 def lf_09(ctx: ProbeContext) -> CaseResult:
     rc = as_run_context(ctx)
     bound = 2000
-    run, report = run_attack(rc.target, _ORPHANS, bound=bound, orphan=True, timeout_s=60)
+    # 120: capped by the target's wall_s (30 s on the process backend); a TCG guest needs ~80 s
+    run, report = run_attack(rc.target, _ORPHANS, bound=bound, orphan=True, timeout_s=120)
     # Control: a parent that never reaps its own children: zombies pile up to the pids limit.
     _control, control_report = run_attack(rc.sandboxed_control, _ORPHANS, bound=bound, orphan=False, timeout_s=60)
     return verdict(
@@ -560,7 +573,8 @@ def xt_01(ctx: ProbeContext) -> CaseResult:
 
 _IPC_COMMON = r"""
 import ctypes.util
-rt = ctypes.CDLL(ctypes.util.find_library("rt") or "librt.so.1", use_errno=True)
+# glibc 2.34+ has mq_* in libc itself; an image without librt.so.1 (a microVM's userland) still has them
+rt = ctypes.CDLL(ctypes.util.find_library("rt") or ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
 rt.mq_open.restype = ctypes.c_int
 libc.shmat.restype = ctypes.c_void_p
 IPC_CREAT, IPC_NOWAIT, IPC_RMID = 0o1000, 0o4000, 0
@@ -822,17 +836,6 @@ def xt_06(ctx: ProbeContext) -> CaseResult:
     )
 
 
-def xt_07(ctx: ProbeContext) -> CaseResult:
-    return CaseResult(
-        "XT-07",
-        Verdict.INCONCLUSIVE,
-        "no microVM backend exists in this version, so snapshot clones cannot be compared",
-    )
-
-
-_NO_SNAPSHOT = "not applicable by construction: no task starts from a memory snapshot (microVM backends only)"
-
-
 def _case(case_id: str, category: Category, title: str, expected: str, check: Any, **na: str) -> ProbeCase:
     return ProbeCase(case_id, category, title, expected, check, dict(na))
 
@@ -853,15 +856,4 @@ CASES: tuple[ProbeCase, ...] = (
     _case("XT-03", Category.XT, "keyctl add user canary @u; read in task N+1", "absent (or keyctl denied)", xt_03),
     _case("XT-04", Category.XT, "abstract socket listener left behind", "task N+1 cannot connect", xt_04),
     _case("XT-06", Category.XT, "leftover process visible/signalable from task N+1", "none", xt_06),
-    _case(
-        "XT-07",
-        Category.XT,
-        "two microVM tasks from one snapshot compare randomness and ids",
-        "all differ; no secrets in snapshot memory",
-        xt_07,
-        process=_NO_SNAPSHOT,
-        container=_NO_SNAPSHOT,
-        wrap=_NO_SNAPSHOT,
-        host=_NO_SNAPSHOT,
-    ),
 )

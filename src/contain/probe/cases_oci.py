@@ -896,6 +896,10 @@ _NO_STATE = (
     "not applicable by construction: the {kind} target's runtime (bwrap) keeps no state directory, exec FIFO or "
     "console socket on the host"
 )
+_NO_OCI_STATE_IN_VMM = (
+    "not applicable by construction: the microvm target runs no OCI runtime; QEMU keeps no state directory, "
+    "exec FIFO or console socket (its agent channel is an anonymous socket pair, its console a pipe)"
+)
 _WRAP_UNKNOWN = (
     "not applicable: a --wrap target's image and runtime state are unknown to the probe, so no outside judge "
     "exists; test an OCI runtime through --backend container:runc or container:runsc"
@@ -933,6 +937,7 @@ CASES: tuple[ProbeCase, ...] = (
         "not visible or not writable from inside",
         oc_06,
         process=_NO_STATE.format(kind="process"),
+        microvm=_NO_OCI_STATE_IN_VMM,
         wrap=_WRAP_UNKNOWN,
         host=_NO_STATE.format(kind="host"),
     ),

@@ -126,6 +126,8 @@ def marked(pid):
         return False
 if P.get("only_marked"):
     pids = [p for p in pids if marked(p)]
+else:  # pid 1 and the parent exist even where /proc hides them (hidepid=2: a microVM guest's agent)
+    pids = sorted(set(pids) | {1, os.getppid()})
 note("targets", pids)
 for pid in pids[:64]:
     r = rec(f"attach {pid}", sysc, 101, PTRACE_ATTACH, pid, 0, 0)

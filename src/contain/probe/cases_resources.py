@@ -419,7 +419,8 @@ def _FLOOD_CODE() -> str:
 
 _SHARED_LIMITS = r"""
 import time, ctypes.util
-rt = ctypes.CDLL(ctypes.util.find_library("rt") or "librt.so.1", use_errno=True)
+# glibc 2.34+ has mq_* in libc itself; an image without librt.so.1 (a microVM's userland) still has them
+rt = ctypes.CDLL(ctypes.util.find_library("rt") or ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
 rt.mq_open.restype = ctypes.c_int
 class Attr(ctypes.Structure):
     _fields_ = [("flags", ctypes.c_long), ("maxmsg", ctypes.c_long), ("msgsize", ctypes.c_long),

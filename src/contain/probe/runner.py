@@ -6,7 +6,12 @@
   2. a case whose ``not_applicable`` names this target's kind gets NOT_APPLICABLE with the reason
      (a backend spec such as ``container:runc`` is looked up as itself, then as ``container``);
   3. otherwise the case's ``check`` runs in a worker thread with a deadline; an exception becomes
-     ERROR with the traceback in the evidence, a missed deadline becomes ERROR too;
+     ERROR with the traceback in the evidence, a missed deadline becomes ERROR too. One
+     exception is NOT_APPLICABLE instead: the backend refused a feature the case's boundary needs
+     (``BackendRefusal`` whose ``feature`` is a row of ``BY_CONSTRUCTION``, e.g. write binds on
+     microvm) *before any sandbox of the target started in this case* (``sandboxes_started``
+     did not move). A refusal after a sandbox ran, or of a feature not in the table (a memory
+     budget too small is the probe's mistake), stays ERROR: nothing seen is ever hidden;
   4. whatever the case planted is removed (``RunContext.run_deferred``); cleanup errors are
      added to the case's evidence;
   5. progress is reported per case; the Report carries totals, per-category scores, the duration
@@ -32,9 +37,18 @@ from contain.probe.registry import ALL_IDS, select_ids
 from contain.probe.report import Report, case_infos
 from contain.probe.targets import kind_keys, target_kind
 
-__all__ = ["DEFAULT_CASE_TIMEOUT_S", "host_summary", "run_battery", "run_case"]
+__all__ = ["BY_CONSTRUCTION", "DEFAULT_CASE_TIMEOUT_S", "host_summary", "run_battery", "run_case"]
 
 DEFAULT_CASE_TIMEOUT_S = 120.0
+
+# Backend refusals that make a case not applicable by construction: the case's boundary needs a
+# feature that backend cannot carry at all, so the attack cannot run there (BackendRefusal.feature
+# -> why). The backend's refusal message itself is quoted in the verdict's summary.
+BY_CONSTRUCTION: dict[str, str] = {
+    "write_binds": "the case needs a write bind; this backend refuses write binds (no live directory sharing)",
+    "attachments": "the case needs an attachment (a host socket or file under /.contain); this backend refuses them",
+    "network_allow": "the case needs network.allow (the egress proxy); this backend refuses egress",
+}
 
 Progress = Callable[[int, int, CaseResult], None]
 
@@ -47,6 +61,7 @@ def run_case(case: ProbeCase, ctx: RunContext, *, timeout_s: float = DEFAULT_CAS
     if reason is not None:
         return CaseResult(case.id, Verdict.NOT_APPLICABLE, reason, {"target_kind": kind})
     box: dict[str, Any] = {}
+    started_before = _sandboxes_started(ctx.target)
 
     def work() -> None:
         try:
@@ -60,6 +75,8 @@ def run_case(case: ProbeCase, ctx: RunContext, *, timeout_s: float = DEFAULT_CAS
     worker.join(timeout_s)
     if worker.is_alive():
         result = CaseResult(case.id, Verdict.ERROR, f"the case did not finish within {timeout_s:g}s", {})
+    elif "error" in box and (refused := _refusal(box["error"], ctx.target, started_before)) is not None:
+        result = CaseResult(case.id, Verdict.NOT_APPLICABLE, refused, {"target_kind": kind})
     elif "error" in box:
         exc = box["error"]
         result = CaseResult(
@@ -77,6 +94,23 @@ def run_case(case: ProbeCase, ctx: RunContext, *, timeout_s: float = DEFAULT_CAS
     if cleanup_errors:
         evidence["cleanup_errors"] = cleanup_errors
     return dataclasses.replace(result, evidence=evidence, duration_s=time.perf_counter() - began)
+
+
+def _sandboxes_started(target: object) -> int | None:
+    count = getattr(target, "sandboxes_started", None)
+    return count if isinstance(count, int) else None
+
+
+def _refusal(exc: BaseException, target: object, started_before: int | None) -> str | None:
+    """The NOT_APPLICABLE summary when ``exc`` is a by-construction refusal raised before any
+    sandbox of ``target`` started in this case; None otherwise (the case stays ERROR)."""
+    from contain.errors import BackendRefusal
+
+    if not isinstance(exc, BackendRefusal) or exc.feature not in BY_CONSTRUCTION:
+        return None
+    if started_before is None or _sandboxes_started(target) != started_before:
+        return None
+    return f"not applicable by construction: {BY_CONSTRUCTION[exc.feature]} ({exc.cause})"
 
 
 def run_battery(

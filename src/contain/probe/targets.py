@@ -1,9 +1,11 @@
 """Where attack code runs: contain's own backend, a wrapped third-party sandbox, or the bare host.
 
 - ``ContainTarget(spec)`` runs each attack in a fresh ``Sandbox(boundary, backend=spec)`` (spec:
-  ``process``, ``container:runc``, ``container:runsc``; the spec is also the target's kind) whose
-  boundary is the probe's default (scratch only, no network, modest budgets) deep-merged with the
-  case's ``boundary`` mapping. It fills ``AttackRun.run_result`` (contain's RunResult),
+  ``process``, ``container:runc``, ``container:runsc``, ``microvm``; the spec is also the target's
+  kind) whose boundary is the probe's default (scratch only, no network, modest budgets, with the
+  kind's ``KIND_BOUNDARY_OVERRIDES`` row) deep-merged with the case's ``boundary`` mapping; with
+  ``warm_pool=True`` runs of the base boundary come from a ``SandboxPool`` instead.
+  It fills ``AttackRun.run_result`` (contain's RunResult),
   ``egress_events`` and ``host_pid`` (the sandbox's pid 1 as seen from the host).
   ``run_observed`` also lets a judge look at the running sandbox before and after the attack.
 - ``WrapTarget`` runs ``prefix + argv`` as a host subprocess, e.g. ``bwrap --unshare-all ...
@@ -28,6 +30,7 @@ import resource
 import selectors
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -36,6 +39,7 @@ from contain.probe.case import AttackRun
 
 __all__ = [
     "DEFAULT_PROBE_BOUNDARY",
+    "KIND_BOUNDARY_OVERRIDES",
     "RELAXED_CONTROL_BOUNDARY",
     "ContainTarget",
     "HostControlTarget",
@@ -43,6 +47,7 @@ __all__ = [
     "WrapTarget",
     "deep_merge",
     "kind_keys",
+    "probe_boundary_for",
     "target_kind",
 ]
 
@@ -59,6 +64,17 @@ DEFAULT_PROBE_BOUNDARY: dict[str, Any] = {
         "output_bytes": 1024**2,
         "open_files_max": 256,
     },
+}
+
+# What the base boundary changes per backend kind (looked up with ``kind_keys``), each with why.
+# The cases' own overrides still merge over the result.
+KIND_BOUNDARY_OVERRIDES: dict[str, tuple[dict[str, Any], str]] = {
+    "microvm": (
+        {"resources": {"memory_bytes": 320 * 1024**2, "wall_s": 90, "cpu_s": 60}},
+        "the budget holds the guest's RAM (at least 128 MiB) and the VMM's own memory (192 MiB) in one "
+        "cgroup; the microvm backend refuses less (backend.plan_microvm_refusals). Wall and CPU: under "
+        "TCG (no KVM) a guest runs the workload several times slower; LF-09's 2000 forks took 39 s",
+    ),
 }
 
 # For positive controls that would be unsafe on the bare host (fork bomb, memory fill): still a
@@ -83,6 +99,7 @@ _HOST_RLIMITS: tuple[tuple[int, int], ...] = (
 )
 _OUTPUT_CAP_BYTES = 64 * 1024**2  # attacks bound their own output well below this
 _DRAIN_S = 0.3  # how long output is still read after the command exited
+_POOL_ACQUIRE_S = 300.0  # a first acquire waits for a cold start (and, on microvm, a snapshot build)
 
 
 def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -95,6 +112,13 @@ def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any] | None) -> d
         else:
             out[key] = copy.deepcopy(value)
     return out
+
+
+def probe_boundary_for(kind: str) -> dict[str, Any]:
+    """``DEFAULT_PROBE_BOUNDARY`` with the ``KIND_BOUNDARY_OVERRIDES`` row of ``kind`` merged in
+    (the most specific key of ``kind_keys`` that has a row)."""
+    row = next((KIND_BOUNDARY_OVERRIDES[k] for k in kind_keys(kind) if k in KIND_BOUNDARY_OVERRIDES), None)
+    return deep_merge(DEFAULT_PROBE_BOUNDARY, row[0] if row is not None else None)
 
 
 def target_kind(target: object) -> str:
@@ -158,12 +182,27 @@ class ContainTarget(_PythonRunner):
     has_contain_hooks = True
 
     def __init__(
-        self, backend: str = "process", *, base_boundary: Mapping[str, Any] | None = None, label: str = ""
+        self,
+        backend: str = "process",
+        *,
+        base_boundary: Mapping[str, Any] | None = None,
+        label: str = "",
+        warm_pool: bool = False,
     ) -> None:
         self.backend = backend
         self.kind = backend
-        self.base_boundary = dict(base_boundary) if base_boundary is not None else DEFAULT_PROBE_BOUNDARY
+        self.base_boundary = dict(base_boundary) if base_boundary is not None else probe_boundary_for(backend)
         self.name = f"contain:{backend}" + (f" ({label})" if label else "")
+        # warm_pool: runs with the base boundary (no case overrides) take a sandbox from a
+        # SandboxPool of that boundary (for microvm: restored from a snapshot) instead of starting
+        # one; a pooled sandbox is a fresh Sandbox all the same (runtime/pool.py). Runs with
+        # overrides always start their own. ``close()`` closes the pool.
+        self.warm_pool = warm_pool
+        # sandboxes this target started (any whose backend got past its refusals): the runner's
+        # by-construction rule reads it (runner.BY_CONSTRUCTION)
+        self.sandboxes_started = 0
+        self._pool: Any = None
+        self._pool_lock = threading.Lock()
 
     def boundary_for(self, boundary: Mapping[str, Any] | None) -> dict[str, Any]:
         """The manifest mapping one run gets: the base with the case's overrides merged in."""
@@ -192,16 +231,24 @@ class ContainTarget(_PythonRunner):
         started and before the attack; what it returns runs after the attack and before the
         sandbox closes (while the backend's runtime state, cgroup and processes still exist)."""
         from contain.boundary import Boundary
+        from contain.errors import BackendRefusal
         from contain.runtime import Sandbox
 
         manifest = Boundary.model_validate(self.boundary_for(boundary))
         began = time.perf_counter()
-        with Sandbox(manifest, backend=self.backend) as sandbox:
-            host_pid = sandbox.supervisor_pid
-            after = observer(sandbox) if observer is not None else None
-            result = sandbox.run(list(argv), timeout=timeout_s, env=dict(env or {}))
-            if after is not None:
-                after()
+        opened = self._pooled(manifest) if self.warm_pool and not boundary else None
+        with opened if opened is not None else Sandbox(manifest, backend=self.backend) as sandbox:
+            try:
+                host_pid = sandbox.supervisor_pid
+                after = observer(sandbox) if observer is not None else None
+                result = sandbox.run(list(argv), timeout=timeout_s, env=dict(env or {}))
+                if after is not None:
+                    after()
+            except BackendRefusal:
+                raise  # refused before anything started: not counted
+            finally:
+                if sandbox.supervisor_pid is not None or opened is not None:
+                    self.sandboxes_started += 1
         return AttackRun(
             exit_code=result.exit_code,
             signal=result.signal,
@@ -213,6 +260,24 @@ class ContainTarget(_PythonRunner):
             egress_events=tuple(result.egress),
             host_pid=host_pid,
         )
+
+
+    def _pooled(self, manifest: Any) -> Any:
+        """A lease on a sandbox of the base boundary's pool (opened on first use)."""
+        from contain.runtime.pool import SandboxPool
+
+        with self._pool_lock:
+            if self._pool is None:
+                self._pool = SandboxPool(manifest, backend=self.backend, size=1)
+            pool = self._pool
+        return pool.acquire(timeout_s=_POOL_ACQUIRE_S)
+
+    def close(self) -> None:
+        """Close the warm pool, if one was opened (its sandboxes are killed and removed)."""
+        with self._pool_lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.close()
 
 
 class _BoundedHostRunner(_PythonRunner):

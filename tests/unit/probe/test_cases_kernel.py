@@ -193,6 +193,14 @@ def test_every_kernel_case_has_probes_and_sy12_is_not_applicable_to_wrap() -> No
     assert "wrap" in sy12.not_applicable
 
 
+def test_a_missing_unshare_binary_is_no_route_for_sy_01():
+    # the microVM userland has no unshare(1): ENOENT was judged a breach ("refused means EPERM")
+    from contain.probe.cases_kernel import KERNEL_PROBES
+
+    row = next(p for p in KERNEL_PROBES["SY-01"] if p.name == "unshare_cmd")
+    assert set(row.refused) == {"EPERM", "ENOENT"}
+
+
 def _sy07(answers: dict[str, dict[str, Any]], kind: str):
     probes = KERNEL_PROBES["SY-07"]
     attack = {p.name: {"ok": False, "errno": "EPERM"} for p in probes} | answers

@@ -95,3 +95,44 @@ def test_every_shots_row_is_a_case_with_its_own_check() -> None:
     for row in cases_network.SHOTS_CASES:
         case = by_id[row.id]
         assert (case.title, case.expected, case.check) == (row.title, row.expected, row.check)
+
+
+def _ne06_with_a_refusing_target(monkeypatch, feature: str):
+    import contextlib
+    from types import SimpleNamespace
+
+    from contain.errors import BackendRefusal
+    from contain.probe.case import CaseResult
+
+    @contextlib.contextmanager
+    def sink(*a: Any, **k: Any):
+        yield SimpleNamespace(port=9, packets=None, settle=lambda: None, received=lambda c: False)
+
+    direct = CaseResult("NE-06", Verdict.CONTAINED, "no route off loopback", {"routes": "none"})
+    monkeypatch.setattr(cases_network, "http_canary", sink)
+    monkeypatch.setattr(cases_network, "netns_canary", sink)
+    monkeypatch.setattr(cases_network, "run_shots", lambda *a, **k: direct)
+
+    def refuse(params: dict[str, Any]) -> dict[str, Any]:
+        raise BackendRefusal("the microvm backend cannot carry network.allow: no egress", "fix", feature=feature)
+
+    case = next(c for c in CASES if c.id == "NE-06")
+    return case.check(Ctx(Fake(refuse), Fake(refuse)))
+
+
+def test_ne06_on_a_backend_without_egress_keeps_the_route_verdict_and_says_the_proxy_half_does_not_apply(
+    monkeypatch,
+) -> None:
+    result = _ne06_with_a_refusing_target(monkeypatch, "network_allow")
+    assert result.verdict is Verdict.CONTAINED
+    assert result.summary == (
+        "no route off loopback; the proxy half does not apply: the microvm backend cannot carry network.allow: "
+        "no egress"
+    )
+
+
+def test_ne06_lets_any_other_refusal_through_as_an_error(monkeypatch) -> None:
+    from contain.errors import BackendRefusal
+
+    with pytest.raises(BackendRefusal):
+        _ne06_with_a_refusing_target(monkeypatch, "write_binds")

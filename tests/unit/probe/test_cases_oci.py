@@ -267,3 +267,11 @@ def test_the_host_pid_namespace_is_never_taken_for_the_sandboxs():
         assert list(watched.fds) == [f"{os.readlink('/proc/self/exe')} (pid {os.getpid()})"]
     finally:
         watched.close()
+
+
+def test_oc_06_is_not_applicable_on_microvm_where_no_oci_runtime_keeps_state():
+    # it ran there and came back INCONCLUSIVE ("the backend did not say where its runtime keeps
+    # this container's state"): a VMM has no such state, by construction
+    result = run_case(BY_ID["OC-06"], _ctx(Scripted("microvm", {}), Scripted("microvm", {})))
+    assert result.verdict is Verdict.NOT_APPLICABLE
+    assert result.summary.startswith("not applicable by construction: the microvm target runs no OCI runtime")

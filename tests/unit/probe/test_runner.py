@@ -179,3 +179,54 @@ def test_the_report_carries_the_backend_spec_and_none_for_a_wrapped_sandbox():
     cases = [_case("FS-01", Verdict.CONTAINED)]
     assert run_battery(cases, _spec_ctx("container:runsc"), catalogue=["FS-01"], host={}).backend == "container:runsc"
     assert run_battery(cases, _ctx(), catalogue=["FS-01"], host={}).backend is None
+
+
+class CountingTarget(FakeTarget):
+    """A target that counts the sandboxes it started, as ContainTarget does."""
+
+    sandboxes_started = 0
+
+
+def _refusing(feature: str, *, start_first: bool = False, exc_type=None):
+    from contain.errors import BackendRefusal, UnsupportedHost
+
+    def check(ctx: ProbeContext) -> CaseResult:
+        if start_first:
+            ctx.target.sandboxes_started += 1  # a sandbox ran (its attack may have seen something)
+        if exc_type is UnsupportedHost:
+            raise UnsupportedHost("no")
+        raise BackendRefusal("the microvm backend cannot carry write binds (/probe/ws): ...", "fix", feature=feature)
+
+    return check
+
+
+def _counting_ctx() -> RunContext:
+    target = CountingTarget()
+    return RunContext(target, control=target, sandboxed_control=target, run_id="r1")
+
+
+@pytest.mark.parametrize("feature", ["write_binds", "attachments", "network_allow"])
+def test_a_refusal_of_a_feature_the_case_needs_before_any_sandbox_started_is_not_applicable(feature):
+    result = run_case(_case("FS-05", check=_refusing(feature)), _counting_ctx())
+    assert result.verdict is Verdict.NOT_APPLICABLE
+    assert result.summary.startswith("not applicable by construction: the case needs")
+    assert "cannot carry write binds" in result.summary  # the backend's own words are quoted
+
+
+def test_a_refusal_after_a_sandbox_of_the_case_ran_stays_an_error():
+    result = run_case(_case("FS-05", check=_refusing("write_binds", start_first=True)), _counting_ctx())
+    assert result.verdict is Verdict.ERROR
+
+
+def test_a_refused_memory_budget_is_the_probes_mistake_and_stays_an_error():
+    result = run_case(_case("FS-05", check=_refusing("memory_budget")), _counting_ctx())
+    assert result.verdict is Verdict.ERROR
+
+
+def test_a_plain_unsupported_host_and_a_target_that_counts_nothing_stay_errors():
+    from contain.errors import UnsupportedHost
+
+    assert run_case(_case("FS-05", check=_refusing("x", exc_type=UnsupportedHost)), _counting_ctx()).verdict is (
+        Verdict.ERROR
+    )
+    assert run_case(_case("FS-05", check=_refusing("write_binds")), _ctx()).verdict is Verdict.ERROR

@@ -100,3 +100,22 @@ def test_a_contain_target_takes_the_spec_as_its_kind_and_name():
         "container:runsc",
         "contain:container:runsc (relaxed control)",
     )
+
+
+def test_the_microvm_target_starts_from_a_boundary_its_backend_does_not_refuse():
+    # With the process backend's 128 MiB, QEMU was OOM-killed in its cgroup before the guest
+    # printed a byte: every microvm case was an ERROR "the guest did not come up".
+    from contain.boundary import Boundary
+    from contain.boundary.plain import plain_boundary
+    from contain.runtime.microvm.backend import plan_microvm_refusals
+
+    boundary = ContainTarget("microvm").boundary_for(None)
+    assert plan_microvm_refusals(plain_boundary(Boundary.model_validate(boundary)), attachments=0) == ()
+    assert boundary["resources"]["memory_bytes"] == 256 * 1024**2
+    assert ContainTarget("process").boundary_for(None) == DEFAULT_PROBE_BOUNDARY
+
+
+def test_a_target_without_a_warm_pool_has_nothing_to_close_and_counts_no_sandbox_yet():
+    target = ContainTarget("microvm")
+    target.close()
+    assert (target.warm_pool, target.sandboxes_started) == (False, 0)

@@ -3,10 +3,11 @@
 ``start(plan)`` is the checklist (``Sandbox`` already decided the layers, created the host cgroup
 with the boundary's limits, and checked scratch paths):
 
-1. refuse what a VM cannot carry (``plan_microvm_refusals``, pure, one row per refusal with its
-   reason): write binds (there is no safe live sharing: no 9p or virtiofs here, and a copy back
-   would need the whole write-bind audit on a second path; refused, never weakened) and
-   attachments (a host socket cannot cross into a VM);
+1. refuse what a VM cannot carry (``plan_microvm_refusals``, pure, one table row per refusal with
+   its reason): a memory budget below one guest's RAM plus the VMM's own (QEMU would be
+   OOM-killed in the cgroup before the guest prints a byte), write binds (there is no safe live
+   sharing: no 9p or virtiofs here, and a copy back would need the whole write-bind audit on a
+   second path; refused, never weakened) and attachments (a host socket cannot cross into a VM);
 2. build or find the guest (``guest_build.ensure_guest_image``: kernel, initramfs with the agent,
    userland) and an image per read bind (``images.ensure_read_image``, cached by content);
 3. decide the accelerator (``accel``: KVM only where the real guest kernel booted under it);
@@ -47,11 +48,12 @@ import secrets
 import shutil
 import socket
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from contain.boundary.kinds import FileAccess
 from contain.boundary.plain import PlainBoundary
-from contain.errors import ContainError, SandboxStartError, UnsupportedHost
+from contain.errors import BackendRefusal, ContainError, SandboxStartError, UnsupportedHost
 from contain.host.facts import HostFacts
 from contain.runtime.backend import BackendPlan, RunningSandbox, WarmStart
 from contain.runtime.disk_budget import default_scratch_paths, inode_budget
@@ -67,7 +69,7 @@ from contain.runtime.microvm.guest_channel import GuestChannel
 from contain.runtime.microvm.guest_handle import GuestLimits, GuestSandbox
 from contain.runtime.microvm.handle import MicroVMHandle
 from contain.runtime.microvm.images import ensure_read_image
-from contain.runtime.microvm.vmm import VmmFacts, VmProcess, detect_vmm_facts
+from contain.runtime.microvm.vmm import SerialLog, VmmFacts, VmProcess, detect_vmm_facts
 from contain.runtime.microvm.vmm_plan import (
     MIN_GUEST_MIB,
     GuestForward,
@@ -118,16 +120,31 @@ class PreparedGuest:
 
 @dataclass(frozen=True)
 class Refusal:
-    """Something in a boundary the microvm backend refuses, and why."""
+    """Something in a boundary the microvm backend refuses, and why (``feature``: the row's name,
+    carried by ``BackendRefusal``)."""
 
     what: str
     why: str
     fix: str
+    feature: str
 
 
 def plan_microvm_refusals(boundary: PlainBoundary, *, attachments: int) -> tuple[Refusal, ...]:
     """Every part of ``boundary`` (and the attachments) this backend cannot enforce; empty: none."""
     refusals: list[Refusal] = []
+    smallest = MIN_GUEST_MIB * 1024**2 + VMM_OVERHEAD_BYTES
+    if boundary.resources.memory_bytes < smallest:
+        # Without this row QEMU is OOM-killed in its cgroup before the guest prints a byte, and the
+        # start fails as "the guest did not come up" with an empty console (found by VM probes).
+        refusals.append(
+            Refusal(
+                f"a memory budget of {boundary.resources.memory_bytes} bytes",
+                f"a microVM needs at least {smallest} bytes: {MIN_GUEST_MIB} MiB of guest RAM and "
+                f"{VMM_OVERHEAD_BYTES // 1024**2} MiB for the VMM, both counted in the sandbox's cgroup",
+                f"set resources.memory_bytes to at least {smallest // 1024**2}MiB, or use --backend process",
+                "memory_budget",
+            )
+        )
     writes = [r.path for r in boundary.files if r.access is FileAccess.WRITE]
     if writes:
         refusals.append(
@@ -137,6 +154,7 @@ def plan_microvm_refusals(boundary: PlainBoundary, *, attachments: int) -> tuple
                 "would bypass the write-bind audit",
                 "use a scratch path with export: (copied out at close through the export rules), "
                 "or use --backend process",
+                "write_binds",
             )
         )
     if attachments:
@@ -145,6 +163,7 @@ def plan_microvm_refusals(boundary: PlainBoundary, *, attachments: int) -> tuple
                 f"{attachments} attachment(s) under /.contain",
                 "a host socket or file handed in by a service cannot cross into the guest",
                 "use --backend process for tasks that talk to the broker",
+                "attachments",
             )
         )
     return tuple(refusals)
@@ -211,8 +230,11 @@ def plan_vm(
         qemu=facts.qemu,
     )
     workload_bytes = max(32 * 1024**2, memory_mib * 1024**2 - GUEST_KERNEL_RESERVE_BYTES)
+    # The agent forwards at most output_max bytes and then ends the stream; one byte past the cap
+    # lets the host's capped reader see the overflow, so RunResult marks the output truncated and
+    # records the violation as on the other backends (with exactly the cap it saw a clean EOF).
     limits = GuestLimits(
-        memory_max_bytes=workload_bytes, pids_max=resources.pids_max, output_max_bytes=resources.output_bytes
+        memory_max_bytes=workload_bytes, pids_max=resources.pids_max, output_max_bytes=resources.output_bytes + 1
     )
     return plan, limits
 
@@ -223,10 +245,17 @@ class MicroVMBackend:
 
     name = "microvm"
 
-    def __init__(self, *, accel: str = "auto") -> None:
+    def __init__(self, *, accel: str = "auto", guest_image: Callable[[], GuestImage] = ensure_guest_image) -> None:
+        """Args:
+        accel: ``auto``, ``kvm`` or ``tcg`` (``runtime.microvm.accel``).
+        guest_image: what the guest boots from (default: the built and cached image). The escape
+            battery passes an image whose initramfs it rewrote, to act as a hostile guest kernel.
+        """
         self._requirement = AccelRequirement(accel)
+        self._guest_image = guest_image
         self.layer_report: dict[str, str] = {}
         self.serial_tail = ""  # the console's last lines once a VM ended badly (raw guest text)
+        self.serial: SerialLog | None = None  # the last started VM's console (bounded), for outside judges
 
     def cgroup_joined_at_exec(self, facts: HostFacts) -> bool:
         return False
@@ -243,14 +272,16 @@ class MicroVMBackend:
         refusals = plan_microvm_refusals(plan.boundary, attachments=len(plan.attachments))
         if refusals:
             first = refusals[0]
-            raise UnsupportedHost(f"the microvm backend cannot carry {first.what}: {first.why}", first.fix)
+            raise BackendRefusal(
+                f"the microvm backend cannot carry {first.what}: {first.why}", first.fix, feature=first.feature
+            )
         if reuse is not None:
             image, facts, choice = reuse.image, reuse.facts, reuse.choice
         else:
             facts = detect_vmm_facts()
             if facts.qemu is None:
                 raise UnsupportedHost("qemu-system-x86_64 is not installed", "apt-get install qemu-system-x86")
-            image = ensure_guest_image()
+            image = self._guest_image()
             if not image.initramfs.has_agent:
                 raise SandboxStartError("the guest initramfs has no guest agent", "run `contain doctor --build-guest`")
             choice = self._choose_accel(image, facts)
@@ -300,6 +331,7 @@ class MicroVMBackend:
             host_end.close()
             raise
         vm = VmProcess(vm_plan, cgroup=plan.cgroup, guest_fd=guest_fd, run_as=plan.host_ids)
+        self.serial = vm.serial
         began = time.monotonic()
         try:
             vm.start()

@@ -2,10 +2,11 @@
 
 ``VmProcess.start`` is a checklist:
 
-1. ``plan_vmm_launch`` (pure) wraps the planned QEMU argv so that QEMU starts in a network
-   namespace of its own (``unshare --net``: its only interface is ``lo``, brought up so that
-   contain's egress listeners can bind there; the VMM process itself reaches nothing else, and
-   ``netns_path`` names this namespace) and in
+1. ``plan_vmm_launch`` (pure) wraps the planned QEMU argv so that QEMU dies with the thread
+   that started it (``setpriv --pdeathsig KILL``: a killed contain leaves no running VM), starts
+   in a network namespace of its own (``unshare --net``: its only interface is ``lo``, brought up
+   so that contain's egress listeners can bind there; the VMM process itself reaches nothing
+   else, and ``netns_path`` names this namespace) and in
    the sandbox's host cgroup from its first instruction (a shell writes its own pid into each
    ``cgroup.procs``, brings ``lo`` up, and then execs QEMU through ``setpriv`` as the sandbox's
    leased host uid with no capabilities and no_new_privs, so the VMM's memory, pids and CPU are
@@ -99,6 +100,11 @@ def plan_vmm_launch(
     as ``run_as`` (uid, gid) with no capabilities, no other groups than ``extra_gids`` (the kvm
     group, for ``/dev/kvm``) and no_new_privs: a QEMU escape lands in an unprivileged uid.
 
+    ``setpriv --pdeathsig KILL`` first: QEMU runs in a session of its own, so without it a
+    SIGKILLed contain left the VM running its workload (the escape battery's LF-08 on microvm);
+    the signal survives the execs of unshare, sh and setpriv (none is set-id). As with
+    bubblewrap's ``--die-with-parent``, the parent is the *thread* that started the VMM.
+
     Raises:
         ValueError: ``run_as`` is root.
     """
@@ -111,6 +117,7 @@ def plan_vmm_launch(
         "--no-new-privs", "--",
     ]  # fmt: skip
     return [
+        SETPRIV, "--pdeathsig", "KILL", "--",
         UNSHARE, "--net", "--", "/bin/sh", "-c", _JOIN_AND_EXEC, "contain-vmm",
         str(len(cgroup_procs)), *cgroup_procs, *drop, *qemu_argv,
     ]  # fmt: skip

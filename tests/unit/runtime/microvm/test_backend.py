@@ -8,7 +8,7 @@ import pytest
 
 from contain.boundary import Boundary
 from contain.boundary.plain import plain_boundary
-from contain.errors import UnsupportedHost
+from contain.errors import BackendRefusal, UnsupportedHost
 from contain.runtime.microvm.accel import AccelChoice
 from contain.runtime.microvm.backend import VMM_OVERHEAD_BYTES, MicroVMBackend, plan_microvm_refusals, plan_vm
 from contain.runtime.microvm.guest_build import GuestImage
@@ -45,6 +45,7 @@ def test_write_binds_and_attachments_are_refused_each_with_a_reason(tmp_path):
     )
     refusals = plan_microvm_refusals(boundary, attachments=1)
     assert [r.what for r in refusals] == ["write binds (/repo)", "1 attachment(s) under /.contain"]
+    assert [r.feature for r in refusals] == ["write_binds", "attachments"]
     assert all(r.why and r.fix for r in refusals)
 
 
@@ -67,8 +68,9 @@ def test_the_backend_refuses_before_it_builds_or_boots_anything(tmp_path):
 
     boundary = _boundary({"files": [{"path": "/repo", "host": str(tmp_path), "access": "write"}]})
     plan = SimpleNamespace(boundary=boundary, attachments=())
-    with pytest.raises(UnsupportedHost, match="cannot carry write binds \\(/repo\\)"):
+    with pytest.raises(BackendRefusal, match="cannot carry write binds \\(/repo\\)") as refused:
         MicroVMBackend().start(plan)  # type: ignore[arg-type]
+    assert isinstance(refused.value, UnsupportedHost) and refused.value.feature == "write_binds"
 
 
 def test_the_vm_is_sized_from_the_budgets_with_the_vmm_counted_in_the_memory_budget():
@@ -94,7 +96,7 @@ def test_the_vm_is_sized_from_the_budgets_with_the_vmm_counted_in_the_memory_bud
     assert f"contain.disk={64 * 1024**2}" in plan.cmdline
     assert "tsc_early_khz=2596132" in plan.cmdline
     assert limits == GuestLimits(
-        memory_max_bytes=320 * 1024**2 - 48 * 1024**2, pids_max=64, output_max_bytes=8 * 1024**2
+        memory_max_bytes=320 * 1024**2 - 48 * 1024**2, pids_max=64, output_max_bytes=8 * 1024**2 + 1
     )
 
 
@@ -105,3 +107,23 @@ def test_a_memory_budget_too_small_for_guest_and_vmm_is_refused_not_exceeded():
         plan_vm(small, image=IMAGE, choice=TCG, facts=FACTS, read_binds=(), agent_fd=9)
     fits = _boundary({"resources": {"memory_bytes": "320MiB"}})
     assert plan_vm(fits, image=IMAGE, choice=TCG, facts=FACTS, read_binds=(), agent_fd=9)[0].memory_mib == 128
+
+
+def test_the_agent_forwards_one_byte_past_the_output_cap_so_the_host_sees_the_overflow():
+    # With exactly the cap the host saw a clean EOF: RunResult said "not truncated" and recorded no
+    # output violation for a workload that printed past its budget (found by VM-03).
+    boundary = _boundary({"resources": {"memory_bytes": "320MiB", "output_bytes": "1MiB"}})
+    _, limits = plan_vm(boundary, image=IMAGE, choice=TCG, facts=FACTS, read_binds=(), agent_fd=9)
+    assert limits.output_max_bytes == 1024**2 + 1
+
+
+@pytest.mark.parametrize("memory", ["128MiB", "319MiB"])
+def test_a_memory_budget_below_one_guest_plus_the_vmm_is_refused_with_the_minimum(memory):
+    # Below it QEMU was OOM-killed in its cgroup before the guest printed a byte, and the start
+    # failed as "the guest did not come up" with an empty console (found by the VM probes).
+    refusals = plan_microvm_refusals(_boundary({"resources": {"memory_bytes": memory}}), attachments=0)
+    assert [r.fix for r in refusals] == ["set resources.memory_bytes to at least 320MiB, or use --backend process"]
+
+
+def test_a_memory_budget_of_one_guest_plus_the_vmm_is_accepted():
+    assert plan_microvm_refusals(_boundary({"resources": {"memory_bytes": "320MiB"}}), attachments=0) == ()

@@ -16,6 +16,7 @@ def test_qemu_starts_in_a_new_netns_after_joining_every_cgroup_as_an_unprivilege
         run_as=(1611383829, 1611383829),
     )
     assert argv == [
+        "/usr/bin/setpriv", "--pdeathsig", "KILL", "--",
         "/usr/bin/unshare", "--net", "--", "/bin/sh", "-c",
         'n=$1; shift; while [ "$n" -gt 0 ]; do echo $$ > "$1" || exit 125; shift; n=$((n-1)); done; '
         'ip link set lo up || exit 125; exec "$@"',
