@@ -10,6 +10,10 @@ Where a host-side judge exists it backs the errno: SY-05 compares ``/proc/key-us
 and after (a key added anywhere shows up in some uid's count); SY-07 looks for the random
 blackhole route the attack tries to add in the host's routing tables (and deletes it if found).
 
+Why one file past 600 lines: one mechanism, the SY rows of the catalogue; each case keeps its
+attack, its refused outcomes per workload kernel (Linux, gVisor, a microVM guest) and its judge
+together, so a reader sees a whole case in one place.
+
 Positive controls run the same probes on the bare host (``ctx.control``) in ``control`` mode,
 where each must *not* be refused the same way; a probe whose control is refused identically could
 not detect a missing filter, so the case is INCONCLUSIVE. Controls are harmless by choice of

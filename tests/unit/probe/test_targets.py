@@ -111,7 +111,7 @@ def test_the_microvm_target_starts_from_a_boundary_its_backend_does_not_refuse()
 
     boundary = ContainTarget("microvm").boundary_for(None)
     assert plan_microvm_refusals(plain_boundary(Boundary.model_validate(boundary)), attachments=0) == ()
-    assert boundary["resources"]["memory_bytes"] == 256 * 1024**2
+    assert boundary["resources"]["memory_bytes"] == 320 * 1024**2
     assert ContainTarget("process").boundary_for(None) == DEFAULT_PROBE_BOUNDARY
 
 

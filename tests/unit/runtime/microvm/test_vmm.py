@@ -38,7 +38,7 @@ def test_the_join_script_writes_its_own_pid_then_execs_and_stops_on_a_failed_wri
     import subprocess
 
     def without_lo(argv: list[str]) -> list[str]:  # lo and setpriv need the new netns and root
-        argv = [a.replace("ip link set lo up || exit 125; ", "") for a in argv[3:]]
+        argv = [a.replace("ip link set lo up || exit 125; ", "") for a in argv[7:]]  # without pdeathsig, unshare
         at = argv.index("/usr/bin/setpriv")
         return argv[:at] + argv[argv.index("--", at) + 1 :]
 
