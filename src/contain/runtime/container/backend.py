@@ -70,7 +70,7 @@ from contain.runtime.backend import BackendPlan, CommandRequest
 from contain.runtime.backend_names import RuntimeFacts
 from contain.runtime.bwrap import ETC_PASSTHROUGH, default_scratch_paths, generated_etc_files
 from contain.runtime.cgroups import SandboxCgroup
-from contain.runtime.container.bundle import BundleInputs, plan_oci_bundle
+from contain.runtime.container.bundle import BundleInputs, plan_oci_bundle, plan_runtime_rlimits
 from contain.runtime.container.host_setup import (
     make_private_dir,
     mount_disk_budget,
@@ -440,7 +440,11 @@ class ContainerSandbox:
             raise SandboxLost(f"the container was ended by {self._ended_by} in an earlier run", "start a new Sandbox")
         channel = self._live_channel()
         self._limits_before = self._limit_counts()
-        return channel.start(list(request.argv), request.env, request.cwd, request.rlimits, fds)
+        # runsc: NPROC is pids_max itself, the sentry's limit (bundle.RUNTIME_DIFFERENCES)
+        rlimits = plan_runtime_rlimits(
+            request.rlimits, runtime=self._rt.runtime, pids_max=self._plan.boundary.resources.pids_max
+        )
+        return channel.start(list(request.argv), request.env, request.cwd, rlimits, fds)
 
     def wait_exited(self, timeout_s: float | None) -> Exited | None:
         """The supervisor's EXITED for the running command.
