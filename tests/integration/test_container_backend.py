@@ -24,7 +24,7 @@ from typing import ClassVar
 import pytest
 
 from contain.boundary import Boundary
-from contain.errors import SandboxLost, SandboxStartError, UnsupportedHost
+from contain.errors import SandboxStartError, UnsupportedHost
 from contain.runtime import Sandbox
 from contain.runtime.container.backend import CONTAINER_ROOT
 

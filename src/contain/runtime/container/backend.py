@@ -89,8 +89,10 @@ from contain.runtime.container.host_setup import (
 )
 from contain.runtime.container.image import unpack_image
 from contain.runtime.container.oci_runtime import (
+    OciRuntimeView,
     plan_delete_argv,
     plan_kill_argv,
+    plan_runtime_view,
     plan_start_argv,
     probe_runtime,
 )
@@ -214,6 +216,15 @@ class ContainerSandbox:
     @property
     def userns_path(self) -> str:
         return str(self.dir / "userns")
+
+    @property
+    def oci_runtime(self) -> OciRuntimeView:
+        """For outside judges (the probe's OC cases): the runtime binary, its state directory for
+        this container, the container's name, the runtime's argv prefix and the root's host path.
+        Values only: nothing here lets a caller reach the handle."""
+        return plan_runtime_view(
+            self._rt, state_dir=self.state_dir, log_file=self.log_file, name=self.name, rootfs=str(self.dir / "rootfs")
+        )
 
     @property
     def host_pid(self) -> int:
