@@ -496,3 +496,21 @@ def test_a_bare_container_spec_takes_the_manifests_runtime_and_reports_the_full_
     assert run_on("container", manifest, ["/bin/true"]).backend == f"container:{runtime}"
     with Sandbox(manifest) as sb:  # no spec at all: the manifest's backend and runtime
         assert sb.run(["/bin/true"]).backend == f"container:{runtime}"
+
+
+@pytest.mark.parametrize("backend", CONTAINERS)
+def test_the_public_runtime_view_names_the_real_binary_state_and_container_while_it_runs(backend: str) -> None:
+    """What OC-01, OC-05 and OC-06 read instead of the handle's private attributes."""
+    runtime = backend.split(":")[1]
+    sb = Sandbox(boundary(), backend=backend)
+    assert sb.oci_runtime is None  # not started yet
+    with sb:
+        view = sb.oci_runtime
+        assert view is not None and view.runtime == runtime
+        assert os.path.basename(os.path.realpath(view.binary)) == runtime and os.access(view.binary, os.X_OK)
+        assert view.argv_prefix[0] == view.binary and f"--root={view.state_dir}" in view.argv_prefix
+        assert os.path.isdir(view.state_dir) and os.path.isdir(view.rootfs)
+        assert view.container_name == os.path.basename(os.path.dirname(view.state_dir))
+    assert sb.oci_runtime is None  # closed
+    with Sandbox(boundary(), backend="process") as process:
+        assert process.oci_runtime is None
