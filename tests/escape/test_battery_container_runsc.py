@@ -25,7 +25,8 @@ pytestmark = [pytest.mark.needs_root]
 
 SPEC = "container:runsc"
 # Under runsc's ptrace platform every syscall of the workload is a ptrace stop: the battery took
-# 315 s here on its first run (LF-09 alone 27 s), against 198 s under runc.
+# 315 s here on its first run (LF-09 alone 27 s), against 198 s under runc; 253 s once LF-09 spawned
+# for a bounded time (14 s).
 RUNSC_BUDGET_S = BATTERY_BUDGET_S + 120.0
 
 # case id -> (the verdict it gets today, the backend gap this battery found). Asserted exactly: a
@@ -33,20 +34,11 @@ RUNSC_BUDGET_S = BATTERY_BUDGET_S + 120.0
 # in the backend since this battery's first run: FS-51 (e815b37, the gofer's threads), NE-08
 # (2703ac9, clone3 answered EPERM under runsc, so no thread could start), IP-51 (495629e: socket
 # masks no longer bound under runsc; allow_sockets refused there, and the probe plants the
-# allowed socket as one more that must stay unreachable).
-KNOWN_FINDINGS: dict[str, tuple[Verdict, str]] = {
-    "RE-01": (
-        Verdict.INCONCLUSIVE,
-        "each gVisor process costs about 4.5 MiB of Sentry memory charged to the container's cgroup, so "
-        "the 200-fork bomb is OOM-killed at memory_bytes (128 MiB, after about 26 forks) and the attack "
-        "never reports; pids_max counts runsc's host processes and threads, not the workload's (46 forks "
-        "passed pids_max 32 with 512 MiB). Bounded, but not by the limit the manifest names.",
-    ),
-    "LF-09": (
-        Verdict.INCONCLUSIVE,
-        "1,022 short-lived orphans under runsc's ptrace platform use up the 20 s CPU budget before the attack reports",
-    ),
-}
+# allowed socket as one more that must stay unreachable), RE-01 (h/gvfix: pids_max holds as
+# RLIMIT_NPROC in the sentry, the host pids.max is the outer bound; the bomb gets memory for its
+# gVisor-sized children on every backend) and LF-09 (h/gvfix: orphans for a bounded time on every
+# backend; the cost was gVisor's python3 fork on ptrace, not the supervisor's reaping).
+KNOWN_FINDINGS: dict[str, tuple[Verdict, str]] = {}
 
 
 @pytest.fixture(scope="module")

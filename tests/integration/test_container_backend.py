@@ -24,7 +24,7 @@ from typing import ClassVar
 import pytest
 
 from contain.boundary import Boundary
-from contain.errors import SandboxLost, SandboxStartError, UnsupportedHost
+from contain.errors import SandboxStartError, UnsupportedHost
 from contain.runtime import Sandbox
 from contain.runtime.container.backend import CONTAINER_ROOT
 
@@ -264,20 +264,23 @@ def test_write_bind_files_belong_to_the_binds_owner_and_protected_names_stay_clo
 
 
 @pytest.mark.parametrize("backend", CONTAINERS)
-def test_a_fork_bomb_is_bounded_by_pids_max_and_reported(backend: str) -> None:
+def test_a_fork_bomb_is_refused_inside_at_pids_max_and_the_sandbox_lives_on(backend: str) -> None:
+    """runc: the cgroup's pids.max refuses the fork, and RunResult names it. runsc: the host cgroup
+    counts gVisor's own tasks, never the workload's, so the sentry's RLIMIT_NPROC (pids_max there,
+    bundle.RUNTIME_DIFFERENCES) refuses it; nothing the host can read counts that refusal, so no
+    ``pids`` violation is reported there. Memory is generous: a python3 child costs ~6 MiB in gVisor."""
     code = (
         "import os, time\nn = 0\ntry:\n    for i in range(400):\n        if os.fork() == 0:\n"
-        "            time.sleep(5); os._exit(0)\n        n += 1\nexcept OSError:\n    pass\nprint(n)"
+        "            time.sleep(5); os._exit(0)\n        n += 1\nexcept OSError as e:\n    print(e.errno)\nprint(n)"
     )
-    with Sandbox(boundary(resources={"pids_max": 64}), backend=backend) as sb:
+    with Sandbox(boundary(resources={"pids_max": 64, "memory_bytes": "1GiB"}), backend=backend) as sb:
         result = sb.run([PY, "-c", code], timeout=30)
-        assert "pids" in [v.kind for v in result.violations]
-        if backend == "container:runc":  # refused inside, as on the process backend; the sandbox lives on
-            assert int(result.stdout.data) < 64 and sb.run(["/bin/true"]).status == 0
-        else:  # gVisor's own tasks count in the host cgroup: the whole sandbox ends, and says why
-            assert result.signal == signal.SIGKILL
-            with pytest.raises(SandboxLost, match=r"pids\.max"):
-                sb.run(["/bin/true"])
+        errno_line, forked = result.stdout.data.split()
+        assert (result.status, int(errno_line)) == (0, 11)  # EAGAIN, and the bomb itself finished
+        assert int(forked) <= 62  # the supervisor and the bomb's parent count too
+        assert sb.run(["/bin/true"]).status == 0
+        if backend == "container:runc":
+            assert "pids" in [v.kind for v in result.violations]
 
 
 def test_a_runtime_that_fails_to_start_leaves_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -621,3 +624,21 @@ def test_runc_close_removes_a_stopped_container_without_starting_runc_again(monk
     assert verbs == []
     assert [d for d in runc_dirs if os.path.exists(d)] == []
     assert leftovers(name) == []
+
+
+@pytest.mark.parametrize("backend", CONTAINERS)
+def test_the_public_runtime_view_names_the_real_binary_state_and_container_while_it_runs(backend: str) -> None:
+    """What OC-01, OC-05 and OC-06 read instead of the handle's private attributes."""
+    runtime = backend.split(":")[1]
+    sb = Sandbox(boundary(), backend=backend)
+    assert sb.oci_runtime is None  # not started yet
+    with sb:
+        view = sb.oci_runtime
+        assert view is not None and view.runtime == runtime
+        assert os.path.basename(os.path.realpath(view.binary)) == runtime and os.access(view.binary, os.X_OK)
+        assert view.argv_prefix[0] == view.binary and f"--root={view.state_dir}" in view.argv_prefix
+        assert os.path.isdir(view.state_dir) and os.path.isdir(view.rootfs)
+        assert view.container_name == os.path.basename(os.path.dirname(view.state_dir))
+    assert sb.oci_runtime is None  # closed
+    with Sandbox(boundary(), backend="process") as process:
+        assert process.oci_runtime is None

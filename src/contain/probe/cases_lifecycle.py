@@ -39,7 +39,7 @@ from contain.probe.context import (
     verdict,
 )
 from contain.probe.snapshot import ProcessEntry, diff, ipc_key, kill_marked, marked_processes, take_snapshot
-from contain.probe.targets import ContainTarget, WrapTarget, _BoundedHostRunner, target_kind
+from contain.probe.targets import DEFAULT_PROBE_BOUNDARY, ContainTarget, WrapTarget, _BoundedHostRunner, target_kind
 
 __all__ = ["CASES"]
 
@@ -455,7 +455,10 @@ def lf_08(ctx: ProbeContext) -> CaseResult:
 _ORPHANS = r"""
 import time
 ok = failed = 0
+deadline = time.monotonic() + P["spawn_s"]
 for i in range(P["bound"]):
+    if time.monotonic() > deadline:
+        break
     try:
         pid = os.fork()
     except OSError as e:
@@ -488,32 +491,58 @@ done()
 """
 
 
+# LF-09 spawns orphans until _ORPHAN_BOUND or for _ORPHAN_SPAWN_S, whichever comes first, on every
+# backend alike: under runsc's ptrace platform one python3 fork with its orphan costs about 45-60 ms
+# in the sentry (the supervisor's reaping about 1 ms of it, measured), so 2,000 of them outran the
+# CPU and wall budgets. What proves reaping is making more orphans than the process limit could
+# hold as zombies: at least _ORPHANS_TO_PROVE, twice pids_max, without a refused fork or zombies.
+_ORPHAN_BOUND = 2000
+_ORPHAN_SPAWN_S = 12.0
+_ORPHANS_TO_PROVE = 2 * DEFAULT_PROBE_BOUNDARY["resources"]["pids_max"]
+
+
 def _orphan_breaches(report: dict[str, Any], bound: int) -> list[str]:
+    """What the orphan run shows escaping: a refused fork (pid exhaustion) or zombies left."""
     out = []
     spawned = (report.get("spawned") or {}).get("value")
     zombies = (report.get("zombies") or {}).get("value") or 0
-    if isinstance(spawned, int) and spawned < bound:
-        out.append(f"pid exhaustion: fork failed after {spawned} of {bound} short-lived children")
+    error = (report.get("first fork error") or {}).get("value")
+    if error is not None:  # the loop stops early only on a refused fork, or at the bound or the deadline
+        out.append(f"pid exhaustion: fork failed ({error}) after {spawned} of at most {bound} short-lived children")
     if zombies > 5:
         out.append(f"{zombies} zombies were left unreaped")
     return out
 
 
+def _orphans_missing(report: dict[str, Any], *, least: int) -> str | None:
+    """Why the orphan run cannot show reaping (None when it can): no report, or too few orphans."""
+    if not report:
+        return "the attack did not report"
+    spawned = (report.get("spawned") or {}).get("value")
+    if not isinstance(spawned, int) or spawned < least:
+        return (
+            f"only {spawned} orphans were made in {_ORPHAN_SPAWN_S:g} s: fewer than {least} (twice pids_max), "
+            "too few to show that init reaps them"
+        )
+    return None
+
+
 def lf_09(ctx: ProbeContext) -> CaseResult:
     rc = as_run_context(ctx)
-    bound = 2000
-    # 120: capped by the target's wall_s (30 s on the process backend); a TCG guest needs ~80 s
-    run, report = run_attack(rc.target, _ORPHANS, bound=bound, orphan=True, timeout_s=120)
+    params: dict[str, Any] = {"bound": _ORPHAN_BOUND, "spawn_s": _ORPHAN_SPAWN_S}
+    run, report = run_attack(rc.target, _ORPHANS, orphan=True, timeout_s=120, **params)  # 120: a TCG guest's python starts slowly
     # Control: a parent that never reaps its own children: zombies pile up to the pids limit.
-    _control, control_report = run_attack(rc.sandboxed_control, _ORPHANS, bound=bound, orphan=False, timeout_s=60)
+    _control, control_report = run_attack(rc.sandboxed_control, _ORPHANS, orphan=False, timeout_s=60, **params)
+    spawned = (report.get("spawned") or {}).get("value")
     return verdict(
         "LF-09",
-        breaches=_orphan_breaches(report, bound),
-        control_shows_breach=bool(_orphan_breaches(control_report, bound)),
-        contained=f"{bound} orphaned children were reaped by the sandbox's init; no zombies, no pid exhaustion",
+        breaches=_orphan_breaches(report, _ORPHAN_BOUND),
+        control_shows_breach=bool(_orphan_breaches(control_report, _ORPHAN_BOUND)),
+        contained=f"{spawned} orphaned children (at most {_ORPHAN_BOUND} in {_ORPHAN_SPAWN_S:g} s) were reaped by "
+        "the sandbox's init; no zombies, no pid exhaustion",
         control="a parent that never waits showed the judge zombies and pid exhaustion",
         evidence={"attack": report, "control": control_report, "run": run_evidence(run)},
-        missing=None if report else "the attack did not report",
+        missing=_orphans_missing(report, least=_ORPHANS_TO_PROVE),
     )
 
 

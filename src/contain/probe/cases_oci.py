@@ -83,6 +83,7 @@ from contain.probe.hostile_images import (
     tar_bytes,
 )
 from contain.probe.targets import ContainTarget, WrapTarget, kind_keys, target_kind
+from contain.runtime.container.oci_runtime import OciRuntimeView
 
 __all__ = ["CASES", "RUNTIME_BINARIES", "helper_launch", "runtime_binary", "runtime_state_dir"]
 
@@ -106,13 +107,9 @@ def runtime_binary(kind: str) -> str | None:
 
 def runtime_state_dir(sandbox: object) -> str | None:
     """The host directory where the sandbox's OCI runtime keeps this container's state, as the
-    running handle reports it (None when the backend keeps none or does not say)."""
-    handle = getattr(sandbox, "_handle", None)
-    for attr in ("runtime_state_dir", "state_dir"):
-        value = getattr(handle, attr, None)
-        if isinstance(value, str | os.PathLike):
-            return os.fspath(value)
-    return None
+    sandbox's public ``oci_runtime`` reports it (None on other backends or before start)."""
+    view = getattr(sandbox, "oci_runtime", None)
+    return view.state_dir if isinstance(view, OciRuntimeView) else None
 
 
 def _sha256(path: str) -> str | None:
@@ -253,6 +250,9 @@ def oc_01(ctx: ProbeContext) -> CaseResult:
     exec_in: dict[str, Any] = {}
 
     def observe(sandbox: Any) -> Callable[[], None]:
+        view = getattr(sandbox, "oci_runtime", None)
+        if isinstance(view, OciRuntimeView):  # the binary this container really runs under
+            binaries.add(view.binary, view.binary)
         pid = sandbox.supervisor_pid
         if pid:
             binaries.add_pid_namespace(pid)
@@ -324,18 +324,12 @@ def _runtime_exec(sandbox: Any, out: dict[str, Any]) -> None:
     CVE-2019-5736 where the runtime's own binary enters the container), when the handle says which
     runtime and state it runs with; records what happened in ``out``."""
     from contain.runtime.bwrap import SANDBOX_GID, SANDBOX_UID
-    from contain.runtime.container.oci_runtime import plan_state_argv
 
-    handle = getattr(sandbox, "_handle", None)
-    facts, name = getattr(handle, "_rt", None), getattr(handle, "name", None)
-    state_dir, log_file = getattr(handle, "state_dir", None), getattr(handle, "log_file", None)
-    if facts is None or not (isinstance(name, str) and isinstance(state_dir, str) and isinstance(log_file, str)):
+    view = getattr(sandbox, "oci_runtime", None)
+    if not isinstance(view, OciRuntimeView):
         return
-    state = plan_state_argv(facts, state_dir=state_dir, log_file=log_file, name=name)
-    if state[-2:] != ["state", name]:  # the prefix is the runtime and its global flags
-        out["error"] = f"unexpected state argv {state}"
-        return
-    argv = [*state[:-2], "exec", "--user", f"{SANDBOX_UID}:{SANDBOX_GID}", name, "/bin/sleep", "0.3"]
+    name = view.container_name
+    argv = [*view.argv_prefix, "exec", "--user", f"{SANDBOX_UID}:{SANDBOX_GID}", name, "/bin/sleep", "0.3"]
     time.sleep(_EXEC_DELAY_S)
     try:
         done = subprocess.run(argv, capture_output=True, timeout=_EXEC_TIMEOUT_S, check=False)
@@ -715,9 +709,9 @@ def _through_backend(
 def _container_root(sandbox: Any) -> str:
     """The host path of the container's root: the backend's overlay mount (runc and runsc both
     run from it), else the init's ``/proc/<pid>/root``."""
-    directory = getattr(getattr(sandbox, "_handle", None), "dir", None)
-    if directory is not None and os.path.isdir(os.path.join(directory, "rootfs")):
-        return os.path.join(directory, "rootfs")
+    view = getattr(sandbox, "oci_runtime", None)
+    if isinstance(view, OciRuntimeView) and os.path.isdir(view.rootfs):
+        return view.rootfs
     return f"/proc/{sandbox.supervisor_pid}/root"
 
 

@@ -77,6 +77,35 @@ for pid in kids:
 """
 
 
+# The limit under test is the process count; memory is RE-02's. Every backend runs the bomb with
+# this much memory so that pids_max, not the OOM killer, is the limit the bomb meets first: under
+# runsc each python3 child costs about 6 MiB (gVisor breaks copy-on-write in 2 MiB units,
+# measured), so 128 MiB ended the whole sandbox after about 20 forks and the case showed nothing.
+_FORK_BOMB_BOUNDARY = {"resources": {"memory_bytes": 512 * _MIB}}
+
+
+def _fork_bomb_judgement(report: dict[str, Any], *, bound: int, pids_max: int) -> tuple[list[str], str | None]:
+    """Breaches, and what is missing for a verdict, from the bomb's report.
+
+    Contained means capped by the process limit: the forks stopped with EAGAIN at no more than
+    ``pids_max`` processes. All forks passing, or more than ``pids_max`` of them, is a breach; a
+    bomb stopped by anything else (no report: killed; another errno) shows nothing about the limit.
+    """
+    if not report:
+        return [], "the attack did not report"
+    forked = (report.get("forked") or {}).get("value")
+    if not isinstance(forked, int):
+        return [], "the attack reported no fork count"
+    if forked >= bound:
+        return [f"all {bound} forks succeeded: no process limit held"], None
+    if forked > pids_max:
+        return [f"{forked} forks passed the process limit of {pids_max}"], None
+    error = (report.get("fork error") or {}).get("value")
+    if error != "EAGAIN":
+        return [], f"the forks stopped at {forked} with {error}, not with the process limit's EAGAIN"
+    return [], None
+
+
 def _sibling_alive(target: Any) -> tuple[bool, dict[str, Any]]:
     run = target.run_python("print('sibling alive')", timeout_s=20)
     return b"sibling alive" in run.stdout, run_evidence(run)
@@ -87,7 +116,9 @@ def re_01(ctx: ProbeContext) -> CaseResult:
     box: dict[str, Any] = {}
 
     def bomb() -> None:
-        box["run"], box["report"] = run_attack(rc.target, _FORK_BOMB, bound=_FORKS, hold_s=3, timeout_s=30)
+        box["run"], box["report"] = run_attack(
+            rc.target, _FORK_BOMB, boundary=_FORK_BOMB_BOUNDARY, bound=_FORKS, hold_s=3, timeout_s=30
+        )
 
     worker = threading.Thread(target=bomb)
     worker.start()
@@ -96,9 +127,7 @@ def re_01(ctx: ProbeContext) -> CaseResult:
     worker.join()
     run, report = box["run"], box["report"]
     _control, control_report = run_attack(rc.sandboxed_control, _FORK_BOMB, bound=_FORKS, hold_s=1, timeout_s=30)
-    breaches = []
-    if _bound_reached(report, "forked", _FORKS):
-        breaches.append(f"all {_FORKS} forks succeeded: no process limit held")
+    breaches, missing = _fork_bomb_judgement(report, bound=_FORKS, pids_max=_RES["pids_max"])
     if not sibling_ok:
         breaches.append("a sibling task started during the fork bomb failed")
     forked = (report.get("forked") or {}).get("value")
@@ -106,10 +135,10 @@ def re_01(ctx: ProbeContext) -> CaseResult:
         "RE-01",
         breaches=breaches,
         control_shows_breach=_bound_reached(control_report, "forked", _FORKS),
-        contained=f"forks stopped at {forked} (limit {_RES['pids_max']}); a sibling task ran meanwhile",
+        contained=f"forks stopped with EAGAIN at {forked} (limit {_RES['pids_max']}); a sibling task ran meanwhile",
         control=f"with pids_max 1024 the bomb forked {(control_report.get('forked') or {}).get('value')}",
         evidence={"attack": report, "run": run_evidence(run), "sibling": sibling},
-        missing=None if report else "the attack did not report",
+        missing=missing,
     )
 
 

@@ -297,6 +297,8 @@ def plan_rlimits(resources: PlainResources, *, cgroups: bool) -> tuple[Rlimit, .
     CPU: soft at the budget (SIGXCPU), hard one second later (SIGKILL). NPROC is counted per user
     namespace on Linux >= 5.14, so it bounds the sandbox's own processes; with cgroups it sits
     slightly above ``pids.max`` so that the cgroup, whose refusals the host can count, acts first.
+    Under runsc the host cgroup never counts the workload's tasks, so the container backend makes
+    NPROC ``pids_max`` itself there (``container.bundle.plan_runtime_rlimits``).
     DATA stands in for the memory limit only when cgroups are off; AS is never set (it breaks
     runtimes that reserve large address ranges, such as V8 and the JVM).
     """

@@ -53,6 +53,7 @@ from contain.runtime.attachments import Attachment
 from contain.runtime.backend import BackendPlan, CommandRequest, RunningSandbox, SandboxBackend
 from contain.runtime.backend_names import BACKEND_KINDS, BackendSpec, RuntimeFacts, parse_backend_spec
 from contain.runtime.cgroups import CgroupUsage, SandboxCgroup
+from contain.runtime.container.oci_runtime import OciRuntimeView
 from contain.runtime.disk_budget import default_scratch_paths
 from contain.runtime.host_ids import HostIdLease, lease_host_ids
 from contain.runtime.idmap import IdmapUnsupported, StagedBinds, sweep_stale_staging
@@ -239,6 +240,14 @@ class Sandbox:
     def sandbox_backend(self) -> SandboxBackend:
         """The backend object that starts this sandbox (a pool asks it for a warm start)."""
         return self._backend
+
+    @property
+    def oci_runtime(self) -> OciRuntimeView | None:
+        """For outside judges: the OCI runtime of a running container sandbox (binary, state
+        directory, container name, argv prefix; ``oci_runtime.OciRuntimeView``). None on other
+        backends, before start and after close."""
+        view = getattr(self._handle, "oci_runtime", None)
+        return view if isinstance(view, OciRuntimeView) else None
 
     @property
     def supervisor_pid(self) -> int | None:

@@ -2,16 +2,37 @@
 
 from __future__ import annotations
 
-from contain.probe.cases_lifecycle import _orphan_breaches
+from contain.probe.cases_lifecycle import _ORPHANS_TO_PROVE, _orphan_breaches, _orphans_missing
 
 
-def test_orphans_judge_flags_exhaustion_and_zombies():
+def test_orphans_judge_flags_a_refused_fork_and_zombies():
     assert _orphan_breaches({"spawned": {"value": 2000}, "zombies": {"value": 0}}, 2000) == []
-    found = _orphan_breaches({"spawned": {"value": 900}, "zombies": {"value": 900}}, 2000)
+    found = _orphan_breaches(
+        {"spawned": {"value": 900}, "zombies": {"value": 900}, "first fork error": {"value": "EAGAIN"}}, 2000
+    )
     assert found == [
-        "pid exhaustion: fork failed after 900 of 2000 short-lived children",
+        "pid exhaustion: fork failed (EAGAIN) after 900 of at most 2000 short-lived children",
         "900 zombies were left unreaped",
     ]
+
+
+def test_orphans_stopped_by_the_spawn_deadline_are_no_breach_but_too_few_show_nothing():
+    """LF-09 spawns for a bounded time on every backend (runsc's ptrace platform makes ~200 in 12 s):
+    a deadline is no exhaustion, but fewer orphans than twice pids_max cannot show reaping."""
+    in_time = {"spawned": {"value": 199}, "zombies": {"value": 0}}
+    assert _orphan_breaches(in_time, 2000) == []
+    assert _orphans_missing(in_time, least=_ORPHANS_TO_PROVE) is None
+    assert _ORPHANS_TO_PROVE == 64
+    too_few = {"spawned": {"value": 40}, "zombies": {"value": 0}}
+    assert "too few to show that init reaps" in str(_orphans_missing(too_few, least=_ORPHANS_TO_PROVE))
+    assert _orphans_missing({}, least=_ORPHANS_TO_PROVE) == "the attack did not report"
+
+
+def test_the_orphan_attack_stops_at_its_deadline_on_every_backend():
+    from contain.probe.cases_lifecycle import _ORPHAN_SPAWN_S, _ORPHANS
+
+    assert 'deadline = time.monotonic() + P["spawn_s"]' in _ORPHANS
+    assert 0 < _ORPHAN_SPAWN_S <= 15  # inside the probe boundary's 20 s CPU and 30 s wall budgets
 
 
 def test_lf_08_takes_neither_the_launcher_nor_its_copy_before_exec_for_the_workload():

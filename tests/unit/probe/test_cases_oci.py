@@ -99,15 +99,31 @@ def test_each_backend_kind_names_its_runtime_binary():
     }
 
 
-def test_the_state_directory_comes_from_the_running_handle_or_is_unknown():
-    class Handle:
-        runtime_state_dir = "/run/contain/runc/contain-1"
+def test_the_state_directory_comes_from_the_sandboxs_public_runtime_view_or_is_unknown():
+    from contain.runtime.container.oci_runtime import OciRuntimeView
+
+    view = OciRuntimeView("runc", "/usr/sbin/runc", "/run/contain/c1/state", "c1", ("/usr/sbin/runc",), "/r")
 
     class Box:
-        _handle = Handle()
+        oci_runtime = view
 
-    assert runtime_state_dir(Box()) == "/run/contain/runc/contain-1"
+    class PrivateOnly:  # the judges no longer reach into a handle's private attributes
+        class _handle:
+            state_dir = "/run/contain/c1/state"
+
+    assert runtime_state_dir(Box()) == "/run/contain/c1/state"
+    assert runtime_state_dir(PrivateOnly()) is None
     assert runtime_state_dir(object()) is None
+
+
+def test_no_oc_judge_reads_a_private_attribute_of_the_running_handle():
+    import inspect
+
+    from contain.probe import cases_oci
+
+    source = inspect.getsource(cases_oci)
+    for private in ("_handle", '"_rt"', "._rt"):
+        assert private not in source, private
 
 
 # -- judges over attack records ------------------------------------------------------------------

@@ -86,7 +86,7 @@ from contain.runtime.backend import BackendPlan, CommandRequest
 from contain.runtime.backend_names import RuntimeFacts
 from contain.runtime.bwrap import ETC_PASSTHROUGH, default_scratch_paths, generated_etc_files
 from contain.runtime.cgroups import SandboxCgroup
-from contain.runtime.container.bundle import BundleInputs, plan_oci_bundle
+from contain.runtime.container.bundle import BundleInputs, plan_oci_bundle, plan_runtime_rlimits
 from contain.runtime.container.host_setup import (
     NamespaceHelper,
     make_private_dir,
@@ -104,8 +104,10 @@ from contain.runtime.container.host_setup import (
 )
 from contain.runtime.container.image import unpack_image
 from contain.runtime.container.oci_runtime import (
+    OciRuntimeView,
     plan_delete_argv,
     plan_kill_argv,
+    plan_runtime_view,
     plan_start_argv,
     probe_runtime,
 )
@@ -236,6 +238,15 @@ class ContainerSandbox:
     @property
     def userns_path(self) -> str:
         return str(self.dir / "userns")
+
+    @property
+    def oci_runtime(self) -> OciRuntimeView:
+        """For outside judges (the probe's OC cases): the runtime binary, its state directory for
+        this container, the container's name, the runtime's argv prefix and the root's host path.
+        Values only: nothing here lets a caller reach the handle."""
+        return plan_runtime_view(
+            self._rt, state_dir=self.state_dir, log_file=self.log_file, name=self.name, rootfs=str(self.dir / "rootfs")
+        )
 
     @property
     def host_pid(self) -> int:
@@ -462,7 +473,11 @@ class ContainerSandbox:
             raise SandboxLost(f"the container was ended by {self._ended_by} in an earlier run", "start a new Sandbox")
         channel = self._live_channel()
         self._limits_before = self._limit_counts()
-        return channel.start(list(request.argv), request.env, request.cwd, request.rlimits, fds)
+        # runsc: NPROC is pids_max itself, the sentry's limit (bundle.RUNTIME_DIFFERENCES)
+        rlimits = plan_runtime_rlimits(
+            request.rlimits, runtime=self._rt.runtime, pids_max=self._plan.boundary.resources.pids_max
+        )
+        return channel.start(list(request.argv), request.env, request.cwd, rlimits, fds)
 
     def wait_exited(self, timeout_s: float | None) -> Exited | None:
         """The supervisor's EXITED for the running command.

@@ -34,7 +34,9 @@ this one):
 - cgroup limits from the budgets (memory without swap, pids, CPU bandwidth, devices deny-all then
   runc's defaults) in ``<base>/contain-container/<name>``, a parent of its own beside the process
   backend's ``contain`` parent (v1: inside our own cgroup; ``_plan_cgroups_path``); rlimits as
-  ``plan_rlimits``, clamped to the host's hard limits.
+  ``plan_rlimits``, clamped to the host's hard limits. Under runsc the host cgroup counts the
+  sentry's tasks, not the workload's: there RLIMIT_NPROC, which the sentry enforces, is
+  ``pids_max`` itself and pids.max only the outer bound (``plan_runtime_rlimits``).
 
 What it does NOT do (the backend's job, or a known difference from bwrap):
 
@@ -68,6 +70,7 @@ from contain.runtime.disk_budget import plan_disk_places
 from contain.runtime.paths import bind_source, is_under_write_bind, with_bind_sources
 from contain.runtime.plan import plan_rlimits
 from contain.runtime.seccomp_rules import SECCOMP_RULES
+from contain.runtime.supervisor_channel import Rlimit
 
 __all__ = [
     "CONTAINER_CGROUP_PARENT",
@@ -75,6 +78,7 @@ __all__ = [
     "PROC_PATH_RULES",
     "RUNSC_HOST_TASKS",
     "RUNSC_HOST_TASKS_PER_MOUNT",
+    "RUNSC_HOST_TASKS_PER_TASK",
     "RUNTIME_DIFFERENCES",
     "BundleFile",
     "BundleInputs",
@@ -84,6 +88,7 @@ __all__ = [
     "RuntimeDifference",
     "plan_oci_bundle",
     "plan_runsc_ids",
+    "plan_runtime_rlimits",
 ]
 
 OCI_VERSION = "1.0.2"  # runtime-spec version runc 1.1 implements
@@ -94,6 +99,13 @@ CONTAINER_CGROUP_PARENT = "contain-container"  # beside the process backend's cg
 # 299 gofer threads for 78 mounts, six write binds of git repositories with their protected paths).
 RUNSC_HOST_TASKS = 256
 RUNSC_HOST_TASKS_PER_MOUNT = 8
+# Host tasks per workload task under runsc's ptrace platform (RUNTIME_DIFFERENCES
+# "nproc-is-the-pids-limit"): each gVisor process has a host stub process, which gains a traced
+# thread for every sentry thread that ran it. Measured with runsc 20221219 (host pids.current over
+# cgroup.procs while the workload held N children): a python3 fork 5.1, a fork+exec of sleep 11.2,
+# a thread 0.5. 12 keeps the host bound above what pids_max workload tasks can cost, so the
+# sentry's RLIMIT_NPROC refuses the fork before the host cgroup ends the whole sandbox.
+RUNSC_HOST_TASKS_PER_TASK = 12
 _RLIM_INFINITY = 2**64 - 1  # RLIM_INFINITY as the OCI spec's uint64
 _BIND_RO = ["rbind", "ro", "nosuid", "nodev"]  # bwrap's --ro-bind: recursive, nosuid, nodev
 _BIND_RW = ["rbind", "nosuid", "nodev"]
@@ -152,9 +164,21 @@ RUNTIME_DIFFERENCES: tuple[RuntimeDifference, ...] = (
         "runsc",
         "sentry-tasks-in-pids",
         "the host cgroup counts the sentry's and gofer's own threads (65 idle, measured with runsc 20221219 on "
-        "ptrace), a few per bind mount the gofer serves, and about one stub per workload process, so pids.max gets "
-        "RUNSC_HOST_TASKS + RUNSC_HOST_TASKS_PER_MOUNT per bind on top of pids_max; "
-        "without it an idle sandbox at pids_max 64 is already full and the sentry dies on its next clone",
+        "ptrace), a few per bind mount the gofer serves, and 5 to 12 per workload process (its stub and the stub's "
+        "traced threads, RUNSC_HOST_TASKS_PER_TASK), so pids.max gets RUNSC_HOST_TASKS + RUNSC_HOST_TASKS_PER_MOUNT "
+        "per bind + RUNSC_HOST_TASKS_PER_TASK per pids_max: the outer bound, never the limit a workload meets "
+        "first (that is RLIMIT_NPROC in the sentry, nproc-is-the-pids-limit); without it an idle sandbox at "
+        "pids_max 64 is already full and the sentry dies on its next clone",
+    ),
+    RuntimeDifference(
+        "runsc",
+        "nproc-is-the-pids-limit",
+        "the host cgroup never sees the workload's processes (only the sentry's tasks), so pids.max cannot hold "
+        "pids_max for them. The sentry enforces RLIMIT_NPROC over its own tasks of the workload's uid as Linux does "
+        "(measured with runsc 20221219: fork and pthread_create fail with EAGAIN at exactly the limit, supervisor "
+        "included), and the workload cannot raise it (no capability, the hard limit is set). So NPROC is pids_max "
+        "itself under runsc, without the slack it keeps above a cgroup that counts (plan_runtime_rlimits); runsc "
+        "2022 has no cgroupfs pids controller of its own that linux.resources.pids would set",
     ),
     RuntimeDifference(
         "runsc",
@@ -376,10 +400,36 @@ def _plan_resources(plan: BackendPlan, differences: set[str], *, binds: int) -> 
         "memory": {"limit": resources.memory_bytes, "swap": resources.memory_bytes},  # swap = RAM + swap
         "pids": {
             "limit": int(limits["pids"]["pids.max"])
-            + (RUNSC_HOST_TASKS + RUNSC_HOST_TASKS_PER_MOUNT * binds if "sentry-tasks-in-pids" in differences else 0)
+            + (_runsc_host_tasks(resources.pids_max, binds=binds) if "sentry-tasks-in-pids" in differences else 0)
         },
         "cpu": {"quota": quota, "period": period},
     }
+
+
+def _runsc_host_tasks(pids_max: int, *, binds: int) -> int:
+    """Host tasks runsc adds to the cgroup besides ``pids_max`` (RUNTIME_DIFFERENCES ``sentry-tasks-in-pids``)."""
+    return RUNSC_HOST_TASKS + RUNSC_HOST_TASKS_PER_MOUNT * binds + RUNSC_HOST_TASKS_PER_TASK * pids_max
+
+
+def plan_runtime_rlimits(rlimits: tuple[Rlimit, ...], *, runtime: str, pids_max: int) -> tuple[Rlimit, ...]:
+    """The per-process limits as ``runtime`` must get them (RUNTIME_DIFFERENCES rows).
+
+    Under runsc (``nproc-is-the-pids-limit``) RLIMIT_NPROC becomes ``pids_max`` exactly, soft and
+    hard: the sentry enforces it over the workload's tasks, and the host cgroup cannot. Every other
+    limit, and every limit under runc, is returned unchanged.
+
+    Args:
+        rlimits: ``plan_rlimits`` for the boundary's resources.
+        runtime: "runc" or "runsc".
+        pids_max: the boundary's ``resources.pids_max``.
+
+    Returns:
+        The limits in the same order.
+    """
+    differences = {row.name for row in RUNTIME_DIFFERENCES if row.runtime == runtime}
+    if "nproc-is-the-pids-limit" not in differences:
+        return rlimits
+    return tuple(Rlimit("NPROC", pids_max, pids_max) if r.name == "NPROC" else r for r in rlimits)
 
 
 def _plan_cgroups_path(plan: BackendPlan, name: str) -> str:
@@ -402,10 +452,12 @@ def _plan_cgroups_path(plan: BackendPlan, name: str) -> str:
     return posixpath.join("/", "" if base == "." else base, leaf)
 
 
-def _plan_rlimits(plan: BackendPlan, host_hard: Mapping[str, int]) -> list[dict[str, Any]]:
-    """``plan_rlimits`` with each hard limit no higher than the host's (runc cannot raise it)."""
+def _plan_rlimits(plan: BackendPlan, host_hard: Mapping[str, int], runtime: str) -> list[dict[str, Any]]:
+    """``plan_runtime_rlimits`` with each hard limit no higher than the host's (runc cannot raise it)."""
+    resources = plan.boundary.resources
+    limits = plan_rlimits(resources, cgroups=plan.layers.cgroups)
     out = []
-    for limit in plan_rlimits(plan.boundary.resources, cgroups=plan.layers.cgroups):
+    for limit in plan_runtime_rlimits(limits, runtime=runtime, pids_max=resources.pids_max):
         if limit.name not in host_hard:
             raise SandboxStartError(
                 f"the host's hard limit for RLIMIT_{limit.name} was not gathered", "this is a bug in the backend"
@@ -505,7 +557,7 @@ def plan_oci_bundle(plan: BackendPlan, inputs: BundleInputs) -> BundlePlan:
             # In a user namespace the backend made (userns_path), runc 1.1.5's prlimit on its init
             # fails with EPERM for every limit (measured); the supervisor then runs with inherited
             # limits, as under bubblewrap, and every command gets plan_rlimits from its RUN frame.
-            "rlimits": [] if inputs.userns_path else _plan_rlimits(plan, inputs.host_hard_limits),
+            "rlimits": [] if inputs.userns_path else _plan_rlimits(plan, inputs.host_hard_limits, inputs.runtime),
         },
         "mounts": [mount for mount, _kind in mounts],
         "linux": linux,

@@ -30,8 +30,10 @@ from contain.runtime.backend_names import CONTAINER_RUNTIMES, RuntimeFacts, plan
 __all__ = [
     "GLOBAL_FLAGS",
     "GlobalFlag",
+    "OciRuntimeView",
     "plan_delete_argv",
     "plan_kill_argv",
+    "plan_runtime_view",
     "plan_start_argv",
     "plan_state_argv",
     "probe_runtime",
@@ -71,6 +73,27 @@ def _global_flags(facts: RuntimeFacts, *, state_dir: str, log_file: str) -> list
         for row in GLOBAL_FLAGS
         if row.runtime == facts.runtime
     ]
+
+
+@dataclass(frozen=True)
+class OciRuntimeView:
+    """What an outside judge may know of a running container's OCI runtime (the container
+    handle's ``oci_runtime``; ``Sandbox.oci_runtime``). Read-only values, no handle: the probe's
+    OC cases hash ``binary``, snapshot ``state_dir`` and run ``argv_prefix + ["exec", ...]``.
+    """
+
+    runtime: str  # "runc" | "runsc"
+    binary: str  # host path of the runtime binary every command of this container runs
+    state_dir: str  # the runtime's --root for this container (state.json, the exec FIFO, sockets)
+    container_name: str  # the container id the runtime knows it by
+    argv_prefix: tuple[str, ...]  # the binary and the global flags of every command (GLOBAL_FLAGS)
+    rootfs: str  # host path of the bundle's root directory (an image's overlay is mounted there)
+
+
+def plan_runtime_view(facts: RuntimeFacts, *, state_dir: str, log_file: str, name: str, rootfs: str) -> OciRuntimeView:
+    """The ``OciRuntimeView`` of container ``name`` run by ``facts`` with these paths."""
+    prefix = (facts.path, *_global_flags(facts, state_dir=state_dir, log_file=log_file))
+    return OciRuntimeView(facts.runtime, facts.path, state_dir, name, prefix, rootfs)
 
 
 def plan_start_argv(

@@ -15,16 +15,19 @@ from contain.runtime.container.bundle import (
     PROC_PATH_RULES,
     RUNSC_HOST_TASKS,
     RUNSC_HOST_TASKS_PER_MOUNT,
+    RUNSC_HOST_TASKS_PER_TASK,
     RUNTIME_DIFFERENCES,
     BundleFile,
     BundleInputs,
     RootfsEntry,
     plan_oci_bundle,
     plan_runsc_ids,
+    plan_runtime_rlimits,
 )
 from contain.runtime.container.oci_seccomp import render_oci_seccomp
 from contain.runtime.paths import BindFacts, Mask, PathFacts
 from contain.runtime.plan import LayerPlan
+from contain.runtime.supervisor_channel import Rlimit
 
 RO = ["rbind", "ro", "nosuid", "nodev"]
 RW = ["rbind", "nosuid", "nodev"]
@@ -340,7 +343,33 @@ def test_runsc_pids_max_adds_the_sentrys_tasks_and_a_few_per_bind_and_runc_does_
     base = runc.config["linux"]["resources"]["pids"]["limit"]
     assert base == 128  # positive control: runc's is the boundary's pids_max
     assert runsc.config["linux"]["resources"]["pids"]["limit"] == (
-        base + RUNSC_HOST_TASKS + RUNSC_HOST_TASKS_PER_MOUNT * binds
+        base + RUNSC_HOST_TASKS + RUNSC_HOST_TASKS_PER_MOUNT * binds + RUNSC_HOST_TASKS_PER_TASK * base
+    )
+
+
+def test_runsc_host_pids_max_leaves_room_for_every_workload_task_so_the_sentrys_nproc_refuses_first():
+    """RE-01 under runsc: the host cgroup counts 5 to 11 host tasks per gVisor process (measured);
+    with room for only one per workload task the host pids.max ended the whole sandbox before the
+    sentry's RLIMIT_NPROC could refuse the fork the workload sees."""
+    for pids_max in (32, 1024):
+        plan = plan_oci_bundle(backend_plan(Boundary(resources={"pids_max": pids_max})), inputs(runtime="runsc"))
+        idle_sentry = 81  # measured: sentry, gofer and supervisor with eight binds, no workload
+        assert plan.config["linux"]["resources"]["pids"]["limit"] >= idle_sentry + 11.2 * pids_max
+
+
+def test_under_runsc_nproc_is_pids_max_itself_in_the_bundle_and_for_every_command():
+    boundary = Boundary(resources={"pids_max": 32})
+    runc = plan_oci_bundle(backend_plan(boundary), inputs()).config["process"]["rlimits"]
+    runsc = plan_oci_bundle(backend_plan(boundary), inputs(runtime="runsc")).config["process"]["rlimits"]
+    assert {"type": "RLIMIT_NPROC", "hard": 48, "soft": 48} in runc  # control: slack above a counting cgroup
+    assert {"type": "RLIMIT_NPROC", "hard": 32, "soft": 32} in runsc
+    assert [r for r in runsc if r["type"] != "RLIMIT_NPROC"] == [r for r in runc if r["type"] != "RLIMIT_NPROC"]
+    limits = (Rlimit("CPU", 20, 21), Rlimit("NPROC", 48, 48), Rlimit("NOFILE", 256, 256))
+    assert plan_runtime_rlimits(limits, runtime="runc", pids_max=32) == limits
+    assert plan_runtime_rlimits(limits, runtime="runsc", pids_max=32) == (
+        Rlimit("CPU", 20, 21),
+        Rlimit("NPROC", 32, 32),
+        Rlimit("NOFILE", 256, 256),
     )
 
 

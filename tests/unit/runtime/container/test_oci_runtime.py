@@ -13,8 +13,10 @@ from contain.runtime.backend_names import RuntimeFacts
 from contain.runtime.container import oci_runtime
 from contain.runtime.container.oci_runtime import (
     GLOBAL_FLAGS,
+    OciRuntimeView,
     plan_delete_argv,
     plan_kill_argv,
+    plan_runtime_view,
     plan_start_argv,
     probe_runtime,
 )
@@ -39,6 +41,25 @@ def test_runsc_runs_in_the_foreground_with_oci_seccomp_host_network_and_the_bina
     ]  # fmt: skip
     systrap = RuntimeFacts("runsc", "/usr/bin/runsc", "v", ("ptrace", "systrap"))
     assert "--platform=systrap" in plan_start_argv(systrap, **PATHS)
+
+
+def test_the_runtime_view_for_outside_judges_is_the_start_argvs_own_prefix_and_state_root():
+    view = plan_runtime_view(RUNSC, state_dir="/r/s", log_file="/r/log", name="contain-1-ab", rootfs="/r/rootfs")
+    assert view == OciRuntimeView(
+        runtime="runsc",
+        binary="/usr/bin/runsc",
+        state_dir="/r/s",
+        container_name="contain-1-ab",
+        argv_prefix=(
+            "/usr/bin/runsc", "--root=/r/s", "--platform=ptrace", "--network=host", "--oci-seccomp",
+            "--host-uds=none", "--log=/r/log",
+        ),
+        rootfs="/r/rootfs",
+    )  # fmt: skip
+    start = plan_start_argv(RUNSC, **PATHS)
+    assert tuple(start[: len(view.argv_prefix)]) == view.argv_prefix  # the same runtime, flags and state
+    runc = plan_runtime_view(RUNC, state_dir="/r/s", log_file="/r/log", name="c", rootfs="/r/rootfs")
+    assert runc.argv_prefix == ("/usr/sbin/runc", "--root=/r/s", "--log=/r/log")
 
 
 def test_kill_and_delete_name_the_same_state_root_and_delete_is_forced():
