@@ -530,7 +530,8 @@ def _orphans_missing(report: dict[str, Any], *, least: int) -> str | None:
 def lf_09(ctx: ProbeContext) -> CaseResult:
     rc = as_run_context(ctx)
     params: dict[str, Any] = {"bound": _ORPHAN_BOUND, "spawn_s": _ORPHAN_SPAWN_S}
-    run, report = run_attack(rc.target, _ORPHANS, orphan=True, timeout_s=120, **params)  # 120: a TCG guest's python starts slowly
+    # 120: capped by the target's wall_s; a TCG guest's python starts slowly
+    run, report = run_attack(rc.target, _ORPHANS, orphan=True, timeout_s=120, **params)
     # Control: a parent that never reaps its own children: zombies pile up to the pids limit.
     _control, control_report = run_attack(rc.sandboxed_control, _ORPHANS, orphan=False, timeout_s=60, **params)
     spawned = (report.get("spawned") or {}).get("value")
