@@ -68,7 +68,7 @@ def test_stdin_is_passed_only_when_asked():
         (["--manifest", "/nonexistent.yaml", "--", "true"], "cannot read manifest"),
         (["--memory", "lots", "--", "true"], "not a size"),
         (["--allow-host", "*.com", "--", "true"], "top-level domain"),
-        (["--backend", "microvm", "--", "true"], "not available in this version"),
+        (["--backend", "process:runc", "--", "true"], "takes no variant"),
         (["--backend", "container:crun", "--", "true"], "container runtime 'crun' is unknown"),
         (["--backend", "docker", "--", "true"], "backend 'docker' is unknown"),
         (["--read", "/etc:/etc", "--", "true"], "runtime owns"),
