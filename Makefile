@@ -1,5 +1,5 @@
 # `make demo` and `make test` set everything up first (scripts/bootstrap.sh is idempotent).
-.PHONY: setup demo test lint bench clean
+.PHONY: setup demo test test-microvm-battery lint bench clean
 
 setup:
 	@bash scripts/bootstrap.sh
@@ -19,6 +19,11 @@ test: setup
 	@.venv/bin/ruff check src tests
 	@.venv/bin/mypy
 	@.venv/bin/python -m pytest -q
+
+# The escape battery on the microvm backend: about 23 minutes under TCG, so not part of `make test`.
+test-microvm-battery: setup
+	@echo "test: the escape battery on the microvm backend"
+	@.venv/bin/python -m pytest -q -m microvm_battery tests/integration/test_battery_microvm.py
 
 lint: setup
 	@.venv/bin/ruff check src tests

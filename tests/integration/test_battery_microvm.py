@@ -30,7 +30,7 @@ from contain.probe.report import render_summary
 from contain.probe.runner import run_battery
 from contain.probe.targets import ContainTarget
 
-pytestmark = [pytest.mark.needs_root]
+pytestmark = [pytest.mark.needs_root, pytest.mark.microvm_battery]
 
 SPEC = "microvm"
 REPORT_ENV = "CONTAIN_BATTERY_REPORT"  # a path: the whole report is written there as JSON
