@@ -35,11 +35,12 @@ import errno
 import os
 import queue
 import threading
+import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from contain._log import LazyLogger
-from contain.errors import FileTransferError, SandboxLost
+from contain.errors import DeadlinePassed, FileTransferError, SandboxLost
 from contain.runtime.backend import CommandRequest
 from contain.runtime.cgroups import SandboxCgroup
 from contain.runtime.files import EXPORT_MAX_DEPTH, ExportDestination, ExportReport, export_entry_limit
@@ -218,7 +219,10 @@ class GuestSandbox:
     def spawn(self, request: CommandRequest, fds: tuple[int, int, int]) -> Started | SpawnFailed:
         """Start one command; its stdio is pumped between ``fds`` (duplicated here) and DATA frames.
 
+        The wait for STARTED ends at ``request.deadline`` when that comes before the reply timeout.
+
         Raises:
+            DeadlinePassed: the run's deadline passed before the agent answered (the VM is stopped).
             SandboxLost: the agent is gone, refused the request, or answered out of step.
         """
         frame = encode_spawn(
@@ -243,7 +247,7 @@ class GuestSandbox:
             with self._lock:
                 self._run = run
             try:
-                reply = self._call(frame)
+                reply = self._call(frame, deadline=request.deadline)
             except BaseException:
                 self._drop_run(run)
                 raise
@@ -461,16 +465,29 @@ class GuestSandbox:
             self._fail(exc.cause)  # waits end now, not at their own timeouts
             raise
 
-    def _call(self, frame: bytes, *, timeout_s: float = _REPLY_TIMEOUT_S) -> Frame:
+    def _call(self, frame: bytes, *, timeout_s: float = _REPLY_TIMEOUT_S, deadline: float | None = None) -> Frame:
         """Send a request and return the first reply frame (the caller clears ``_awaiting``)."""
         self._awaiting = True
         self._send(frame)
-        return self._next_reply(timeout_s=timeout_s)
+        return self._next_reply(timeout_s=timeout_s, deadline=deadline)
 
-    def _next_reply(self, *, timeout_s: float = _REPLY_TIMEOUT_S) -> Frame:
+    def _next_reply(self, *, timeout_s: float = _REPLY_TIMEOUT_S, deadline: float | None = None) -> Frame:
+        """The next reply, waiting ``timeout_s`` at most and never past ``deadline`` (monotonic).
+
+        Raises:
+            DeadlinePassed: ``deadline`` came first (the channel is lost: the reply may still come).
+            SandboxLost: no reply within ``timeout_s``, or the channel was lost.
+        """
+        left = None if deadline is None else deadline - time.monotonic()
+        bounded_by_deadline = left is not None and left < timeout_s
+        wait_s = max(0.0, left) if bounded_by_deadline and left is not None else timeout_s
         try:
-            frame = self._replies.get(timeout=timeout_s)
+            frame = self._replies.get(timeout=wait_s)
         except queue.Empty:
+            if bounded_by_deadline:
+                cause = "the run's deadline passed before the guest agent answered"
+                self._fail(cause)
+                raise DeadlinePassed(cause, "raise the wall-clock limit, or check the host's load") from None
             raise self._lose(f"the guest agent did not answer within {timeout_s:g}s") from None
         if frame is None:
             raise SandboxLost(self._lost or "the channel was lost", "the VM is gone; start a new sandbox")

@@ -388,3 +388,26 @@ def test_a_guest_that_does_not_answer_loses_the_channel_at_the_reply_timeout(
         sandbox.hello(timeout_s=0.2)
     with pytest.raises(SandboxLost):  # and stays lost: nothing more is sent on a stream out of step
         sandbox.kill()
+
+
+def test_a_guest_frozen_before_it_answers_spawn_ends_the_wait_at_the_runs_deadline_not_the_reply_timeout(
+    pair: tuple[GuestSandbox, FakeAgent, FakeVmm],
+) -> None:
+    import time
+
+    from contain.errors import DeadlinePassed
+
+    sandbox, agent, _ = pair
+    in_guest(lambda: agent.expect(MsgType.SPAWN))  # reads the request and never answers
+    devnull = os.open(os.devnull, os.O_RDWR)
+    began = time.monotonic()
+    try:
+        with pytest.raises(DeadlinePassed, match="deadline passed"):
+            sandbox.spawn(
+                CommandRequest(("true",), {}, "/", (), deadline=began + 0.3), (devnull, devnull, devnull)
+            )
+    finally:
+        os.close(devnull)
+    assert time.monotonic() - began < 5  # the 30 s reply timeout did not apply
+    with pytest.raises(SandboxLost):  # the channel is out of step now: lost
+        sandbox.kill()
