@@ -189,27 +189,36 @@ class GuestSandbox:
         self.ready = parse_ready(reply.body)
         return self.ready
 
-    def reseed(self, seed: bytes) -> None:
+    def reseed(self, seed: bytes, *, timeout_s: float = _REPLY_TIMEOUT_S) -> None:
         """Mix ``seed`` (32..512 host random bytes) into the guest's RNG and credit it.
+
+        ``timeout_s``: longer when this is the first request to an agent that may still be starting.
 
         Raises:
             SandboxLost: the agent refused or broke the protocol.
         """
         if not 32 <= len(seed) <= 512:
             raise ValueError("a reseed carries 32..512 bytes")
-        self._simple(encode_frame(MsgType.RESEED, seed), "RESEED")
+        self._simple(encode_frame(MsgType.RESEED, seed), "RESEED", timeout_s=timeout_s)
 
-    def set_identity(self, *, hostname: str, machine_id: str) -> None:
-        """Give the guest a fresh hostname and machine id (after a restore).
+    def set_identity(self, *, hostname: str, machine_id: str, realtime_ns: int | None = None) -> None:
+        """Give the guest a fresh hostname and machine id, and the host's wall clock (after a restore).
+
+        ``realtime_ns`` (``time.time_ns()`` read just before sending) sets the guest's
+        CLOCK_REALTIME; the guest is then behind by the frame's one-way delay (milliseconds).
+        Not enforced: that the guest keeps the time (its kernel's clock drifts as any VM's).
 
         Raises:
             SandboxLost: the agent refused or broke the protocol.
         """
-        self._simple(encode_request(MsgType.IDENTITY, [f"hostname={hostname}", f"machine_id={machine_id}"]), "IDENTITY")
+        items = [f"hostname={hostname}", f"machine_id={machine_id}"]
+        if realtime_ns is not None:
+            items.append(f"realtime_ns={realtime_ns}")
+        self._simple(encode_request(MsgType.IDENTITY, items), "IDENTITY")
 
-    def _simple(self, frame: bytes, what: str) -> None:
+    def _simple(self, frame: bytes, what: str, *, timeout_s: float = _REPLY_TIMEOUT_S) -> None:
         with self._request_lock:
-            reply = self._call(frame)
+            reply = self._call(frame, timeout_s=timeout_s)
             self._awaiting = False
         if reply.type is MsgType.ERROR:
             raise self._lose(f"the guest agent refused {what}: {parse_error(reply.body)[0][:200]}")

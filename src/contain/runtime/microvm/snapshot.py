@@ -190,7 +190,7 @@ def open_cached_snapshot(dir_fd: int, key: str) -> int | None:
 
 
 def agent_answer_budget_s(elapsed_s: float) -> float:
-    """How long the template's first request (HELLO) may wait, ``elapsed_s`` into its boot.
+    """How long the template's first request (RESEED) may wait, ``elapsed_s`` into its boot.
 
     What is left of ``TEMPLATE_BOOT_TIMEOUT_S``, and never less than ``AGENT_START_MIN_S``: the
     serial marker comes before the agent runs, so its start counts as boot, not as one reply.
@@ -246,9 +246,9 @@ def build_template(
             raise SandboxStartError(f"the template guest did not reach {READY_MARKER!r}", _FIX)
         # The marker is printed by init *before* it looks up the port and execs the agent: the
         # agent's own start is still part of the boot, so its first answer gets what is left of
-        # the boot budget, not the 30 s of one reply (a loaded TCG host overran that).
-        handle.hello(timeout_s=agent_answer_budget_s(time.monotonic() - began))
-        handle.reseed(secrets.token_bytes(64))  # the agent answers: it waits in its frame loop
+        # the boot budget, not the 30 s of one reply. RESEED stays the only request (no HELLO:
+        # its READY would draw boot_id before the save, shared by every restore).
+        handle.reseed(secrets.token_bytes(64), timeout_s=agent_answer_budget_s(time.monotonic() - began))
         boot_s = time.monotonic() - began
         size, save_s = _save(monitor, dir_fd=dir_fd, tmp_name=tmp_name)
         with contextlib.suppress(ContainError):

@@ -182,7 +182,7 @@ class MicroVMWarmStart:
         try:
             handle.reseed(secrets.token_bytes(RESEED_BYTES))
             answered = True
-            handle.set_identity(hostname=GUEST_HOSTNAME, machine_id=secrets.token_hex(16))
+            handle.set_identity(hostname=GUEST_HOSTNAME, machine_id=secrets.token_hex(16), realtime_ns=time.time_ns())
             handle.hello()
             restored_s = time.monotonic() - began
             _warm_up(handle)
