@@ -50,7 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from contain._log import LazyLogger
-from contain.errors import ContainError, SandboxStartError
+from contain.errors import ContainError, SandboxLost, SandboxStartError
 from contain.runtime.cgroups import SandboxCgroup
 from contain.runtime.microvm.artefacts import guest_cache_dir, prepare_private_dir
 from contain.runtime.microvm.guest_channel import GuestChannel
@@ -248,7 +248,15 @@ def build_template(
         # agent's own start is still part of the boot, so its first answer gets what is left of
         # the boot budget, not the 30 s of one reply. RESEED stays the only request (no HELLO:
         # its READY would draw boot_id before the save, shared by every restore).
-        handle.reseed(secrets.token_bytes(64), timeout_s=agent_answer_budget_s(time.monotonic() - began))
+        budget_s = agent_answer_budget_s(time.monotonic() - began)
+        try:
+            handle.reseed(secrets.token_bytes(64), timeout_s=budget_s)
+        except SandboxLost as exc:
+            raise SandboxStartError(
+                exc.cause,
+                f"the agent gets the rest of the {TEMPLATE_BOOT_TIMEOUT_S:g} s boot budget ({budget_s:.0f} s here; "
+                "TCG boots measured 6-11 s on a loaded 2-core host): check the host's load, then retry",
+            ) from exc
         boot_s = time.monotonic() - began
         size, save_s = _save(monitor, dir_fd=dir_fd, tmp_name=tmp_name)
         with contextlib.suppress(ContainError):
