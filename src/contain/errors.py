@@ -107,6 +107,14 @@ class SandboxLost(ContainError):
     """Raised when a running sandbox's supervisor dies or stops answering; the sandbox is torn down."""
 
 
+class DeadlinePassed(SandboxLost):
+    """Raised when the run's deadline passed while a request waited for the sandbox to answer.
+
+    The sandbox is torn down as for ``SandboxLost``; ``Sandbox.run`` reports the run as timed out
+    (exit 124 in the CLI), as when a command runs past its wall-clock limit.
+    """
+
+
 class FileTransferError(ContainError):
     """Raised when put_file, get_file or an export is refused (symlink, size, path) or fails."""
 

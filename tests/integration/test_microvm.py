@@ -238,6 +238,28 @@ def test_a_guest_that_stops_answering_ends_at_the_deadline_and_nothing_is_left(
     assert set(os.listdir(cache)) == cache_before
 
 
+def test_a_guest_frozen_between_commands_ends_the_next_run_at_its_deadline_as_a_timeout(image: GuestImage) -> None:
+    """Frozen before it answers SPAWN: the run ends at its 3 s deadline (124), not the 30 s reply timeout."""
+    sandbox = Sandbox(Boundary.model_validate({"runtime": {"backend": "microvm"}}))
+    sandbox.start()
+    pid = sandbox.supervisor_pid
+    assert pid is not None
+    try:
+        assert sandbox.run(["/bin/true"]).exit_code == 0
+        os.kill(pid, signal.SIGSTOP)
+        began = time.monotonic()
+        result = sandbox.run(["/bin/true"], timeout=3)
+        assert time.monotonic() - began < 3 + 5  # the deadline and slack, far below 30 s
+        assert result.timed_out and [v.kind for v in result.violations] == ["timeout"]
+        assert "deadline passed" in result.violations[0].message
+        with pytest.raises(SandboxLost):
+            sandbox.run(["/bin/true"])
+    finally:
+        with contextlib.suppress(ContainError):
+            sandbox.close()
+    assert not os.path.exists(f"/proc/{pid}")
+
+
 class _Hello(http.server.BaseHTTPRequestHandler):
     seen: ClassVar[list[str]] = []
 

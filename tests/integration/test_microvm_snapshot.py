@@ -164,6 +164,25 @@ def test_a_changed_read_bind_gets_a_template_of_its_own_and_the_restored_vm_sees
         _forget_snapshots(_keys() - keys_before)
 
 
+def test_a_vm_restored_from_an_older_template_runs_on_the_hosts_wall_clock():
+    """The template's clock stopped at its save; restored 6 s later, the guest must still read the
+    host's time (within 2 s), set through IDENTITY before the first command."""
+    boundary = _boundary()
+    keys_before = _keys()
+    try:
+        with SandboxPool(boundary, backend="microvm", size=1) as pool, pool.acquire(timeout_s=300) as sandbox:
+            assert "built now" in sandbox.layers["warm start"]
+        time.sleep(6)  # the template ages: a restore without the host's clock would be >= 6 s behind
+        with SandboxPool(boundary, backend="microvm", size=1) as pool, pool.acquire(timeout_s=300) as sandbox:
+            assert "built now" not in sandbox.layers["warm start"]
+            result = sandbox.run(["date", "+%s"], timeout=60)
+            host_now = time.time()
+        assert result.exit_code == 0, result.stderr.data
+        assert abs(int(result.stdout.data) - host_now) <= 2
+    finally:
+        _forget_snapshots(_keys() - keys_before)
+
+
 class _Hello(http.server.BaseHTTPRequestHandler):
     seen: ClassVar[list[str]] = []
 

@@ -85,12 +85,18 @@ class BackendPlan(NamedTuple):
 
 
 class CommandRequest(NamedTuple):
-    """One command for the sandbox's init to start; ``fds`` are the command's stdin, stdout, stderr."""
+    """One command for the sandbox's init to start; ``fds`` are the command's stdin, stdout, stderr.
+
+    ``deadline`` (``time.monotonic()`` seconds, None: none) is when the run ends; a backend whose
+    start request can wait on a remote side (the microVM's agent) stops waiting then and raises
+    ``DeadlinePassed`` instead of waiting out its own reply timeout.
+    """
 
     argv: tuple[str, ...]
     env: Mapping[str, str]
     cwd: str
     rlimits: tuple[Rlimit, ...]
+    deadline: float | None = None
 
 
 class CommandControl(Protocol):

@@ -46,7 +46,14 @@ from typing import TYPE_CHECKING
 from contain._log import LazyLogger
 from contain.boundary.kinds import FileAccess
 from contain.boundary.plain import PlainBoundary, plain_boundary
-from contain.errors import ContainError, FileTransferError, SandboxLost, SandboxStartError, UnsupportedHost
+from contain.errors import (
+    ContainError,
+    DeadlinePassed,
+    FileTransferError,
+    SandboxLost,
+    SandboxStartError,
+    UnsupportedHost,
+)
 from contain.host.facts import HostFacts, detect_host
 from contain.runtime import files as sandbox_files
 from contain.runtime.attachments import Attachment
@@ -457,8 +464,13 @@ class Sandbox:
                     run_env,
                     cwd or self.scratch_paths[0],
                     tuple(plan_rlimits(resources, cgroups=self._layers.cgroups)),
+                    deadline=time.monotonic() + wall,
                 )
-                reply = handle.spawn(request, (in_child, out_child, err_child))
+                try:
+                    reply = handle.spawn(request, (in_child, out_child, err_child))
+                except SandboxLost as exc:
+                    self._mark_lost(exc.cause)
+                    raise
             finally:
                 for fd in (in_child, out_child, err_child):
                     os.close(fd)
@@ -527,14 +539,21 @@ class Sandbox:
         began = time.perf_counter()
         try:
             request = CommandRequest(
-                tuple(argv), run_env, workdir, tuple(plan_rlimits(resources, cgroups=self._layers.cgroups))
+                tuple(argv),
+                run_env,
+                workdir,
+                tuple(plan_rlimits(resources, cgroups=self._layers.cgroups)),
+                deadline=time.monotonic() + wall,
             )
             reply = handle.spawn(request, (in_child, out_w, err_w))
         except SandboxLost as exc:
-            self._lost = exc.cause
             for fd in (out_r, out_w, err_r, err_w, in_child, in_host):
                 if fd is not None:
                     os.close(fd)
+            if isinstance(exc, DeadlinePassed):  # the run's wall clock ran out before the command started
+                self._mark_lost(exc.cause)
+                return self._deadline_result(wall, exc.cause, time.perf_counter() - began)
+            self._lost = exc.cause
             raise
         for fd in (in_child, out_w, err_w):
             os.close(fd)
@@ -630,6 +649,28 @@ class Sandbox:
             egress=tuple(egress_events),
             layers=self.layers,
             egress_dropped=egress_dropped,
+        )
+
+    def _deadline_result(self, wall: float, cause: str, elapsed: float) -> RunResult:
+        """A run whose deadline passed before the sandbox answered its start: timed out, as a kill at
+        the wall-clock limit would report it (the sandbox is lost; ``cause`` says why)."""
+        setup = 0.0 if self._setup_reported else self._setup_s
+        self._setup_reported = True
+        violation = Violation(
+            "timeout", f"the command ran past the {wall:g}s wall-clock limit before it started ({cause[:300]})"
+        )
+        return RunResult(
+            exit_code=None,
+            signal=signal.SIGKILL,
+            timed_out=True,
+            oom_killed=False,
+            stdout=Captured(b"", False, 0),
+            stderr=Captured(b"", False, 0),
+            timings=Timings(setup, elapsed, 0.0),
+            usage=Usage(0.0, None, "none"),
+            violations=(violation,),
+            backend=self.backend,
+            layers=self.layers,
         )
 
     def _spawn_failed_result(self, argv: list[str], reply: SpawnFailed, elapsed: float) -> RunResult:

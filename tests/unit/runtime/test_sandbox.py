@@ -271,3 +271,27 @@ def test_an_oom_kill_and_a_pids_limit_counted_inside_the_sandbox_are_reported(wa
         result = sb.run(["/bin/true"])
     assert result.oom_killed
     assert [v.kind for v in result.violations] == ["memory", "pids"]
+
+
+def test_a_run_whose_deadline_passes_before_the_sandbox_answers_its_start_times_out_and_loses_the_sandbox(
+    wakeup, monkeypatch
+):
+    from contain.errors import DeadlinePassed
+    from contain.runtime.backend import RecordingRunning
+
+    seen: list[CommandRequest] = []
+
+    def frozen_spawn(self, request, fds):
+        seen.append(request)
+        raise DeadlinePassed("the run's deadline passed before the guest agent answered", "raise the limit")
+
+    monkeypatch.setattr(RecordingRunning, "spawn", frozen_spawn)
+    backend = RecordingBackend(wakeup_fd=wakeup, replies=[EXITED])
+    with Sandbox(BOUNDARY, backend=backend, facts=FACTS) as sb:
+        result = sb.run(["/bin/true"], timeout=2)
+        assert result.timed_out and result.exit_code is None and result.signal == signal.SIGKILL
+        assert [v.kind for v in result.violations] == ["timeout"]
+        assert seen[0].deadline is not None  # the backend was told when the run ends
+        with pytest.raises(SandboxLost):
+            sb.run(["/bin/true"])
+    assert ("destroy",) in backend.calls

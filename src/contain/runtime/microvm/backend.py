@@ -349,7 +349,7 @@ class MicroVMBackend:
             ) from exc
         try:
             handle.reseed(secrets.token_bytes(64))
-            handle.set_identity(hostname="contain", machine_id=secrets.token_hex(16))
+            handle.set_identity(hostname="contain", machine_id=secrets.token_hex(16), realtime_ns=time.time_ns())
         except BaseException:
             handle.destroy()
             handle.close()

@@ -35,11 +35,12 @@ import errno
 import os
 import queue
 import threading
+import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from contain._log import LazyLogger
-from contain.errors import FileTransferError, SandboxLost
+from contain.errors import DeadlinePassed, FileTransferError, SandboxLost
 from contain.runtime.backend import CommandRequest
 from contain.runtime.cgroups import SandboxCgroup
 from contain.runtime.files import EXPORT_MAX_DEPTH, ExportDestination, ExportReport, export_entry_limit
@@ -188,27 +189,36 @@ class GuestSandbox:
         self.ready = parse_ready(reply.body)
         return self.ready
 
-    def reseed(self, seed: bytes) -> None:
+    def reseed(self, seed: bytes, *, timeout_s: float = _REPLY_TIMEOUT_S) -> None:
         """Mix ``seed`` (32..512 host random bytes) into the guest's RNG and credit it.
+
+        ``timeout_s``: longer when this is the first request to an agent that may still be starting.
 
         Raises:
             SandboxLost: the agent refused or broke the protocol.
         """
         if not 32 <= len(seed) <= 512:
             raise ValueError("a reseed carries 32..512 bytes")
-        self._simple(encode_frame(MsgType.RESEED, seed), "RESEED")
+        self._simple(encode_frame(MsgType.RESEED, seed), "RESEED", timeout_s=timeout_s)
 
-    def set_identity(self, *, hostname: str, machine_id: str) -> None:
-        """Give the guest a fresh hostname and machine id (after a restore).
+    def set_identity(self, *, hostname: str, machine_id: str, realtime_ns: int | None = None) -> None:
+        """Give the guest a fresh hostname and machine id, and the host's wall clock (after a restore).
+
+        ``realtime_ns`` (``time.time_ns()`` read just before sending) sets the guest's
+        CLOCK_REALTIME; the guest is then behind by the frame's one-way delay (milliseconds).
+        Not enforced: that the guest keeps the time (its kernel's clock drifts as any VM's).
 
         Raises:
             SandboxLost: the agent refused or broke the protocol.
         """
-        self._simple(encode_request(MsgType.IDENTITY, [f"hostname={hostname}", f"machine_id={machine_id}"]), "IDENTITY")
+        items = [f"hostname={hostname}", f"machine_id={machine_id}"]
+        if realtime_ns is not None:
+            items.append(f"realtime_ns={realtime_ns}")
+        self._simple(encode_request(MsgType.IDENTITY, items), "IDENTITY")
 
-    def _simple(self, frame: bytes, what: str) -> None:
+    def _simple(self, frame: bytes, what: str, *, timeout_s: float = _REPLY_TIMEOUT_S) -> None:
         with self._request_lock:
-            reply = self._call(frame)
+            reply = self._call(frame, timeout_s=timeout_s)
             self._awaiting = False
         if reply.type is MsgType.ERROR:
             raise self._lose(f"the guest agent refused {what}: {parse_error(reply.body)[0][:200]}")
@@ -218,7 +228,10 @@ class GuestSandbox:
     def spawn(self, request: CommandRequest, fds: tuple[int, int, int]) -> Started | SpawnFailed:
         """Start one command; its stdio is pumped between ``fds`` (duplicated here) and DATA frames.
 
+        The wait for STARTED ends at ``request.deadline`` when that comes before the reply timeout.
+
         Raises:
+            DeadlinePassed: the run's deadline passed before the agent answered (the VM is stopped).
             SandboxLost: the agent is gone, refused the request, or answered out of step.
         """
         frame = encode_spawn(
@@ -243,7 +256,7 @@ class GuestSandbox:
             with self._lock:
                 self._run = run
             try:
-                reply = self._call(frame)
+                reply = self._call(frame, deadline=request.deadline)
             except BaseException:
                 self._drop_run(run)
                 raise
@@ -461,16 +474,29 @@ class GuestSandbox:
             self._fail(exc.cause)  # waits end now, not at their own timeouts
             raise
 
-    def _call(self, frame: bytes, *, timeout_s: float = _REPLY_TIMEOUT_S) -> Frame:
+    def _call(self, frame: bytes, *, timeout_s: float = _REPLY_TIMEOUT_S, deadline: float | None = None) -> Frame:
         """Send a request and return the first reply frame (the caller clears ``_awaiting``)."""
         self._awaiting = True
         self._send(frame)
-        return self._next_reply(timeout_s=timeout_s)
+        return self._next_reply(timeout_s=timeout_s, deadline=deadline)
 
-    def _next_reply(self, *, timeout_s: float = _REPLY_TIMEOUT_S) -> Frame:
+    def _next_reply(self, *, timeout_s: float = _REPLY_TIMEOUT_S, deadline: float | None = None) -> Frame:
+        """The next reply, waiting ``timeout_s`` at most and never past ``deadline`` (monotonic).
+
+        Raises:
+            DeadlinePassed: ``deadline`` came first (the channel is lost: the reply may still come).
+            SandboxLost: no reply within ``timeout_s``, or the channel was lost.
+        """
+        left = None if deadline is None else deadline - time.monotonic()
+        bounded_by_deadline = left is not None and left < timeout_s
+        wait_s = max(0.0, left) if bounded_by_deadline and left is not None else timeout_s
         try:
-            frame = self._replies.get(timeout=timeout_s)
+            frame = self._replies.get(timeout=wait_s)
         except queue.Empty:
+            if bounded_by_deadline:
+                cause = "the run's deadline passed before the guest agent answered"
+                self._fail(cause)
+                raise DeadlinePassed(cause, "raise the wall-clock limit, or check the host's load") from None
             raise self._lose(f"the guest agent did not answer within {timeout_s:g}s") from None
         if frame is None:
             raise SandboxLost(self._lost or "the channel was lost", "the VM is gone; start a new sandbox")

@@ -61,7 +61,8 @@ class MicroVMHandle:
             tail = self._serial_tail(SERIAL_TAIL_LINES).strip()
             if not tail:
                 raise
-            raise SandboxLost(f"{exc.cause}; the guest console ended with:\n{for_terminal(tail)}", exc.fix) from exc
+            # the same class (DeadlinePassed stays a timeout for Sandbox.run)
+            raise type(exc)(f"{exc.cause}; the guest console ended with:\n{for_terminal(tail)}", exc.fix) from exc
 
     @property
     def host_pid(self) -> int:

@@ -41,9 +41,10 @@ none is left behind.
 What it does NOT make fresh (shared by every VM restored from one template, as after any VM
 snapshot; documented in docs/runtime.md "microVM snapshots"): the guest kernel's own secrets drawn
 at boot (KASLR offset, the stack canary and address layout of the agent, pid 1, kernel hash-table
-keys); every workload process is a new exec drawing from the reseeded RNG. The guest's wall clock
-resumes at the template's save time (the agent has no clock request yet): ``date`` in a restored
-VM is behind by the snapshot's age. ``close()`` leaves the content-keyed snapshot in the cache
+keys); every workload process is a new exec drawing from the reseeded RNG. The guest's monotonic
+clock and kernel timers resume at the template's save time; its wall clock is set from the host's
+by IDENTITY (``realtime_ns``) before the first command, and nothing keeps it in step afterwards.
+``close()`` leaves the content-keyed snapshot in the cache
 (like the kernel and images; ``contain microvm snapshot clear`` removes it) and nothing else.
 """
 
@@ -182,7 +183,7 @@ class MicroVMWarmStart:
         try:
             handle.reseed(secrets.token_bytes(RESEED_BYTES))
             answered = True
-            handle.set_identity(hostname=GUEST_HOSTNAME, machine_id=secrets.token_hex(16))
+            handle.set_identity(hostname=GUEST_HOSTNAME, machine_id=secrets.token_hex(16), realtime_ns=time.time_ns())
             handle.hello()
             restored_s = time.monotonic() - began
             _warm_up(handle)
@@ -219,8 +220,8 @@ class MicroVMWarmStart:
             f"restored in {self.last_restore_s:.2f} s, warmed up in {self.last_warm_up_s:.2f} s",
             "warm start": f"restored from template {key} ({how}); RNG reseeded from the host after the "
             "restore (RNDADDENTROPY + RNDRESEEDCRNG), fresh machine id, boot_id drawn after the reseed; "
-            f"the guest clock starts {clock_behind_s:.0f} s behind the host's (the template's age: the guest "
-            "agent has no clock request)",
+            f"the guest wall clock set from the host's (IDENTITY realtime_ns; the template's was "
+            f"{clock_behind_s:.0f} s behind)",
         }
         return MicroVMHandle(handle, serial_tail=vm.serial.tail_lines, network=network)
 

@@ -388,3 +388,46 @@ def test_a_guest_that_does_not_answer_loses_the_channel_at_the_reply_timeout(
         sandbox.hello(timeout_s=0.2)
     with pytest.raises(SandboxLost):  # and stays lost: nothing more is sent on a stream out of step
         sandbox.kill()
+
+
+def test_a_guest_frozen_before_it_answers_spawn_ends_the_wait_at_the_runs_deadline_not_the_reply_timeout(
+    pair: tuple[GuestSandbox, FakeAgent, FakeVmm],
+) -> None:
+    import time
+
+    from contain.errors import DeadlinePassed
+
+    sandbox, agent, _ = pair
+    in_guest(lambda: agent.expect(MsgType.SPAWN))  # reads the request and never answers
+    devnull = os.open(os.devnull, os.O_RDWR)
+    began = time.monotonic()
+    try:
+        with pytest.raises(DeadlinePassed, match="deadline passed"):
+            sandbox.spawn(
+                CommandRequest(("true",), {}, "/", (), deadline=began + 0.3), (devnull, devnull, devnull)
+            )
+    finally:
+        os.close(devnull)
+    assert time.monotonic() - began < 5  # the 30 s reply timeout did not apply
+    with pytest.raises(SandboxLost):  # the channel is out of step now: lost
+        sandbox.kill()
+
+
+def test_identity_carries_the_hosts_wall_clock_when_given(pair: tuple[GuestSandbox, FakeAgent, FakeVmm]) -> None:
+    sandbox, agent, _ = pair
+    bodies: list[bytes] = []
+
+    def answer() -> None:
+        for _ in range(2):
+            bodies.append(agent.expect(MsgType.IDENTITY)[1])
+            agent.send(MsgType.OK)
+
+    in_guest(answer)
+    sandbox.set_identity(hostname="contain", machine_id="a" * 32, realtime_ns=1_764_633_600_123_456_789)
+    sandbox.set_identity(hostname="contain", machine_id="b" * 32)
+    assert decode_items(bodies[0]) == [
+        "hostname=contain",
+        "machine_id=" + "a" * 32,
+        "realtime_ns=1764633600123456789",
+    ]
+    assert decode_items(bodies[1]) == ["hostname=contain", "machine_id=" + "b" * 32]

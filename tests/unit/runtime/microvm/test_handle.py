@@ -54,3 +54,17 @@ def test_a_lost_guest_names_the_end_of_its_console_made_visible(inner):
         handle.spawn(CommandRequest(("true",), {}, "/work", ()), (0, 1, 2))
     assert "the guest console ended with:\nOut of memory: Killed process 1" in lost.value.cause
     assert "\x1b" not in lost.value.cause  # the escape is shown, not sent to a terminal
+
+
+def test_a_deadline_that_passed_keeps_its_class_when_the_console_tail_is_added() -> None:
+    from contain.errors import DeadlinePassed
+    from contain.runtime.microvm.handle import MicroVMHandle
+
+    class Frozen:
+        def kill(self) -> None:
+            raise DeadlinePassed("the run's deadline passed", "raise the limit")
+
+    handle = MicroVMHandle(Frozen(), serial_tail=lambda n: "contain-guest: init done\x1b[2J", network=False)  # type: ignore[arg-type]
+    with pytest.raises(DeadlinePassed) as caught:
+        handle.kill()
+    assert "init done" in caught.value.cause and "\x1b" not in caught.value.cause

@@ -147,3 +147,12 @@ def test_clear_removes_every_snapshot_and_interrupted_temporaries_only(dir_fd):
     os.close(os.open("unrelated", os.O_WRONLY | os.O_CREAT, 0o600, dir_fd=dir_fd))
     assert sorted(clear_snapshots(dir_fd)) == [KEY_A, KEY_B]
     assert os.listdir(dir_fd) == ["unrelated"]
+
+
+def test_the_template_agents_first_answer_gets_the_rest_of_the_boot_budget_not_one_replys_30_s():
+    """The serial marker precedes the agent's exec: a fast marker leaves the agent most of the boot
+    budget (the bench's 'did not answer within 30s' right after 'init done'), a slow one the floor."""
+    from contain.runtime.microvm.snapshot import AGENT_START_MIN_S, TEMPLATE_BOOT_TIMEOUT_S, agent_answer_budget_s
+
+    assert agent_answer_budget_s(5.0) == TEMPLATE_BOOT_TIMEOUT_S - 5.0 > 30.0
+    assert agent_answer_budget_s(TEMPLATE_BOOT_TIMEOUT_S + 10) == AGENT_START_MIN_S

@@ -55,6 +55,7 @@
 #include <sys/types.h>
 #include <sys/utsname.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #define EXIT_REFUSED 125
@@ -1446,16 +1447,27 @@ static void handle_reseed(const unsigned char *body, size_t len) {
 }
 
 static void handle_identity(char **items, long n) {
-    static const char *const keys[] = {"hostname", "machine_id", NULL};
+    static const char *const keys[] = {"hostname", "machine_id", "realtime_ns", NULL};
     const char *host = item_value(items, n, "hostname"), *mid = item_value(items, n, "machine_id");
+    const char *now_s = item_value(items, n, "realtime_ns"); /* optional: the host's clock */
+    uint64_t now_ns = 0;
     int ok = items_only(items, n, keys) && host && mid && strlen(host) >= 1 && strlen(host) <= 63 &&
-             strlen(mid) == 32;
+             strlen(mid) == 32 && (now_s == NULL || parse_u64(now_s, (uint64_t)INT64_MAX, &now_ns) == 0);
     for (const char *p = host; ok && *p; p++)
         ok = (*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') || *p == '-';
     for (const char *p = mid; ok && *p; p++)
         ok = (*p >= 'a' && *p <= 'f') || (*p >= '0' && *p <= '9');
     if (!ok)
-        protocol_error("IDENTITY needs hostname=[a-z0-9-]{1,63} machine_id=32 lowercase hex");
+        protocol_error("IDENTITY needs hostname=[a-z0-9-]{1,63} machine_id=32 lowercase hex [realtime_ns=N]");
+    /* A guest restored from a snapshot runs on the template's wall clock (the save's time plus
+     * however long the template sat in the cache): set the host's before any command runs. */
+    if (now_s != NULL) {
+        struct timespec ts = {.tv_sec = (time_t)(now_ns / 1000000000u), .tv_nsec = (long)(now_ns % 1000000000u)};
+        if (clock_settime(CLOCK_REALTIME, &ts) < 0) {
+            reply_error(errno, "clock_settime failed: %s", strerror(errno));
+            return;
+        }
+    }
     if (sethostname(host, strlen(host)) < 0) {
         reply_error(errno, "sethostname failed: %s", strerror(errno));
         return;
