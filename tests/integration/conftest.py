@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import http.server
+import os
 import socketserver
 import threading
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -41,3 +43,28 @@ def host_server() -> Iterator[tuple[int, list[str]]]:
         server.shutdown()
         server.server_close()
         thread.join(timeout=5)
+
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking")
+
+
+@pytest.fixture
+def chromium_page() -> Iterator[tuple[Any, list[str]]]:
+    """A fresh page in headless Chromium (Debian's, driven by playwright), and the list of every
+    URL the page requests, in order, so a test can assert a page fetched nothing but itself.
+
+    Skips (saying which) when Chromium or playwright is not installed; the browser is closed after.
+    """
+    if not os.path.exists(CHROMIUM):
+        pytest.skip(f"Chromium is not installed at {CHROMIUM} (Debian package chromium)")
+    playwright = pytest.importorskip("playwright.sync_api")
+    with playwright.sync_playwright() as driver:
+        browser = driver.chromium.launch(executable_path=CHROMIUM, args=list(CHROMIUM_ARGS))
+        try:
+            page = browser.new_page()
+            requests: list[str] = []
+            page.on("request", lambda request: requests.append(request.url))
+            yield page, requests
+        finally:
+            browser.close()
