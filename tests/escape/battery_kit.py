@@ -81,9 +81,10 @@ class ContainerBattery:
     BUDGET_S: ClassVar[float] = BATTERY_BUDGET_S
 
     @pytest.fixture(scope="class")
-    def battery(self) -> tuple[Report, float]:
-        require_runtime(self.SPEC.removeprefix("container:"))
-        return run_whole_battery(self.SPEC)
+    @classmethod
+    def battery(cls) -> tuple[Report, float]:
+        require_runtime(cls.SPEC.removeprefix("container:"))
+        return run_whole_battery(cls.SPEC)
 
     def test_the_report_names_the_backend(self, battery: tuple[Report, float]) -> None:
         report, _ = battery
