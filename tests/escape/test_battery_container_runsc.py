@@ -9,63 +9,29 @@ is absent or unusable on this host (the skip says which and why).
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import pytest
-from battery_kit import (
-    BATTERY_BUDGET_S,
-    check_every_case_ran,
-    check_only_the_known_findings,
-    not_applicable,
-    require_runtime,
-    run_whole_battery,
-)
+from battery_kit import BATTERY_BUDGET_S, ContainerBattery
 
 from contain.probe.case import Verdict
 
 pytestmark = [pytest.mark.needs_root]
 
-SPEC = "container:runsc"
-# Under runsc's ptrace platform every syscall of the workload is a ptrace stop: the battery took
-# 315 s here on its first run (LF-09 alone 27 s), against 198 s under runc; 253 s once LF-09 spawned
-# for a bounded time (14 s).
-RUNSC_BUDGET_S = BATTERY_BUDGET_S + 120.0
 
-# case id -> (the verdict it gets today, the backend gap this battery found). Asserted exactly: a
-# new failure fails the test, and so does a fixed finding until its row is removed. Found and fixed
-# in the backend since this battery's first run: FS-51 (e815b37, the gofer's threads), NE-08
-# (2703ac9, clone3 answered EPERM under runsc, so no thread could start), IP-51 (495629e: socket
-# masks no longer bound under runsc; allow_sockets refused there, and the probe plants the
-# allowed socket as one more that must stay unreachable), RE-01 (h/gvfix: pids_max holds as
-# RLIMIT_NPROC in the sentry, the host pids.max is the outer bound; the bomb gets memory for its
-# gVisor-sized children on every backend) and LF-09 (h/gvfix: orphans for a bounded time on every
-# backend; the cost was gVisor's python3 fork on ptrace, not the supervisor's reaping).
-KNOWN_FINDINGS: dict[str, tuple[Verdict, str]] = {}
-
-
-@pytest.fixture(scope="module")
-def battery():
-    require_runtime("runsc")
-    return run_whole_battery(SPEC)
-
-
-def test_the_report_names_the_backend(battery):
-    report, _ = battery
-    assert (report.backend, report.target) == (SPEC, f"contain:{SPEC}")
-
-
-def test_every_catalogue_case_ran(battery):
-    check_every_case_ran(battery[0])
-
-
-def test_every_case_is_contained_or_not_applicable_but_the_known_findings(battery):
-    check_only_the_known_findings(battery[0], KNOWN_FINDINGS)
-
-
-def test_only_the_vm_cases_and_snapshots_are_not_applicable_and_they_say_why(battery):
-    excused = not_applicable(battery[0])
-    assert sorted(excused) == ["VM-01", "VM-02", "VM-03", "VM-04", "VM-05", "VM-06", "XT-07"]
-    assert all(summary.startswith("not applicable by construction") for summary in excused.values()), excused
-
-
-def test_the_battery_finishes_within_its_budget(battery):
-    _, seconds = battery
-    assert seconds < RUNSC_BUDGET_S
+class TestBatteryUnderRunsc(ContainerBattery):
+    SPEC = "container:runsc"
+    # Under runsc's ptrace platform every syscall of the workload is a ptrace stop: the battery took
+    # 315 s here on its first run (LF-09 alone 27 s), against 198 s under runc; 253 s once LF-09 spawned
+    # for a bounded time (14 s).
+    BUDGET_S = BATTERY_BUDGET_S + 120.0
+    # case id -> (the verdict it gets today, the backend gap this battery found). Asserted exactly: a
+    # new failure fails the test, and so does a fixed finding until its row is removed. Found and fixed
+    # in the backend since this battery's first run: FS-51 (e815b37, the gofer's threads), NE-08
+    # (2703ac9, clone3 answered EPERM under runsc, so no thread could start), IP-51 (495629e: socket
+    # masks no longer bound under runsc; allow_sockets refused there, and the probe plants the
+    # allowed socket as one more that must stay unreachable), RE-01 (pids_max holds as RLIMIT_NPROC
+    # in the sentry, the host pids.max is the outer bound; the bomb gets memory for its gVisor-sized
+    # children on every backend) and LF-09 (orphans for a bounded time on every backend; the cost was
+    # gVisor's python3 fork on ptrace, not the supervisor's reaping).
+    KNOWN_FINDINGS: ClassVar[dict[str, tuple[Verdict, str]]] = {}

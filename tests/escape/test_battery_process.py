@@ -6,37 +6,22 @@ The target, asserted: 0 ESCAPED, 0 INCONCLUSIVE, 0 ERROR.
 
 from __future__ import annotations
 
-import time
-
 import pytest
+from battery_kit import BATTERY_BUDGET_S, check_every_case_ran, run_whole_battery
 
 from contain.probe.case import Verdict
-from contain.probe.context import RunContext
-from contain.probe.registry import ALL_IDS, load_cases
 from contain.probe.report import render_summary
-from contain.probe.runner import run_battery
-from contain.probe.targets import ContainTarget
 
 pytestmark = [pytest.mark.needs_bwrap, pytest.mark.needs_root]
 
-BATTERY_BUDGET_S = 300.0
 
-
-# case id -> why it escapes today (each is a runtime gap the probe found, not a probe defect)
 @pytest.fixture(scope="module")
 def battery():
-    ctx = RunContext(ContainTarget("process"))
-    began = time.monotonic()
-    try:
-        report = run_battery(load_cases(), ctx)
-    finally:
-        ctx.close()
-    return report, time.monotonic() - began
+    return run_whole_battery("process")
 
 
 def test_every_catalogue_case_ran(battery):
-    report, _ = battery
-    assert [r.case_id for r in report.results] == list(ALL_IDS)
+    check_every_case_ran(battery[0])
 
 
 def test_no_case_is_inconclusive_or_an_error(battery):

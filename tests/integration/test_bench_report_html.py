@@ -3,22 +3,14 @@ axis labelled), host text stays text, and the page fetches nothing but itself.""
 
 from __future__ import annotations
 
-import os
-
-import pytest
-
 from contain.bench.pool import MemorySummary
 from contain.bench.report_html import render_bench_html
 from contain.bench.startup import _summarise
 
-CHROMIUM = "/usr/bin/chromium"
 HOSTILE = '<script>document.title="pwned"</script><img src="http://198.51.100.7/x.png">'
 
 
-def test_the_ladder_page_renders_its_chart_in_headless_chromium(tmp_path):
-    if not os.path.exists(CHROMIUM):
-        pytest.skip(f"Chromium is not installed at {CHROMIUM} (Debian package chromium)")
-    playwright = pytest.importorskip("playwright.sync_api")
+def test_the_ladder_page_renders_its_chart_in_headless_chromium(tmp_path, chromium_page):
     rows = {
         "process-cold/true": [0.030, 0.034, 0.031, 0.040, 0.029],
         "process-pool/true": [0.008, 0.009, 0.012],
@@ -40,30 +32,17 @@ def test_the_ladder_page_renders_its_chart_in_headless_chromium(tmp_path):
         ),
         encoding="utf-8",
     )
-    with playwright.sync_playwright() as p:
-        browser = p.chromium.launch(
-            executable_path=CHROMIUM,
-            args=["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"],
-        )
-        try:
-            page = browser.new_page()
-            requests: list[str] = []
-            page.on("request", lambda request: requests.append(request.url))
-            page.goto(page_path.as_uri())
-            assert page.title() == "contain start-up ladder: process, container:runc, microvm"
-            assert page.locator("#ladder circle.sample").count() == sum(len(v) for v in rows.values())
-            assert page.locator("#ladder g.row").count() == 6
-            assert page.locator('#ladder g.row[data-backend="microvm"][data-rung="cold"] circle').count() == 3
-            ticks = page.locator("#ladder text.tick").all_text_contents()
-            assert ticks[0] == "1 ms" and ticks[-1] == "100 s"
-            assert (
-                page.locator("#ladder text.axis-title").text_content()
-                == "start to the first command's result (log scale)"
-            )
-            box = page.locator("#ladder").bounding_box()
-            assert box is not None and box["width"] > 500 and box["height"] > 200  # drawn, not collapsed
-            assert page.locator("script, img").count() == 0  # the hostile text stayed text
-            assert HOSTILE in page.locator("#text-report").inner_text()
-            assert requests == [page_path.as_uri()]  # self-contained: nothing else was fetched
-        finally:
-            browser.close()
+    page, requests = chromium_page
+    page.goto(page_path.as_uri())
+    assert page.title() == "contain start-up ladder: process, container:runc, microvm"
+    assert page.locator("#ladder circle.sample").count() == sum(len(v) for v in rows.values())
+    assert page.locator("#ladder g.row").count() == 6
+    assert page.locator('#ladder g.row[data-backend="microvm"][data-rung="cold"] circle').count() == 3
+    ticks = page.locator("#ladder text.tick").all_text_contents()
+    assert ticks[0] == "1 ms" and ticks[-1] == "100 s"
+    assert page.locator("#ladder text.axis-title").text_content() == "start to the first command's result (log scale)"
+    box = page.locator("#ladder").bounding_box()
+    assert box is not None and box["width"] > 500 and box["height"] > 200  # drawn, not collapsed
+    assert page.locator("script, img").count() == 0  # the hostile text stayed text
+    assert HOSTILE in page.locator("#text-report").inner_text()
+    assert requests == [page_path.as_uri()]  # self-contained: nothing else was fetched

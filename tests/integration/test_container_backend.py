@@ -11,15 +11,10 @@ from __future__ import annotations
 
 import contextlib
 import glob
-import http.server
 import os
 import shutil
 import signal
-import socketserver
-import threading
-from collections.abc import Iterator
 from pathlib import Path
-from typing import ClassVar
 
 import pytest
 
@@ -177,33 +172,9 @@ def test_put_get_export_and_a_session_of_several_runs(backend: str, host_tmp: Pa
     assert (out / "in.txt").read_bytes() == b"from host\n"
 
 
-class _Handler(http.server.BaseHTTPRequestHandler):
-    seen: ClassVar[list[str]] = []
-
-    def do_GET(self) -> None:
-        type(self).seen.append(self.path)
-        self.send_response(200)
-        self.end_headers()
-        self.wfile.write(b"hello from host\n")
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-
-@pytest.fixture
-def server() -> Iterator[tuple[int, list[str]]]:
-    _Handler.seen = []
-    srv = socketserver.ThreadingTCPServer(("127.0.0.1", 0), _Handler)
-    thread = threading.Thread(target=srv.serve_forever, daemon=True)
-    thread.start()
-    yield srv.server_address[1], _Handler.seen
-    srv.shutdown()
-    srv.server_close()
-
-
 @pytest.mark.parametrize("backend", ["process", *CONTAINERS])
-def test_egress_allows_the_named_host_through_the_proxy_and_denies_another(backend: str, server) -> None:
-    port, seen = server
+def test_egress_allows_the_named_host_through_the_proxy_and_denies_another(backend: str, host_server) -> None:
+    port, seen = host_server
     manifest = boundary(
         network={
             "allow": [{"host": "api.test", "ports": [port]}],

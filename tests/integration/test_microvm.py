@@ -11,16 +11,12 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import http.server
 import os
 import signal
-import socketserver
 import tempfile
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import ClassVar
 
 import pytest
 
@@ -258,30 +254,6 @@ def test_a_guest_frozen_between_commands_ends_the_next_run_at_its_deadline_as_a_
         with contextlib.suppress(ContainError):
             sandbox.close()
     assert not os.path.exists(f"/proc/{pid}")
-
-
-class _Hello(http.server.BaseHTTPRequestHandler):
-    seen: ClassVar[list[str]] = []
-
-    def do_GET(self) -> None:
-        type(self).seen.append(self.path)
-        self.send_response(200)
-        self.end_headers()
-        self.wfile.write(b"hello from host\n")
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-
-@pytest.fixture
-def host_server() -> Iterator[tuple[int, list[str]]]:
-    _Hello.seen = []
-    server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), _Hello)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield server.server_address[1], _Hello.seen
-    server.shutdown()
-    server.server_close()
 
 
 def test_egress_reaches_allowed_names_through_the_proxy_and_the_user_network_reaches_nothing_else(

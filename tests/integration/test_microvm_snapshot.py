@@ -13,14 +13,10 @@ builds one (with a network device) and restores one.
 
 from __future__ import annotations
 
-import http.server
 import os
 import secrets
 import shutil
-import socketserver
-import threading
 import time
-from typing import ClassVar
 
 import pytest
 
@@ -183,24 +179,8 @@ def test_a_vm_restored_from_an_older_template_runs_on_the_hosts_wall_clock():
         _forget_snapshots(_keys() - keys_before)
 
 
-class _Hello(http.server.BaseHTTPRequestHandler):
-    seen: ClassVar[list[str]] = []
-
-    def do_GET(self) -> None:
-        type(self).seen.append(self.path)
-        self.send_response(200)
-        self.end_headers()
-        self.wfile.write(b"hello from host\n")
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-
-def test_a_restored_vm_reaches_only_allowed_names_through_its_own_egress_proxy():
-    _Hello.seen = []
-    server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), _Hello)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    port = server.server_address[1]
+def test_a_restored_vm_reaches_only_allowed_names_through_its_own_egress_proxy(host_server):
+    port, seen = host_server
     boundary = _boundary(network={"allow": [{"host": "api.test", "ports": [port]}], "hosts": {"api.test": "127.0.0.1"}})
     probe = (
         "import urllib.request\n"
@@ -219,12 +199,10 @@ def test_a_restored_vm_reaches_only_allowed_names_through_its_own_egress_proxy()
         assert result.stdout.data.decode().splitlines() == ["hello from host", "denied.test refused 403"], (
             result.stderr.data[-2000:]
         )
-        assert _Hello.seen == ["/warm"]
+        assert seen == ["/warm"]
         assert ("api.test", "allow") in [(e["host"], e["verdict"]) for e in result.egress]
         assert any(v.kind == "egress" and "denied.test" in v.message for v in result.violations)
     finally:
-        server.shutdown()
-        server.server_close()
         _forget_snapshots(_keys() - keys_before)
 
 

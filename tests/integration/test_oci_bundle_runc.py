@@ -1,10 +1,10 @@
 """The planned OCI bundle under a real runc: the supervisor is pid 1 and answers as in bubblewrap.
 
-The bundle is written from ``plan_oci_bundle`` for a default boundary (the apply step here is the
-test's, the container backend's own comes with the backend), started with ``runc run --detach
---preserve-fds 1`` so the supervisor's control socket is fd 3, and driven with
-``SupervisorChannel`` as the process backend does. The disk budget is mounted on the host, as the
-backend must do before ``runc create`` (bundle.py says why).
+The bundle is written from ``plan_oci_bundle`` for a default boundary by the container backend's
+own apply step (``host_setup.write_bundle``), started with ``runc run --detach --preserve-fds 1``
+so the supervisor's control socket is fd 3, and driven with ``SupervisorChannel`` as the process
+backend does. The disk budget is mounted on the host with the backend's ``mount_disk_budget``, as
+the backend must do before ``runc create`` (bundle.py says why).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from contain.runtime.attachments import Attachment
 from contain.runtime.backend import BackendPlan
 from contain.runtime.bwrap import ETC_PASSTHROUGH, default_scratch_paths, generated_etc_files
 from contain.runtime.container.bundle import BundleInputs, BundlePlan, plan_oci_bundle
-from contain.runtime.disk_budget import inode_budget, plan_disk_places
+from contain.runtime.container.host_setup import mount_disk_budget, umount, write_bundle
 from contain.runtime.etc_tree import ensure_etc_tree
 from contain.runtime.host_ids import lease_host_ids
 from contain.runtime.paths import gather_path_facts
@@ -51,44 +51,15 @@ class Bundle:
     state: Path
 
 
-def write_bundle(bundle: BundlePlan, bundle_dir: Path, uid: int, gid: int) -> None:
-    """The apply step: skeleton, data files, config.json (the backend's job; here for the proof)."""
-    rootfs = bundle_dir / "rootfs"
-    rootfs.mkdir(mode=0o755)
-    for entry in bundle.rootfs:
-        target = rootfs / entry.path.lstrip("/")
-        if entry.kind == "symlink":
-            target.symlink_to(entry.target)
-        elif entry.kind == "dir":
-            target.mkdir(mode=0o755)
-        else:
-            target.touch(mode=0o444)
-    (bundle_dir / "data").mkdir(mode=0o755)
-    for file in bundle.files:
-        path = bundle_dir / file.name
-        path.write_bytes(file.content)
-        path.chmod(file.mode)
-    (bundle_dir / "config.json").write_text(json.dumps(bundle.config))
-
-
 @contextlib.contextmanager
 def disk_budget(plan: BackendPlan, root: Path) -> Iterator[str]:
-    """One tmpfs of ``disk_bytes`` with an inode cap, its places owned by the sandbox user."""
+    """The backend's own disk budget mount (``host_setup.mount_disk_budget``), detached after."""
     root.mkdir(mode=0o755)
-    disk = plan.boundary.resources.disk_bytes
-    subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", f"size={disk},nr_inodes={inode_budget(disk)},mode=755", "tmpfs", str(root)],
-        check=True,
-    )
+    mount_disk_budget(plan.boundary, str(root), plan.host_ids)
     try:
-        for place in plan_disk_places(plan.boundary):
-            path = root / place.name
-            path.mkdir()
-            os.chown(path, *plan.host_ids)
-            path.chmod(int(place.mode, 8))
         yield str(root)
     finally:
-        subprocess.run(["umount", "-l", str(root)], check=True)
+        umount(str(root))
 
 
 @pytest.fixture
@@ -144,7 +115,7 @@ def open_bundle(
             host_hard_limits={n: resource.getrlimit(getattr(resource, f"RLIMIT_{n}"))[1] for n in RLIMIT_NAMES},
         )
         bundle_plan = plan_oci_bundle(plan, inputs)
-        write_bundle(bundle_plan, bundle_dir, *ids)
+        write_bundle(bundle_plan, bundle_dir)  # the backend's own apply step
         try:
             yield Bundle(plan, inputs, bundle_plan, host_tmp / "state")
         finally:

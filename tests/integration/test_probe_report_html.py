@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
 from contain.probe.context import RunContext
@@ -14,13 +12,8 @@ from contain.probe.targets import ContainTarget
 
 pytestmark = [pytest.mark.needs_bwrap, pytest.mark.needs_root]
 
-CHROMIUM = "/usr/bin/chromium"
 
-
-def test_html_report_renders_in_headless_chromium(host_tmp):
-    if not os.path.exists(CHROMIUM):
-        pytest.skip(f"Chromium is not installed at {CHROMIUM}")
-    playwright = pytest.importorskip("playwright.sync_api")
+def test_html_report_renders_in_headless_chromium(host_tmp, chromium_page):
     ctx = RunContext(ContainTarget("process"))
     try:
         report = run_battery(load_cases(), ctx, patterns="FS-01,PR-01,XT-07")
@@ -29,27 +22,17 @@ def test_html_report_renders_in_headless_chromium(host_tmp):
     page_path = host_tmp / "report.html"
     page_path.write_text(render_html(report), encoding="utf-8")
 
-    with playwright.sync_playwright() as p:
-        browser = p.chromium.launch(
-            executable_path=CHROMIUM,
-            args=["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"],
-        )
-        try:
-            page = browser.new_page()
-            requests: list[str] = []
-            page.on("request", lambda request: requests.append(request.url))
-            page.goto(page_path.as_uri())
-            assert page.title() == "contain probe report: contain:process"
-            rows = page.locator("#scores tbody tr")
-            assert rows.count() == 4  # FS, PR, XT and the total row
-            assert page.locator("#scores tbody tr").first.locator("td").first.inner_text() == "FS"
-            assert page.locator("#case-FS-01 .v").inner_text() == "CONTAINED"
-            assert page.locator("#case-XT-07 .v").inner_text() == "NOT_APPLICABLE"
-            details = page.locator("#case-FS-01 details")
-            assert details.get_attribute("open") is None
-            details.locator("summary").click()
-            assert details.get_attribute("open") == ""
-            assert details.locator("pre").is_visible()
-            assert requests == [page_path.as_uri()]  # self-contained: nothing else was fetched
-        finally:
-            browser.close()
+    page, requests = chromium_page
+    page.goto(page_path.as_uri())
+    assert page.title() == "contain probe report: contain:process"
+    rows = page.locator("#scores tbody tr")
+    assert rows.count() == 4  # FS, PR, XT and the total row
+    assert page.locator("#scores tbody tr").first.locator("td").first.inner_text() == "FS"
+    assert page.locator("#case-FS-01 .v").inner_text() == "CONTAINED"
+    assert page.locator("#case-XT-07 .v").inner_text() == "NOT_APPLICABLE"
+    details = page.locator("#case-FS-01 details")
+    assert details.get_attribute("open") is None
+    details.locator("summary").click()
+    assert details.get_attribute("open") == ""
+    assert details.locator("pre").is_visible()
+    assert requests == [page_path.as_uri()]  # self-contained: nothing else was fetched

@@ -7,13 +7,8 @@ stub, decisions recorded in the RunResult and refused attempts reported as viola
 
 from __future__ import annotations
 
-import http.server
 import shutil
 import socket
-import socketserver
-import threading
-from collections.abc import Iterator
-from typing import ClassVar
 
 import pytest
 
@@ -23,38 +18,14 @@ from contain.runtime import Sandbox
 pytestmark = [pytest.mark.needs_bwrap, pytest.mark.needs_root]
 
 
-class _Handler(http.server.BaseHTTPRequestHandler):
-    seen: ClassVar[list[str]] = []
-
-    def do_GET(self) -> None:
-        type(self).seen.append(self.path)
-        self.send_response(200)
-        self.end_headers()
-        self.wfile.write(b"hello from host\n")
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-
-@pytest.fixture
-def server() -> Iterator[tuple[int, list[str]]]:
-    _Handler.seen = []
-    srv = socketserver.ThreadingTCPServer(("127.0.0.1", 0), _Handler)
-    thread = threading.Thread(target=srv.serve_forever, daemon=True)
-    thread.start()
-    yield srv.server_address[1], _Handler.seen
-    srv.shutdown()
-    srv.server_close()
-
-
 def allowing(port: int) -> Boundary:
     return Boundary.model_validate(
         {"network": {"allow": [{"host": "api.test", "ports": [port]}], "hosts": {"api.test": "127.0.0.1"}}}
     )
 
 
-def test_an_allowed_name_is_reachable_through_the_proxy_and_by_name(server) -> None:
-    port, seen = server
+def test_an_allowed_name_is_reachable_through_the_proxy_and_by_name(host_server) -> None:
+    port, seen = host_server
     code = (
         "import socket, urllib.request\n"
         f"print(urllib.request.urlopen('http://api.test:{port}/urllib', timeout=5).read().decode().strip())\n"
@@ -74,8 +45,8 @@ def test_an_allowed_name_is_reachable_through_the_proxy_and_by_name(server) -> N
 
 
 @pytest.mark.skipif(shutil.which("node") is None, reason="node is not installed")
-def test_node_fetch_which_ignores_proxy_variables_is_captured(server) -> None:
-    port, seen = server
+def test_node_fetch_which_ignores_proxy_variables_is_captured(host_server) -> None:
+    port, seen = host_server
     code = f"fetch('http://api.test:{port}/node').then(r => r.text()).then(t => console.log(t.trim()))"
     with Sandbox(allowing(port)) as sb:
         result = sb.run(["node", "-e", code])
@@ -83,8 +54,8 @@ def test_node_fetch_which_ignores_proxy_variables_is_captured(server) -> None:
     assert seen == ["/node"]
 
 
-def test_other_hosts_ports_literals_and_noproxy_are_refused_and_reported(server) -> None:
-    port, seen = server
+def test_other_hosts_ports_literals_and_noproxy_are_refused_and_reported(host_server) -> None:
+    port, seen = host_server
     other = socket.socket()
     other.bind(("127.0.0.1", 0))
     other_port = other.getsockname()[1]
@@ -144,8 +115,8 @@ def _loopback(port: int) -> Boundary:
         ),
     ],
 )
-def test_a_named_host_loopback_service_is_reachable_by_common_clients(server, client, argv) -> None:
-    port, seen = server
+def test_a_named_host_loopback_service_is_reachable_by_common_clients(host_server, client, argv) -> None:
+    port, seen = host_server
     if shutil.which(argv[0]) is None:
         pytest.fail(f"{argv[0]} is not installed; scripts/bootstrap.sh installs it")
     with Sandbox(_loopback(port)) as sb:
@@ -155,8 +126,8 @@ def test_a_named_host_loopback_service_is_reachable_by_common_clients(server, cl
     assert [(e["host"], e["port"], e["verdict"]) for e in result.egress] == [("127.0.0.1", port, "allow")]
 
 
-def test_a_loopback_port_the_manifest_does_not_name_stays_unreachable(server) -> None:
-    port, seen = server
+def test_a_loopback_port_the_manifest_does_not_name_stays_unreachable(host_server) -> None:
+    port, seen = host_server
     with socket.socket() as other:
         other.bind(("127.0.0.1", 0))
         other_port = other.getsockname()[1]

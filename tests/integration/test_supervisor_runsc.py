@@ -33,8 +33,8 @@ from contain.boundary.plain import plain_boundary
 from contain.host.facts import detect_host
 from contain.runtime.backend import BackendPlan
 from contain.runtime.bwrap import ETC_PASSTHROUGH, default_scratch_paths, generated_etc_files
-from contain.runtime.container.bundle import BundleInputs, BundlePlan, plan_oci_bundle
-from contain.runtime.disk_budget import inode_budget, plan_disk_places
+from contain.runtime.container.bundle import BundleInputs, plan_oci_bundle
+from contain.runtime.container.host_setup import mount_disk_budget, umount, write_bundle
 from contain.runtime.etc_tree import ensure_etc_tree
 from contain.runtime.host_ids import lease_host_ids
 from contain.runtime.kernel_differences import reported_differences, supervisor_difference_args
@@ -64,38 +64,15 @@ class RunscSandbox:
     log: Path
 
 
-def _write_bundle(bundle: BundlePlan, bundle_dir: Path) -> None:
-    rootfs = bundle_dir / "rootfs"
-    rootfs.mkdir(mode=0o755)
-    for entry in bundle.rootfs:
-        target = rootfs / entry.path.lstrip("/")
-        if entry.kind == "symlink":
-            target.symlink_to(entry.target)
-        elif entry.kind == "dir":
-            target.mkdir(mode=0o755)
-        else:
-            target.touch(mode=0o444)
-    (bundle_dir / "data").mkdir(mode=0o755)
-    for file in bundle.files:
-        (bundle_dir / file.name).write_bytes(file.content)
-        (bundle_dir / file.name).chmod(file.mode)
-    (bundle_dir / "config.json").write_text(json.dumps(bundle.config))
-
-
 @contextlib.contextmanager
 def _disk_budget(plan: BackendPlan, root: Path) -> Iterator[str]:
+    """The backend's own disk budget mount (``host_setup.mount_disk_budget``), detached after."""
     root.mkdir(mode=0o755)
-    disk = plan.boundary.resources.disk_bytes
-    opts = f"size={disk},nr_inodes={inode_budget(disk)},mode=755"
-    subprocess.run(["mount", "-t", "tmpfs", "-o", opts, "tmpfs", str(root)], check=True)
+    mount_disk_budget(plan.boundary, str(root), plan.host_ids)
     try:
-        for place in plan_disk_places(plan.boundary):
-            (root / place.name).mkdir()
-            os.chown(root / place.name, *plan.host_ids)
-            (root / place.name).chmod(int(place.mode, 8))
         yield str(root)
     finally:
-        subprocess.run(["umount", "-l", str(root)], check=True)
+        umount(str(root))
 
 
 @contextlib.contextmanager
@@ -136,7 +113,7 @@ def runsc_sandbox(host_tmp: Path, supervisor_args: tuple[str, ...]) -> Iterator[
             host_hard_limits={n: resource.getrlimit(getattr(resource, f"RLIMIT_{n}"))[1] for n in RLIMIT_NAMES},
             runtime="runsc",  # bundle.RUNTIME_DIFFERENCES: no user namespace, /dev mount points, pids
         )
-        _write_bundle(plan_oci_bundle(plan, inputs), bundle_dir)
+        write_bundle(plan_oci_bundle(plan, inputs), bundle_dir)  # the backend's own apply step
         host, peer = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         runsc = [RUNSC, f"--root={state}", "--network=none", "--oci-seccomp"]
         with peer, open(log, "wb") as log_file:

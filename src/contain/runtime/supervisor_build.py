@@ -2,7 +2,7 @@
 
 The supervisor (``runtime/supervisor/contain-supervisor.c``) is bind-mounted read-only into every sandbox as
 ``/.contain/supervisor`` and runs there as pid 1, so whoever can replace the cached binary controls
-every sandbox. What this module enforces:
+every sandbox. The build and its checks are ``static_build``'s, shared with the microVM guest agent:
 
 - the binary is named by the sha256 of the source and the compiler flags, so an edited source
   never reuses a stale build;
@@ -22,13 +22,10 @@ the life of the process: after the first call, a later call costs one environmen
 from __future__ import annotations
 
 import functools
-import hashlib
 import os
-import stat
-import subprocess
 from pathlib import Path
 
-from contain.errors import SandboxStartError, UnsupportedHost
+from contain.runtime.static_build import StaticProgram, ensure_static_binary, source_digest
 
 __all__ = [
     "SUPERVISOR_CFLAGS",
@@ -42,29 +39,28 @@ __all__ = [
 # program that parses input is a bug, not noise.
 SUPERVISOR_CFLAGS: tuple[str, ...] = ("-O2", "-static", "-std=gnu11", "-Wall", "-Wextra", "-Werror")
 _SOURCE_PACKAGE = "contain.runtime.supervisor"
-_SOURCE_NAME = "contain-supervisor.c"
-_COMPILERS = ("cc", "gcc", "clang")
-_COMPILER_FIX = "apt-get install gcc libc6-dev, or run `make setup`"
-_COMPILE_TIMEOUT_S = 120
+_PROGRAM = StaticProgram(
+    label="sandbox supervisor",
+    source_name="contain-supervisor.c",
+    binary_prefix="contain-supervisor-",
+    cflags=SUPERVISOR_CFLAGS,
+)
 
 
 def supervisor_source() -> bytes:
     """The supervisor's C source, as shipped in the package."""
-    beside = Path(__file__).parent / "supervisor" / _SOURCE_NAME
+    beside = Path(__file__).parent / "supervisor" / _PROGRAM.source_name
     if beside.is_file():  # an installed or editable package: skip importing importlib.resources
         return beside.read_bytes()
     import importlib.resources
 
-    return importlib.resources.files(_SOURCE_PACKAGE).joinpath(_SOURCE_NAME).read_bytes()
+    return importlib.resources.files(_SOURCE_PACKAGE).joinpath(_PROGRAM.source_name).read_bytes()
 
 
 @functools.cache
 def _build_digest() -> str:
-    """First 16 hex digits of sha256(flags, source); hashed once per process."""
-    digest = hashlib.sha256()
-    digest.update("\0".join(SUPERVISOR_CFLAGS).encode() + b"\0\0")
-    digest.update(supervisor_source())
-    return digest.hexdigest()[:16]
+    """``source_digest`` of the flags and the source; hashed once per process."""
+    return source_digest(SUPERVISOR_CFLAGS, supervisor_source())
 
 
 def supervisor_cache_dir() -> Path:
@@ -90,7 +86,7 @@ def expected_supervisor_path() -> Path:
 
 
 def _supervisor_path_in(cache_dir: Path) -> Path:
-    return cache_dir / f"contain-supervisor-{_build_digest()}"
+    return cache_dir / f"{_PROGRAM.binary_prefix}{_build_digest()}"
 
 
 def ensure_supervisor_binary() -> Path:
@@ -109,109 +105,5 @@ def ensure_supervisor_binary() -> Path:
 
 @functools.cache
 def _ensure_in(cache_dir: Path) -> Path:
-    _prepare_cache_dir(cache_dir)
     target = _supervisor_path_in(cache_dir)
-    try:
-        info = os.lstat(target)
-    except FileNotFoundError:
-        _compile_into(cache_dir, target)
-        info = os.lstat(target)
-    _check_binary(target, info)
-    return target
-
-
-def _prepare_cache_dir(cache_dir: Path) -> None:
-    try:
-        if not os.path.lexists(cache_dir):
-            cache_dir.mkdir(mode=0o755, parents=True)
-            # Explicit, not left to the umask: the launcher may run bwrap as another uid, which
-            # must be able to reach the binary to bind-mount it.
-            os.chmod(cache_dir, 0o755)
-        info = os.lstat(cache_dir)
-    except OSError as exc:
-        raise SandboxStartError(
-            f"cannot create the supervisor cache directory {cache_dir}: {exc.strerror}",
-            "set CONTAIN_CACHE_DIR to a directory you own",
-        ) from exc
-    uid = os.geteuid()
-    if not stat.S_ISDIR(info.st_mode):
-        problem = "is not a directory (a symlink is refused)"
-    elif info.st_uid not in (uid, 0):
-        problem = f"is owned by uid {info.st_uid}, not by you ({uid}) or root"
-    elif info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        problem = f"is group or world writable (mode {stat.S_IMODE(info.st_mode):o})"
-    else:
-        return
-    raise SandboxStartError(
-        f"supervisor cache directory {cache_dir} {problem}: someone else could swap the supervisor",
-        f"run `chmod go-w {cache_dir}` if it is yours, or set CONTAIN_CACHE_DIR elsewhere",
-    )
-
-
-def _check_binary(target: Path, info: os.stat_result) -> None:
-    if not stat.S_ISREG(info.st_mode):
-        problem = "is not a regular file"
-    elif info.st_uid != os.geteuid():
-        problem = f"is owned by uid {info.st_uid}, not by you ({os.geteuid()})"
-    elif stat.S_IMODE(info.st_mode) != 0o755:
-        problem = f"has mode {stat.S_IMODE(info.st_mode):o}, not 755"
-    else:
-        return
-    raise SandboxStartError(
-        f"supervisor binary {target} {problem}: it may have been swapped",
-        f"delete {target}; contain rebuilds it on the next start",
-    )
-
-
-def _find_compiler() -> str:
-    import shutil  # build path only; sandbox start-up stays lean
-
-    for name in _COMPILERS:
-        found = shutil.which(name)
-        if found:
-            return found
-    raise UnsupportedHost("no C compiler (cc, gcc, clang) to build the sandbox supervisor", _COMPILER_FIX)
-
-
-def _compile_into(cache_dir: Path, target: Path) -> None:
-    import tempfile  # build path only
-
-    compiler = _find_compiler()
-    fd, tmp_name = tempfile.mkstemp(prefix=".contain-supervisor-", dir=cache_dir)
-    os.close(fd)
-    tmp = Path(tmp_name)
-    try:
-        with tempfile.TemporaryDirectory(prefix="contain-supervisor-src-") as src_dir:
-            source = Path(src_dir) / _SOURCE_NAME
-            source.write_bytes(supervisor_source())
-            try:
-                done = subprocess.run(
-                    [compiler, *SUPERVISOR_CFLAGS, "-o", str(tmp), str(source)],
-                    capture_output=True,
-                    text=True,
-                    timeout=_COMPILE_TIMEOUT_S,
-                    check=False,
-                )
-            except (OSError, subprocess.TimeoutExpired) as exc:
-                raise SandboxStartError(
-                    f"could not run {compiler} to build the sandbox supervisor: {exc}", _COMPILER_FIX
-                ) from exc
-        if done.returncode != 0:
-            _raise_compile_failure(compiler, done.stderr)
-        os.chmod(tmp, 0o755)
-        os.replace(tmp, target)  # atomic; a concurrent builder's identical file is fine
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
-def _raise_compile_failure(compiler: str, stderr: str) -> None:
-    tail = stderr.strip()[-800:]
-    # A missing static libc shows up as a link error; everything else is our bug.
-    if "cannot find -lc" in stderr or "crt1.o" in stderr or "No such file" in stderr:
-        raise UnsupportedHost(
-            f"{compiler} cannot build a static binary for the sandbox supervisor: {tail}", _COMPILER_FIX
-        )
-    raise SandboxStartError(
-        f"building the sandbox supervisor with {compiler} failed: {tail}",
-        "report this with the compiler output above",
-    )
+    return ensure_static_binary(_PROGRAM, cache_dir=cache_dir, target=target, read_source=supervisor_source).path

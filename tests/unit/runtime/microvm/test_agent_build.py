@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from contain.errors import SandboxStartError
+from contain.errors import SandboxStartError, UnsupportedHost
 from contain.runtime.microvm import agent_build
 from contain.runtime.microvm.agent_build import ensure_guest_agent_binary, expected_guest_agent_path
 
@@ -56,3 +56,26 @@ def test_the_binary_name_follows_the_source(monkeypatch: pytest.MonkeyPatch, cac
         assert expected_guest_agent_path() != before
     finally:
         agent_build._digest.cache_clear()
+
+
+def test_a_cache_directory_the_agent_build_creates_is_0755_whatever_the_umask(cache: Path) -> None:
+    previous = os.umask(0o077)
+    try:
+        ensure_guest_agent_binary()
+    finally:
+        os.umask(previous)
+    assert (os.stat(cache).st_mode & 0o777) == 0o755  # shared with the supervisor, which bwrap must reach
+
+
+def test_missing_libc_headers_are_an_unsupported_host_naming_the_guest_agent(
+    cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake_bin = tmp_path / "bin"
+    fake_bin.mkdir()
+    fake_cc = fake_bin / "cc"
+    fake_cc.write_text("#!/bin/sh\necho 'fatal error: stdio.h: No such file or directory' >&2\nexit 1\n")
+    fake_cc.chmod(0o755)
+    monkeypatch.setenv("PATH", str(fake_bin))
+    with pytest.raises(UnsupportedHost) as caught:
+        ensure_guest_agent_binary()
+    assert "guest agent" in caught.value.cause and "stdio.h" in caught.value.cause
