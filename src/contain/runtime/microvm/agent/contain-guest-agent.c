@@ -35,7 +35,9 @@
 #include <grp.h>
 #include <limits.h>
 #include <linux/capability.h>
+#include <linux/filter.h>
 #include <linux/random.h>
+#include <linux/seccomp.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -58,7 +60,7 @@
 #include <unistd.h>
 
 #define EXIT_REFUSED 125
-#define PROTOCOL_VERSION 1
+#define PROTOCOL_VERSION 2 /* 2: SPAWN carries seccomp= (mandatory) */
 #define HEADER_BYTES 8
 #define MAX_BODY_BYTES (256u * 1024u) /* docs/guest-agent-protocol.md, guest_channel.MAX_BODY_BYTES */
 #define WINDOW_BYTES (256u * 1024u)   /* per-stream credit window, guest_channel.WINDOW_BYTES */
@@ -69,6 +71,7 @@
 #define MAX_REL_PATH 3800 /* an export path= item must fit MAX_ITEM_TEXT */
 #define MIN_RESEED 32
 #define MAX_RESEED 512
+#define MAX_FILTER_INSNS 4096 /* BPF_MAXINSNS: the kernel refuses longer programs */
 
 enum msg_type {
     T_HELLO = 1, T_SPAWN = 2, T_DATA = 3, T_CREDIT = 4, T_KILL = 5, T_CLOSE_OUTPUT = 6,
@@ -79,7 +82,7 @@ enum msg_type {
 enum stream { S_STDIN = 0, S_STDOUT = 1, S_STDERR = 2, S_TRANSFER = 3 };
 
 /* Spawn failure stages, sent as SPAWN_FAILED stage=... */
-enum stage { ST_FORK = 1, ST_SETUP, ST_CGROUP, ST_RLIMIT, ST_IDS, ST_CHDIR, ST_EXEC };
+enum stage { ST_FORK = 1, ST_SETUP, ST_CGROUP, ST_RLIMIT, ST_IDS, ST_CHDIR, ST_SECCOMP, ST_EXEC };
 static const char *stage_name(int st) {
     switch (st) {
     case ST_FORK: return "fork";
@@ -87,6 +90,7 @@ static const char *stage_name(int st) {
     case ST_RLIMIT: return "rlimit";
     case ST_IDS: return "ids";
     case ST_CHDIR: return "chdir";
+    case ST_SECCOMP: return "seccomp";
     case ST_EXEC: return "exec";
     default: return "setup";
     }
@@ -603,7 +607,52 @@ struct spawn_request {
     struct run_rlimit rlimits[MAX_RLIMITS];
     size_t n_rlimits;
     uint64_t memory_max, pids_max, output_max; /* 0: not asked */
+    struct sock_filter *filter; /* the host's seccomp program (mandatory), installed before exec */
+    unsigned short filter_len;
 };
+
+/* seccomp=HEX: the host's BPF program, 8 bytes per instruction as the kernel lays them out
+ * (x86_64, little-endian), lowercase hex. 1..MAX_FILTER_INSNS instructions; anything else is
+ * refused before any fork. Returns 0 or -1 with err set. */
+static int parse_filter(const char *hex, struct spawn_request *rq, char *err, size_t errlen) {
+    size_t len = strlen(hex);
+    if (rq->filter != NULL) {
+        snprintf(err, errlen, "seccomp given twice");
+        return -1;
+    }
+    if (len == 0 || len % (2 * sizeof(struct sock_filter)) != 0) {
+        snprintf(err, errlen, "seccomp must be whole BPF instructions in hex (%zu hex digits given)", len);
+        return -1;
+    }
+    size_t insns = len / (2 * sizeof(struct sock_filter));
+    if (insns > MAX_FILTER_INSNS) {
+        snprintf(err, errlen, "seccomp filter of %zu instructions is over the BPF limit of %d", insns,
+                 MAX_FILTER_INSNS);
+        return -1;
+    }
+    unsigned char *bytes = malloc(len / 2);
+    if (bytes == NULL) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    for (size_t i = 0; i < len / 2; i++) {
+        int v = 0;
+        for (int k = 0; k < 2; k++) {
+            char c = hex[2 * i + (size_t)k];
+            int d = (c >= '0' && c <= '9') ? c - '0' : (c >= 'a' && c <= 'f') ? c - 'a' + 10 : -1;
+            if (d < 0) {
+                free(bytes);
+                snprintf(err, errlen, "seccomp is not lowercase hex");
+                return -1;
+            }
+            v = v * 16 + d;
+        }
+        bytes[i] = (unsigned char)v;
+    }
+    rq->filter = (struct sock_filter *)(void *)bytes;
+    rq->filter_len = (unsigned short)insns;
+    return 0;
+}
 
 static int parse_limit_value(const char *s, size_t len, rlim_t *out) {
     if (len == 3 && memcmp(s, "inf", 3) == 0) {
@@ -710,6 +759,9 @@ static int parse_spawn(char **items, long n, struct spawn_request *rq, char *err
             limit = &rq->pids_max, value = it + 9;
         } else if (strncmp(it, "output_max=", 11) == 0) {
             limit = &rq->output_max, value = it + 11;
+        } else if (strncmp(it, "seccomp=", 8) == 0) {
+            if (parse_filter(it + 8, rq, err, errlen) < 0)
+                return -1;
         } else {
             snprintf(err, errlen, "unknown SPAWN item %.200s", it);
             return -1;
@@ -721,6 +773,10 @@ static int parse_spawn(char **items, long n, struct spawn_request *rq, char *err
     }
     if (nargs == 0 || rq->cwd == NULL) {
         snprintf(err, errlen, "SPAWN needs cwd= and at least one arg=");
+        return -1;
+    }
+    if (rq->filter == NULL) { /* fail closed: no workload runs without contain's filter */
+        snprintf(err, errlen, "SPAWN needs seccomp= (the workload never runs unfiltered)");
         return -1;
     }
     return 0;
@@ -801,6 +857,15 @@ static int check_no_privilege(void) {
             return -1;
         }
     }
+    for (int cap = 0; cap < 64; cap++) { /* the bounding set was emptied before the uid change */
+        int has = prctl(PR_CAPBSET_READ, cap, 0, 0, 0);
+        if (has < 0)
+            break; /* EINVAL: past the last capability this kernel knows */
+        if (has != 0) {
+            errno = EPERM;
+            return -1;
+        }
+    }
     if (setuid(0) == 0 || setgid(0) == 0) {
         errno = EPERM;
         return -1;
@@ -866,6 +931,11 @@ static void __attribute__((noreturn)) child_exec(struct spawn_request *rq, const
         child_fail(errfd, ST_SETUP, errno);
     if (chdir(rq->cwd) < 0)
         child_fail(errfd, ST_CHDIR, errno);
+    /* Last step before exec (the filter allows execve and write): contain's own filter, the same
+     * program the process backend's supervisor installs. No filter, no workload. */
+    struct sock_fprog prog = {.len = rq->filter_len, .filter = rq->filter};
+    if (prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog, 0, 0) < 0)
+        child_fail(errfd, ST_SECCOMP, errno);
     exec_search(rq, errfd);
 }
 
@@ -979,6 +1049,7 @@ out:
     }
     free(rq.argv);
     free(rq.envp);
+    free(rq.filter);
 }
 
 /* ---- files ------------------------------------------------------------------------------ */
@@ -1477,7 +1548,7 @@ static void handle_identity(char **items, long n) {
 static void handle_hello(char **items, long n) {
     static const char *const keys[] = {"version", NULL};
     const char *v = item_value(items, n, "version");
-    if (!items_only(items, n, keys) || v == NULL || strcmp(v, "1") != 0) {
+    if (!items_only(items, n, keys) || v == NULL || strcmp(v, "2") != 0) {
         reply_error(0, "unsupported protocol version; this agent speaks version=%d", PROTOCOL_VERSION);
         return;
     }
