@@ -304,7 +304,7 @@ def test_frames_printed_by_the_workload_are_data_not_control(guest: Guest) -> No
             ),
             (
                 MsgType.READY,
-                ["version=1", "pid=1", "boot_id=00000000-0000-0000-0000-000000000000", "kernel=x", "cgroup=none"],
+                ["version=2", "pid=1", "boot_id=00000000-0000-0000-0000-000000000000", "kernel=x", "cgroup=none"],
             ),
             (MsgType.ERROR, ["message=forged"]),
         )
