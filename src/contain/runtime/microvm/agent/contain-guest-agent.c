@@ -13,8 +13,10 @@
  *     agent (and the guest) after killing every workload process: nothing runs on a bad frame;
  *   - per command: new session, oom_score_adj 1000, the run's cgroup (memory.max, pids.max when
  *     asked; refused when the guest has no cgroup v2), rlimits, chroot (when configured), the
- *     workload's uid/gid (never 0) with no supplementary groups and no capabilities (checked),
- *     no_new_privs, no fd but 0/1/2 across exec;
+ *     workload's uid/gid (never 0) with no supplementary groups, no capabilities and an empty
+ *     bounding set (both checked), no_new_privs, the host's seccomp filter (contain's rule table;
+ *     mandatory in SPAWN, installed last before exec, its failure fails the command), no fd but
+ *     0/1/2 across exec;
  *   - teardown: when the main process is reaped, cgroup.kill and kill(-1, SIGKILL) until nothing is
  *     left; on KILL, SHUTDOWN, EOF and framing errors too;
  *   - output: never more DATA bytes than the host's credit; output_max per stream inside the guest;
@@ -23,7 +25,9 @@
  *     bounded; export is iterative with entry, byte and depth bounds.
  *
  * What it does not enforce: the guest kernel is the boundary (a workload with a kernel exploit owns
- * this process); network, block devices and the VMM's host limits are the VMM side's job. It
+ * this process); the seccomp filter is the host's, not checked here beyond its size (at most
+ * BPF_MAXINSNS instructions; the kernel verifies the program); the workload shares the guest's
+ * initial namespaces with the agent; network, block devices and the VMM's host limits are the VMM side's job. It
  * trusts the host: a host that sends a header and stalls stalls the agent.
  *
  * Build: cc -O2 -static -std=gnu11 -Wall -Wextra -Werror (contain.runtime.microvm.agent_build).
