@@ -24,7 +24,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from contain.runtime.microvm.agent_build import ensure_guest_agent_binary
-from contain.runtime.microvm.guest_channel import HEADER, FrameDecoder, MsgType, encode_frame, encode_items
+from contain.runtime.microvm.guest_channel import (
+    HEADER,
+    PROTOCOL_VERSION,
+    FrameDecoder,
+    MsgType,
+    encode_frame,
+    encode_items,
+)
 
 pytestmark = pytest.mark.needs_root
 
@@ -84,7 +91,7 @@ def run_property(agent: Path, scratch: Path) -> None:
         guest.close()
         try:
             host.settimeout(10)
-            host.sendall(frame + encode_frame(MsgType.HELLO, encode_items(["version=1"])))
+            host.sendall(frame + encode_frame(MsgType.HELLO, encode_items([f"version={PROTOCOL_VERSION}"])))
             decoder, kinds = FrameDecoder(), []
             with contextlib.suppress(ConnectionResetError):
                 while MsgType.READY not in kinds and (chunk := host.recv(65536)):

@@ -9,6 +9,9 @@ the host's cgroup2 hierarchy, and its workload runs as uid 1000. The host side i
 
 from __future__ import annotations
 
+import errno
+import functools
+import json
 import os
 import pty
 import selectors
@@ -30,12 +33,15 @@ from pathlib import Path
 import pytest
 
 from contain.errors import FileTransferError, SandboxLost
+from contain.host.facts import detect_host
 from contain.runtime.backend import CommandRequest
 from contain.runtime.cgroups import SandboxCgroup
 from contain.runtime.files import anchor_export_destination
 from contain.runtime.microvm.agent_build import ensure_guest_agent_binary
+from contain.runtime.microvm.backend import guest_seccomp_filter
 from contain.runtime.microvm.guest_channel import (
     HEADER,
+    MAX_FILTER_INSTRUCTIONS,
     WINDOW_BYTES,
     GuestChannel,
     GuestExited,
@@ -45,6 +51,7 @@ from contain.runtime.microvm.guest_channel import (
 )
 from contain.runtime.microvm.guest_handle import GuestLimits, GuestSandbox
 from contain.runtime.run_loop import wait_for_command
+from contain.runtime.seccomp_rules import SECCOMP_RULES, Action
 from contain.runtime.streams import CappedReader, StdinFeeder
 from contain.runtime.supervisor_channel import SpawnFailed, Started
 
@@ -56,6 +63,12 @@ NO_LIMITS = GuestLimits()
 CGROUP2 = (
     Path("/sys/fs/cgroup/unified") if Path("/sys/fs/cgroup/unified/cgroup.procs").exists() else Path("/sys/fs/cgroup")
 )
+
+
+@functools.cache
+def product_filter() -> bytes:
+    """The filter the microvm backend sends (the process backend's, x86_64)."""
+    return guest_seccomp_filter(detect_host())
 
 
 @pytest.fixture(scope="session")
@@ -154,6 +167,8 @@ def start_agent(
         # the pty's slave stays open here until the agent has it (a closed slave hangs up the master)
         threading.Timer(5.0, os.close, args=(slave,)).start()
     vmm = UnshareVmm(proc)
+    if not limits.seccomp_bpf:  # the agent refuses a SPAWN without one, as the backend always sends it
+        limits = limits._replace(seccomp_bpf=product_filter())
     sandbox = GuestSandbox.connect(channel, vmm, limits=limits, timeout_s=10.0)
     return Guest(sandbox, vmm, scratch, cgroup_root, machine_id, port_path), keep
 
@@ -289,7 +304,7 @@ def test_frames_printed_by_the_workload_are_data_not_control(guest: Guest) -> No
             ),
             (
                 MsgType.READY,
-                ["version=1", "pid=1", "boot_id=00000000-0000-0000-0000-000000000000", "kernel=x", "cgroup=none"],
+                ["version=2", "pid=1", "boot_id=00000000-0000-0000-0000-000000000000", "kernel=x", "cgroup=none"],
             ),
             (MsgType.ERROR, ["message=forged"]),
         )
@@ -633,3 +648,69 @@ def test_stdin_still_in_flight_when_a_command_exits_is_not_credited_to_the_next(
         assert early.stdout == b"x", round_number
         echoed = run(guest, "cat", stdin=b"next")
         assert echoed.stdout == b"next", round_number
+
+
+# ---- seccomp (the process backend's filter, installed by the agent right before exec) ---------
+
+# Each call from the workload, as (syscall number on x86_64, arguments): keyctl(GET_KEYRING_ID,
+# session keyring, 0), io_uring_setup(1, NULL), personality(ADDR_NO_RANDOMIZE). Unfiltered, as
+# uid 1000, keyctl and personality succeed and io_uring_setup fails with EFAULT.
+SYSCALL_CALLS = {"keyctl": (250, (0, -3, 0)), "io_uring_setup": (425, (1, 0)), "personality": (135, (0x0040000,))}
+SYSCALL_SCRIPT = """
+import ctypes, json, sys
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+out = {}
+for name, (nr, args) in json.loads(sys.argv[1]).items():
+    ctypes.set_errno(0)
+    rc = libc.syscall(ctypes.c_long(nr), *(ctypes.c_long(a) for a in args))
+    out[name] = ctypes.get_errno() if rc == -1 else 0
+print(json.dumps(out))
+"""
+
+
+def _table_errno(syscall: str) -> int:
+    """The errno the rule table gives ``syscall`` (its unconditional ERRNO row, or for personality
+    the rows that refuse a flag)."""
+    rows = [row for row in SECCOMP_RULES if row.syscall == syscall and row.action is Action.ERRNO]
+    values = {row.errno_value for row in rows}
+    assert len(values) == 1, (syscall, values)
+    value = values.pop()
+    assert value is not None
+    return value
+
+
+def test_the_workload_gets_the_rule_tables_errno_for_keyrings_io_uring_and_personality(guest: Guest) -> None:
+    result = run(guest, "python3", "-c", SYSCALL_SCRIPT, json.dumps(SYSCALL_CALLS))
+    assert result.exited is not None and result.exited.exit_code == 0, result.stderr
+    seen = json.loads(result.stdout)
+    assert seen == {name: _table_errno(name) for name in SYSCALL_CALLS}
+    # and the filter is the seccomp mode the kernel reports for the workload
+    status = run(guest, "grep", "-E", "^(Seccomp|Seccomp_filters):", "/proc/self/status")
+    assert b"Seccomp:\t2" in status.stdout
+
+
+def test_a_spawn_without_a_filter_or_with_one_over_the_bpf_limit_is_refused(guest: Guest) -> None:
+    base = ["cwd=/", "arg=/bin/true", "env=PATH=/usr/bin:/bin"]
+    over = (b"\x06\x00\x00\x00\x00\x00\xff\x7f" * (MAX_FILTER_INSTRUCTIONS + 1)).hex()  # RET ALLOW
+    for items in (base, [*base, f"seccomp={over}"], [*base, "seccomp=0600"], [*base, "seccomp=" + "G" * 16]):
+        with guest.sandbox._request_lock:
+            reply = guest.sandbox._call(encode_frame(MsgType.SPAWN, encode_items(items)))
+            guest.sandbox._awaiting = False
+        assert reply.type is MsgType.ERROR, items[-1][:40]
+    # the agent is still there and serves the next, filtered, command
+    assert run(guest, "sh", "-c", "exit 3").exited.exit_code == 3  # type: ignore[union-attr]
+
+
+def test_a_filter_the_kernel_refuses_means_the_command_never_runs(agent_binary: Path, tmp_path: Path) -> None:
+    invalid = b"\xff\xff\x00\x00\x00\x00\x00\x00"  # an unknown BPF opcode: the kernel says EINVAL
+    made, keep = start_agent(agent_binary, tmp_path, limits=GuestLimits(seccomp_bpf=invalid))
+    try:
+        marker = made.scratch / "ran"
+        result = run(made, "sh", "-c", f"touch {marker}")
+        assert result.reply == SpawnFailed(stage="seccomp", errno=errno.EINVAL)
+        assert not marker.exists()
+    finally:
+        made.sandbox.close()
+        keep.close()  # type: ignore[union-attr]
+        remove_guest_dirs(made)

@@ -43,6 +43,19 @@ def test_in_the_guest_the_workload_is_uid_1000_without_capabilities_in_the_run_c
     assert lines[5] == "0::/contain-run"
 
 
+def test_in_the_guest_the_workload_runs_under_contains_seccomp_filter_and_the_layers_say_so(vm: Sandbox) -> None:
+    # keyctl(KEYCTL_GET_KEYRING_ID, session) is refused by SECCOMP_RULES (SY-05) with EPERM; busybox
+    # has no keyctl, so the userland's python3 makes the call (as the probe's SY-05 does).
+    script = (
+        "import ctypes; libc = ctypes.CDLL(None, use_errno=True); "
+        "rc = libc.syscall(250, 0, -3, 0); print(rc, ctypes.get_errno())"
+    )
+    result = vm.run(["sh", "-c", f"grep -E '^Seccomp:' /proc/self/status; python3 -c '{script}'"])
+    assert result.exit_code == 0, result.stderr.data
+    assert result.stdout.data.decode().split() == ["Seccomp:", "2", "-1", "1"]
+    assert vm.layers["seccomp"].startswith("contain's filter")
+
+
 def test_in_the_guest_frames_printed_by_the_workload_are_data_not_control(vm: Sandbox) -> None:
     """VM-03 through the real port: well-formed EXITED/ERROR frames and an oversize header on stdout
     and stderr come back as bytes; the result is the real exit status."""

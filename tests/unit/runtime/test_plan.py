@@ -222,8 +222,15 @@ def test_microvm_layers_say_the_guest_kernel_is_the_boundary_and_what_is_not_app
     assert plan.report["namespaces"] == (
         "a guest kernel of its own (QEMU -M microvm); the VMM runs in an empty network namespace"
     )
-    assert plan.report["seccomp"] == "not applied inside the guest (the guest kernel is the boundary)"
+    assert plan.report["seccomp"] == (
+        "contain's filter (the same rule table, x86_64), installed by the guest agent before exec"
+    )
     assert plan.report["network"] == "none (no network device in the guest)"
+
+
+def test_microvm_refuses_a_host_without_libseccomp_to_compile_the_guests_filter():
+    with pytest.raises(UnsupportedHost, match="libseccomp is not installed"):
+        plan_layers(Boundary(), facts(libseccomp_path=None), egress_available=True, backend="microvm")
 
 
 def test_microvm_refuses_a_required_landlock_and_a_caller_that_is_not_root():

@@ -24,7 +24,10 @@ with the boundary's limits, and checked scratch paths):
 6. connect ``GuestSandbox`` (the agent's handle, guest_handle.py) over the other end and wait for
    READY within ``BOOT_TIMEOUT_S``; on failure the VMM is killed and the error quotes the end of
    the serial console (``SandboxStartError``);
-7. give the guest fresh entropy from the host (RESEED) and a fresh identity (IDENTITY), so no two
+7. compile contain's seccomp filter for the guest (``guest_seccomp_filter``: the process
+   backend's own ``filter_for``, x86_64) into the limits; the agent installs it in every SPAWN
+   right before exec and refuses a SPAWN without one;
+8. give the guest fresh entropy from the host (RESEED) and a fresh identity (IDENTITY), so no two
    VMs share an RNG state or machine id.
 
 Where a guest stops answering later, ``GuestSandbox`` marks the sandbox lost and ``Sandbox`` ends
@@ -33,7 +36,7 @@ after a second's grace and reaps it. Nothing is left on the host: the channel is
 the console a pipe, images are cached read-only artefacts.
 
 A pool's sandboxes start through ``open_warm_start()`` instead: one template VM booted and saved
-once, each sandbox a QEMU restored from that file, then RESEED and IDENTITY as in 7
+once, each sandbox a QEMU restored from that file, then RESEED and IDENTITY as in 8
 (warm_start.py, snapshot.py; docs/runtime.md "microVM snapshots").
 
 What this backend does not do: write binds (see 1), Firecracker, or carry a direct connection to
@@ -57,6 +60,7 @@ from contain.errors import BackendRefusal, ContainError, SandboxStartError, Unsu
 from contain.host.facts import HostFacts
 from contain.runtime.backend import BackendPlan, RunningSandbox, WarmStart
 from contain.runtime.disk_budget import default_scratch_paths, inode_budget
+from contain.runtime.filter_cache import filter_for
 from contain.runtime.microvm.accel import (
     KVM_DEVICE,
     AccelChoice,
@@ -80,6 +84,7 @@ from contain.runtime.microvm.vmm_plan import (
     plan_kernel_cmdline,
     plan_vm_size,
 )
+from contain.runtime.supervisor_build import supervisor_cache_dir
 from contain.visible_text import for_terminal
 
 __all__ = [
@@ -239,6 +244,22 @@ def plan_vm(
     return plan, limits
 
 
+GUEST_ARCH = "x86_64"  # the guest kernel's (and the agent's) only architecture
+
+
+def guest_seccomp_filter(facts: HostFacts) -> bytes:
+    """Contain's seccomp program for the guest's workload: the one the process backend hands its
+    supervisor (``filter_cache.filter_for``, the ``SECCOMP_RULES`` table), for x86_64, cached
+    beside the agent and supervisor binaries.
+
+    Raises:
+        UnsupportedHost: libseccomp cannot compile it.
+    """
+    return filter_for(
+        arch=GUEST_ARCH, libseccomp_path=facts.libseccomp_path, cache_dir=supervisor_cache_dir().absolute()
+    )
+
+
 class MicroVMBackend:
     """Starts one microVM per sandbox; see the module docstring. ``layer_report`` holds the lines
     only known once started (the accelerator), which ``Sandbox`` adds to ``RunResult.layers``."""
@@ -326,6 +347,7 @@ class MicroVMBackend:
                 agent_fd=guest_fd,
                 connector=shutil.which("socat"),
             )
+            limits = limits._replace(seccomp_bpf=guest_seccomp_filter(plan.facts))
         except BaseException:
             os.close(guest_fd)
             host_end.close()

@@ -39,6 +39,7 @@ __all__ = [
     "CHUNK_BYTES",
     "HEADER",
     "MAX_BODY_BYTES",
+    "MAX_FILTER_INSTRUCTIONS",
     "PROTOCOL_VERSION",
     "WINDOW_BYTES",
     "Frame",
@@ -55,9 +56,11 @@ __all__ = [
     "parse_fields",
 ]
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2  # 2: SPAWN carries the seccomp filter (seccomp=, mandatory)
 HEADER = struct.Struct("<IBBH")
 MAX_BODY_BYTES = 256 * 1024  # MAX_BODY_BYTES in contain-guest-agent.c
+MAX_FILTER_INSTRUCTIONS = 4096  # BPF_MAXINSNS; MAX_FILTER_INSNS in the agent
+_INSTRUCTION_BYTES = 8  # struct sock_filter
 WINDOW_BYTES = 256 * 1024  # per-stream credit window, WINDOW_BYTES in the agent
 CHUNK_BYTES = 64 * 1024  # the largest DATA body the host sends (the agent sends no more either)
 _READ_BYTES = 64 * 1024
@@ -295,7 +298,7 @@ def parse_ready(body: bytes) -> GuestReady:
 GuestExited = Exited
 
 
-SPAWN_STAGES: tuple[str, ...] = ("fork", "setup", "cgroup", "rlimit", "ids", "chdir", "exec")
+SPAWN_STAGES: tuple[str, ...] = ("fork", "setup", "cgroup", "rlimit", "ids", "chdir", "seccomp", "exec")
 
 
 def parse_started(body: bytes) -> Started:
@@ -342,14 +345,17 @@ def encode_spawn(
     cwd: str,
     rlimits: Sequence[Rlimit],
     *,
+    seccomp_bpf: bytes,
     memory_max_bytes: int | None = None,
     pids_max: int | None = None,
     output_max_bytes: int | None = None,
 ) -> bytes:
-    """The SPAWN frame.
+    """The SPAWN frame. ``seccomp_bpf`` is the BPF program the agent installs right before exec
+    (``seccomp=`` in lowercase hex; mandatory: the agent refuses a SPAWN without one).
 
     Raises:
         ValueError: empty argv, a relative cwd, a bad env key, a repeated rlimit, a limit below 1,
+            a filter that is empty, not whole instructions or over ``MAX_FILTER_INSTRUCTIONS``,
             NUL anywhere, or a frame over the limit.
     """
     if not argv:
@@ -369,6 +375,12 @@ def encode_spawn(
             if not 1 <= limit < 2**64 - 1:
                 raise ValueError(f"{name} {limit} is out of range")
             items.append(f"{name}={limit}")
+    instructions, partial = divmod(len(seccomp_bpf), _INSTRUCTION_BYTES)
+    if partial or not 1 <= instructions <= MAX_FILTER_INSTRUCTIONS:
+        raise ValueError(
+            f"a seccomp filter is 1..{MAX_FILTER_INSTRUCTIONS} whole instructions, not {len(seccomp_bpf)} bytes"
+        )
+    items.append(f"seccomp={seccomp_bpf.hex()}")
     return encode_frame(MsgType.SPAWN, encode_items(items))
 
 

@@ -50,6 +50,7 @@ from contain.runtime.cgroups import SandboxCgroup
 from contain.runtime.files import EXPORT_MAX_DEPTH, ExportDestination, ExportReport, export_entry_limit
 from contain.runtime.microvm.guest_channel import (
     CHUNK_BYTES,
+    PROTOCOL_VERSION,
     WINDOW_BYTES,
     Frame,
     GuestChannel,
@@ -110,6 +111,7 @@ class GuestLimits(NamedTuple):
     memory_max_bytes: int | None = None
     pids_max: int | None = None
     output_max_bytes: int | None = None  # the boundary's output cap; the agent stops one byte past it
+    seccomp_bpf: bytes = b""  # contain's filter for the guest (backend.guest_seccomp_filter); none: no SPAWN
 
 
 _NO_LIMITS = GuestLimits()
@@ -184,7 +186,7 @@ class GuestSandbox:
             SandboxLost: no READY, or a malformed one.
         """
         with self._request_lock:
-            reply = self._call(encode_request(MsgType.HELLO, ["version=1"]), timeout_s=timeout_s)
+            reply = self._call(encode_request(MsgType.HELLO, [f"version={PROTOCOL_VERSION}"]), timeout_s=timeout_s)
             self._awaiting = False
         if reply.type is MsgType.ERROR:
             raise self._lose(f"the guest agent refused HELLO: {parse_error(reply.body)[0][:200]}")
@@ -243,6 +245,7 @@ class GuestSandbox:
             request.env,
             request.cwd,
             request.rlimits,
+            seccomp_bpf=self._limits.seccomp_bpf,  # empty: ValueError, nothing is sent
             memory_max_bytes=self._limits.memory_max_bytes,
             pids_max=self._limits.pids_max,
             # one byte past the host's own cap, so the host's reader still sees the cap passed

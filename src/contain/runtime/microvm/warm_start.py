@@ -59,7 +59,7 @@ import time
 
 from contain.errors import ContainError, SandboxStartError
 from contain.runtime.backend import BackendPlan, CommandRequest, RunningSandbox
-from contain.runtime.microvm.backend import MicroVMBackend, PreparedGuest, plan_vm
+from contain.runtime.microvm.backend import MicroVMBackend, PreparedGuest, guest_seccomp_filter, plan_vm
 from contain.runtime.microvm.guest_channel import GuestChannel
 from contain.runtime.microvm.guest_handle import GuestSandbox
 from contain.runtime.microvm.handle import MicroVMHandle
@@ -153,6 +153,7 @@ class MicroVMWarmStart:
                 agent_fd=guest_fd,
                 connector=shutil.which("socat"),
             )
+            limits = limits._replace(seccomp_bpf=guest_seccomp_filter(plan.facts))  # the agent needs it to SPAWN
             qemu = qemu_identity(prepared.facts)
             key = template_key(vm_plan, qemu)
             snapshot_fd, how = self._template(key, vm_plan, artefacts=artefacts_fingerprint(vm_plan, qemu), plan=plan)

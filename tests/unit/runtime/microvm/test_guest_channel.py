@@ -10,6 +10,7 @@ from contain.errors import SandboxLost
 from contain.runtime.microvm.guest_channel import (
     HEADER,
     MAX_BODY_BYTES,
+    MAX_FILTER_INSTRUCTIONS,
     Frame,
     FrameDecoder,
     MsgType,
@@ -34,7 +35,7 @@ GUEST_FRAMES = st.one_of(
 )  # fmt: skip
 
 READY_ITEMS = [
-    "version=1",
+    "version=2",
     "pid=1",
     "boot_id=0f0e0d0c-0b0a-4908-8706-050403020100",
     "kernel=6.1.0-53-cloud-amd64",
@@ -108,7 +109,7 @@ def test_ready_parses_strictly() -> None:
     assert (ready.pid, ready.kernel, ready.controllers) == (1, "6.1.0-53-cloud-amd64", frozenset({"memory", "pids"}))
     for bad in (
         [*READY_ITEMS[:-1], "cgroup=v1"],
-        ["version=2", *READY_ITEMS[1:]],
+        ["version=1", *READY_ITEMS[1:]],  # the version before SPAWN carried seccomp=
         [READY_ITEMS[0], "pid=01", *READY_ITEMS[2:]],
         [*READY_ITEMS, "extra=1"],
         [*READY_ITEMS, "pid=1"],
@@ -164,13 +165,14 @@ def test_spawn_is_encoded_as_one_literal_frame() -> None:
         {"PATH": "/usr/bin", "A": "x=y"},
         "/work",
         [Rlimit("NOFILE", 64, 64)],
+        seccomp_bpf=bytes.fromhex("0600000000ff7f00") + bytes(range(8)),
         memory_max_bytes=1 << 28,
         pids_max=64,
         output_max_bytes=4097,
     )
     body = (
         b"cwd=/work\0rlimit=NOFILE:64:64\0arg=python3\0arg=-c\0arg=print(1)\0env=PATH=/usr/bin\0env=A=x=y\0"
-        b"memory_max=268435456\0pids_max=64\0output_max=4097\0"
+        b"memory_max=268435456\0pids_max=64\0output_max=4097\0seccomp=0600000000ff7f000001020304050607\0"
     )
     assert frame == HEADER.pack(len(body), MsgType.SPAWN, 0, 0) + body
 
@@ -187,10 +189,13 @@ def test_spawn_is_encoded_as_one_literal_frame() -> None:
         {"memory_max_bytes": -1},
         {"argv": ["a\0b"]},
         {"argv": ["x" * (MAX_BODY_BYTES + 1)]},
+        {"seccomp_bpf": b""},
+        {"seccomp_bpf": bytes(12)},
+        {"seccomp_bpf": bytes(8 * (MAX_FILTER_INSTRUCTIONS + 1))},
     ],
 )
 def test_a_bad_spawn_request_is_refused_before_anything_is_sent(kwargs: dict[str, object]) -> None:
-    args: dict[str, object] = {"argv": ["true"], "env": {}, "cwd": "/", "rlimits": []}
+    args: dict[str, object] = {"argv": ["true"], "env": {}, "cwd": "/", "rlimits": [], "seccomp_bpf": bytes(8)}
     args.update(kwargs)
     with pytest.raises(ValueError):
         encode_spawn(**args)  # type: ignore[arg-type]

@@ -32,10 +32,10 @@ from contain.runtime.microvm.guest_channel import (
     encode_items,
     encode_request,
 )
-from contain.runtime.microvm.guest_handle import GuestSandbox
+from contain.runtime.microvm.guest_handle import GuestLimits, GuestSandbox
 from contain.runtime.supervisor_channel import Started
 
-READY = ["version=1", "pid=1", "boot_id=0f0e0d0c-0b0a-4908-8706-050403020100", "kernel=6.1.0", "cgroup=none"]
+READY = ["version=2", "pid=1", "boot_id=0f0e0d0c-0b0a-4908-8706-050403020100", "kernel=6.1.0", "cgroup=none"]
 EXITED = ["status=0", "utime_us=0", "stime_us=0", "maxrss_kb=0", "oom_kills=0", "pids_limit_hits=0"]
 
 
@@ -104,7 +104,8 @@ def pair() -> Iterator[tuple[GuestSandbox, FakeAgent, FakeVmm]]:
 
     thread = threading.Thread(target=handshake)
     thread.start()
-    sandbox = GuestSandbox.connect(GuestChannel.from_socket(host), vmm, timeout_s=5)
+    limits = GuestLimits(seccomp_bpf=bytes(8))  # any whole program: the fake agent does not install it
+    sandbox = GuestSandbox.connect(GuestChannel.from_socket(host), vmm, limits=limits, timeout_s=5)
     thread.join()
     yield sandbox, agent, vmm
 

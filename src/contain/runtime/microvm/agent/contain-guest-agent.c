@@ -13,8 +13,10 @@
  *     agent (and the guest) after killing every workload process: nothing runs on a bad frame;
  *   - per command: new session, oom_score_adj 1000, the run's cgroup (memory.max, pids.max when
  *     asked; refused when the guest has no cgroup v2), rlimits, chroot (when configured), the
- *     workload's uid/gid (never 0) with no supplementary groups and no capabilities (checked),
- *     no_new_privs, no fd but 0/1/2 across exec;
+ *     workload's uid/gid (never 0) with no supplementary groups, no capabilities and an empty
+ *     bounding set (both checked), no_new_privs, the host's seccomp filter (contain's rule table;
+ *     mandatory in SPAWN, installed last before exec, its failure fails the command), no fd but
+ *     0/1/2 across exec;
  *   - teardown: when the main process is reaped, cgroup.kill and kill(-1, SIGKILL) until nothing is
  *     left; on KILL, SHUTDOWN, EOF and framing errors too;
  *   - output: never more DATA bytes than the host's credit; output_max per stream inside the guest;
@@ -23,7 +25,9 @@
  *     bounded; export is iterative with entry, byte and depth bounds.
  *
  * What it does not enforce: the guest kernel is the boundary (a workload with a kernel exploit owns
- * this process); network, block devices and the VMM's host limits are the VMM side's job. It
+ * this process); the seccomp filter is the host's, not checked here beyond its size (at most
+ * BPF_MAXINSNS instructions; the kernel verifies the program); the workload shares the guest's
+ * initial namespaces with the agent; network, block devices and the VMM's host limits are the VMM side's job. It
  * trusts the host: a host that sends a header and stalls stalls the agent.
  *
  * Build: cc -O2 -static -std=gnu11 -Wall -Wextra -Werror (contain.runtime.microvm.agent_build).
@@ -35,7 +39,9 @@
 #include <grp.h>
 #include <limits.h>
 #include <linux/capability.h>
+#include <linux/filter.h>
 #include <linux/random.h>
+#include <linux/seccomp.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -59,7 +65,7 @@
 #include <unistd.h>
 
 #define EXIT_REFUSED 125
-#define PROTOCOL_VERSION 1
+#define PROTOCOL_VERSION 2 /* 2: SPAWN carries seccomp= (mandatory) */
 #define HEADER_BYTES 8
 #define MAX_BODY_BYTES (256u * 1024u) /* docs/guest-agent-protocol.md, guest_channel.MAX_BODY_BYTES */
 #define WINDOW_BYTES (256u * 1024u)   /* per-stream credit window, guest_channel.WINDOW_BYTES */
@@ -70,6 +76,7 @@
 #define MAX_REL_PATH 3800 /* an export path= item must fit MAX_ITEM_TEXT */
 #define MIN_RESEED 32
 #define MAX_RESEED 512
+#define MAX_FILTER_INSNS 4096 /* BPF_MAXINSNS: the kernel refuses longer programs */
 
 enum msg_type {
     T_HELLO = 1, T_SPAWN = 2, T_DATA = 3, T_CREDIT = 4, T_KILL = 5, T_CLOSE_OUTPUT = 6,
@@ -80,7 +87,7 @@ enum msg_type {
 enum stream { S_STDIN = 0, S_STDOUT = 1, S_STDERR = 2, S_TRANSFER = 3 };
 
 /* Spawn failure stages, sent as SPAWN_FAILED stage=... */
-enum stage { ST_FORK = 1, ST_SETUP, ST_CGROUP, ST_RLIMIT, ST_IDS, ST_CHDIR, ST_EXEC };
+enum stage { ST_FORK = 1, ST_SETUP, ST_CGROUP, ST_RLIMIT, ST_IDS, ST_CHDIR, ST_SECCOMP, ST_EXEC };
 static const char *stage_name(int st) {
     switch (st) {
     case ST_FORK: return "fork";
@@ -88,6 +95,7 @@ static const char *stage_name(int st) {
     case ST_RLIMIT: return "rlimit";
     case ST_IDS: return "ids";
     case ST_CHDIR: return "chdir";
+    case ST_SECCOMP: return "seccomp";
     case ST_EXEC: return "exec";
     default: return "setup";
     }
@@ -604,7 +612,52 @@ struct spawn_request {
     struct run_rlimit rlimits[MAX_RLIMITS];
     size_t n_rlimits;
     uint64_t memory_max, pids_max, output_max; /* 0: not asked */
+    struct sock_filter *filter; /* the host's seccomp program (mandatory), installed before exec */
+    unsigned short filter_len;
 };
+
+/* seccomp=HEX: the host's BPF program, 8 bytes per instruction as the kernel lays them out
+ * (x86_64, little-endian), lowercase hex. 1..MAX_FILTER_INSNS instructions; anything else is
+ * refused before any fork. Returns 0 or -1 with err set. */
+static int parse_filter(const char *hex, struct spawn_request *rq, char *err, size_t errlen) {
+    size_t len = strlen(hex);
+    if (rq->filter != NULL) {
+        snprintf(err, errlen, "seccomp given twice");
+        return -1;
+    }
+    if (len == 0 || len % (2 * sizeof(struct sock_filter)) != 0) {
+        snprintf(err, errlen, "seccomp must be whole BPF instructions in hex (%zu hex digits given)", len);
+        return -1;
+    }
+    size_t insns = len / (2 * sizeof(struct sock_filter));
+    if (insns > MAX_FILTER_INSNS) {
+        snprintf(err, errlen, "seccomp filter of %zu instructions is over the BPF limit of %d", insns,
+                 MAX_FILTER_INSNS);
+        return -1;
+    }
+    unsigned char *bytes = malloc(len / 2);
+    if (bytes == NULL) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    for (size_t i = 0; i < len / 2; i++) {
+        int v = 0;
+        for (int k = 0; k < 2; k++) {
+            char c = hex[2 * i + (size_t)k];
+            int d = (c >= '0' && c <= '9') ? c - '0' : (c >= 'a' && c <= 'f') ? c - 'a' + 10 : -1;
+            if (d < 0) {
+                free(bytes);
+                snprintf(err, errlen, "seccomp is not lowercase hex");
+                return -1;
+            }
+            v = v * 16 + d;
+        }
+        bytes[i] = (unsigned char)v;
+    }
+    rq->filter = (struct sock_filter *)(void *)bytes;
+    rq->filter_len = (unsigned short)insns;
+    return 0;
+}
 
 static int parse_limit_value(const char *s, size_t len, rlim_t *out) {
     if (len == 3 && memcmp(s, "inf", 3) == 0) {
@@ -711,6 +764,9 @@ static int parse_spawn(char **items, long n, struct spawn_request *rq, char *err
             limit = &rq->pids_max, value = it + 9;
         } else if (strncmp(it, "output_max=", 11) == 0) {
             limit = &rq->output_max, value = it + 11;
+        } else if (strncmp(it, "seccomp=", 8) == 0) {
+            if (parse_filter(it + 8, rq, err, errlen) < 0)
+                return -1;
         } else {
             snprintf(err, errlen, "unknown SPAWN item %.200s", it);
             return -1;
@@ -722,6 +778,10 @@ static int parse_spawn(char **items, long n, struct spawn_request *rq, char *err
     }
     if (nargs == 0 || rq->cwd == NULL) {
         snprintf(err, errlen, "SPAWN needs cwd= and at least one arg=");
+        return -1;
+    }
+    if (rq->filter == NULL) { /* fail closed: no workload runs without contain's filter */
+        snprintf(err, errlen, "SPAWN needs seccomp= (the workload never runs unfiltered)");
         return -1;
     }
     return 0;
@@ -802,6 +862,15 @@ static int check_no_privilege(void) {
             return -1;
         }
     }
+    for (int cap = 0; cap < 64; cap++) { /* the bounding set was emptied before the uid change */
+        int has = prctl(PR_CAPBSET_READ, cap, 0, 0, 0);
+        if (has < 0)
+            break; /* EINVAL: past the last capability this kernel knows */
+        if (has != 0) {
+            errno = EPERM;
+            return -1;
+        }
+    }
     if (setuid(0) == 0 || setgid(0) == 0) {
         errno = EPERM;
         return -1;
@@ -867,6 +936,11 @@ static void __attribute__((noreturn)) child_exec(struct spawn_request *rq, const
         child_fail(errfd, ST_SETUP, errno);
     if (chdir(rq->cwd) < 0)
         child_fail(errfd, ST_CHDIR, errno);
+    /* Last step before exec (the filter allows execve and write): contain's own filter, the same
+     * program the process backend's supervisor installs. No filter, no workload. */
+    struct sock_fprog prog = {.len = rq->filter_len, .filter = rq->filter};
+    if (prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog, 0, 0) < 0)
+        child_fail(errfd, ST_SECCOMP, errno);
     exec_search(rq, errfd);
 }
 
@@ -980,6 +1054,7 @@ out:
     }
     free(rq.argv);
     free(rq.envp);
+    free(rq.filter);
 }
 
 /* ---- files ------------------------------------------------------------------------------ */
@@ -1489,7 +1564,7 @@ static void handle_identity(char **items, long n) {
 static void handle_hello(char **items, long n) {
     static const char *const keys[] = {"version", NULL};
     const char *v = item_value(items, n, "version");
-    if (!items_only(items, n, keys) || v == NULL || strcmp(v, "1") != 0) {
+    if (!items_only(items, n, keys) || v == NULL || strcmp(v, "2") != 0) {
         reply_error(0, "unsupported protocol version; this agent speaks version=%d", PROTOCOL_VERSION);
         return;
     }
