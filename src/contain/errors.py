@@ -10,6 +10,7 @@ The tree::
     ├── SandboxStartError         a sandbox could not be set up or started
     │   └── PoolUnavailable       a warm pool could not hand out a sandbox (closed, starts failing, timeout)
     ├── SandboxLost               a running sandbox died or stopped answering
+    │   └── DeadlinePassed        the run's deadline passed while a request waited for an answer
     ├── FileTransferError         put_file / get_file / export refused or failed
     ├── GateError                 a grant key, the review store or a review request is unusable
     ├── ImageError                a container image is refused (hostile member, bad digest) or unusable
@@ -29,6 +30,7 @@ __all__ = [
     "BoundaryInvalid",
     "BrokerStateUnsafe",
     "ContainError",
+    "DeadlinePassed",
     "FileTransferError",
     "GateError",
     "ImageError",
@@ -80,7 +82,7 @@ class UnsupportedHost(ContainError):
 class BackendRefusal(UnsupportedHost):
     """Raised when a backend refuses a boundary feature it cannot carry, e.g. the microvm backend
     and write binds (``runtime.microvm.backend.plan_microvm_refusals``). ``feature`` names the
-    refusal row (``write_binds``, ``attachments``, ``network_allow``, ``memory_budget``), so a
+    refusal row (``write_binds``, ``attachments``, ``memory_budget``), so a
     caller can tell which one without parsing the cause."""
 
     def __init__(self, cause: str, fix: str = "", *, feature: str) -> None:

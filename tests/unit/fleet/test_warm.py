@@ -19,6 +19,7 @@ class _Maker:
     def __init__(self, wanted: int, *, gate: threading.Event | None = None) -> None:
         self.made: list[FakeSandbox] = []
         self.enough = threading.Event()
+        self.spare_entered = threading.Event()  # a make() beyond the first has begun
         self.wanted = wanted
         self.gate = gate
         self.lock = threading.Lock()
@@ -27,6 +28,8 @@ class _Maker:
         with self.lock:
             sandbox = FakeSandbox(f"sb{len(self.made)}")
             self.made.append(sandbox)
+            if len(self.made) > 1:
+                self.spare_entered.set()
             if len(self.made) > 1 and self.gate is not None:
                 self.gate.wait(30)
             if len(self.made) >= self.wanted:
@@ -71,6 +74,7 @@ def test_close_closes_the_spares_and_one_still_starting_and_refuses_later_takes(
     pool = PrestartedSandboxes()
     maker = _Maker(wanted=2, gate=gate)
     pool.take("m", maker, keep=1)  # the cold start passes; the spare's make() waits on the gate
+    assert maker.spare_entered.wait(30)  # close only once the spare is really starting
     closer = threading.Thread(target=pool.close)
     closer.start()
     gate.set()
