@@ -172,6 +172,9 @@ def probe_runtime(runtime: str) -> RuntimeFacts:
     version = _output([path, "--version"]).splitlines()
     platforms: tuple[str, ...] = ()
     if runtime == "runsc":
-        platforms = tuple(line.strip() for line in _output([path, "help", "platforms"]).splitlines() if line.strip())
+        # sorted: runsc lists its platforms in Go map order, which changes from run to run
+        platforms = tuple(
+            sorted({line.strip() for line in _output([path, "help", "platforms"]).splitlines() if line.strip()})
+        )
         plan_runsc_platform(platforms)  # refuse now, not halfway through a start
     return RuntimeFacts(runtime, path, version[0].strip() if version else "unknown", platforms)

@@ -113,6 +113,22 @@ def test_the_probe_reads_version_and_platforms_from_the_binary(tmp_path: Path, m
     assert facts == RuntimeFacts("runsc", binary, "runsc version 9", ("kvm", "ptrace"))
 
 
+def test_the_probe_sorts_platforms_because_runsc_lists_them_in_go_map_order(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    binary = fake_binary(
+        tmp_path / "runsc",
+        'if [ "$1" = --version ]; then echo "runsc version 9"; else printf "ptrace\\nkvm\\nptrace\\n"; fi',
+    )
+    monkeypatch.setattr(oci_runtime.shutil, "which", lambda name, **k: binary if name == "runsc" else None)
+    probe_runtime.cache_clear()
+    try:
+        facts = probe_runtime("runsc")
+    finally:
+        probe_runtime.cache_clear()
+    assert facts.platforms == ("kvm", "ptrace")
+
+
 def test_a_runtime_that_fails_its_version_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     binary = fake_binary(tmp_path / "runc", "echo broken >&2; exit 2")
     monkeypatch.setattr(oci_runtime.shutil, "which", lambda name, **k: binary)
