@@ -23,8 +23,9 @@ def test_the_vmm_is_killed_when_the_thread_that_started_it_dies(tmp_path):
     # LF-08 on microvm: QEMU, in a session of its own, outlived a SIGKILLed launcher
     if shutil.which(SETPRIV) is None:
         pytest.skip(f"{SETPRIV} is absent (util-linux)")
-    pidfile = tmp_path / "pid"
-    argv = plan_vmm_launch(["/bin/sh", "-c", f"echo $$ > {pidfile}; exec sleep 30"], cgroup_procs=[])
+    # The VMM drops to an unprivileged uid, which clears a parent-death signal set before it
+    # (prctl(2)): the launch must arm it again after the drop. The stand-in prints its pid.
+    argv = plan_vmm_launch(["/bin/sh", "-c", "echo $$; exec sleep 30"], cgroup_procs=[], run_as=(65534, 65534))
     launcher = subprocess.Popen(
         [
             "python3",
@@ -32,13 +33,11 @@ def test_the_vmm_is_killed_when_the_thread_that_started_it_dies(tmp_path):
             "import subprocess, sys; subprocess.Popen(sys.argv[1:], start_new_session=True); "
             "import time; time.sleep(30)",
             *argv,
-        ]
+        ],
+        stdout=subprocess.PIPE,
     )
-    for _ in range(200):  # bounded: up to 10 s for the child to write its pid
-        if pidfile.exists() and pidfile.read_text().strip():
-            break
-        time.sleep(0.05)
-    vmm = int(pidfile.read_text())
+    assert launcher.stdout is not None
+    vmm = int(launcher.stdout.readline())  # bounded by the stand-in's own 30 s
     launcher.kill()
     launcher.wait()
     for _ in range(100):

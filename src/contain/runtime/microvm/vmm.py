@@ -102,8 +102,10 @@ def plan_vmm_launch(
 
     ``setpriv --pdeathsig KILL`` first: QEMU runs in a session of its own, so without it a
     SIGKILLed contain left the VM running its workload (the escape battery's LF-08 on microvm);
-    the signal survives the execs of unshare, sh and setpriv (none is set-id). As with
-    bubblewrap's ``--die-with-parent``, the parent is the *thread* that started the VMM.
+    the signal survives the execs of unshare and sh (none is set-id), but the kernel clears it
+    when the credentials change, so the setpriv that drops to ``run_as`` arms it again after
+    the drop. As with bubblewrap's ``--die-with-parent``, the parent is the *thread* that started
+    the VMM.
 
     Raises:
         ValueError: ``run_as`` is root.
@@ -114,7 +116,7 @@ def plan_vmm_launch(
     groups = f"--groups={','.join(str(g) for g in extra_gids)}" if extra_gids else "--clear-groups"
     drop = [
         SETPRIV, f"--reuid={uid}", f"--regid={gid}", groups, "--inh-caps=-all", "--bounding-set=-all",
-        "--no-new-privs", "--",
+        "--no-new-privs", "--pdeathsig", "KILL", "--",
     ]  # fmt: skip
     return [
         SETPRIV, "--pdeathsig", "KILL", "--",

@@ -22,7 +22,7 @@ def test_qemu_starts_in_a_new_netns_after_joining_every_cgroup_as_an_unprivilege
         'ip link set lo up || exit 125; exec "$@"',
         "contain-vmm", "2", "/cg/mem/x/cgroup.procs", "/cg/pids/x/cgroup.procs",
         "/usr/bin/setpriv", "--reuid=1611383829", "--regid=1611383829", "--clear-groups", "--inh-caps=-all",
-        "--bounding-set=-all", "--no-new-privs", "--",
+        "--bounding-set=-all", "--no-new-privs", "--pdeathsig", "KILL", "--",
         "qemu-system-x86_64", "-m", "256",
     ]  # fmt: skip
 
