@@ -139,6 +139,7 @@ class Observations:
     kvm_boot: KvmBootVerdict | None = None
     kvm_boot_skipped: str = ""
     guest_image_error: str = ""  # why the guest could not be built (cause and fix)
+    firecracker: DetectedTool | None = None  # found only to say it is not used; None: not looked for
 
 
 @dataclass(frozen=True)
@@ -398,6 +399,7 @@ def observe_host(facts: HostFacts, *, build_supervisor: bool = False) -> Observa
         qemu_microvm=_qemu_microvm(qemu),
         guest_image=guest.description if guest.description else None,
         oci=tuple(detect_tool(name) for name, _ in OCI_RUNTIMES),
+        firecracker=DetectedTool("firecracker", shutil.which("firecracker")),
         supervisor=observe_supervisor(build=build_supervisor),
         runtimes=tuple(observe_oci_runtime(name) for name in CONTAINER_RUNTIMES),
         kvm_boot=guest.kvm_boot,

@@ -113,6 +113,7 @@ def test_healthy_host_reports_every_check_in_table_order():
         ("kvm-guest", "ok"),
         ("qemu", "warn"),
         ("guest-image", "warn"),
+        ("firecracker", "warn"),
         ("runc", "ok"),
         ("crun", "warn"),
         ("runsc", "warn"),
@@ -588,3 +589,12 @@ def test_doctor_cgroups_verdict_agrees_with_plan_layers_for_every_owner_delegati
     except UnsupportedHost:
         planned = False
     assert (verdict.status is Status.OK) == planned, verdict
+
+
+@pytest.mark.parametrize("path", [None, "/usr/local/bin/firecracker"])
+def test_firecracker_is_reported_as_not_used_whether_or_not_it_is_installed(path):
+    obs = replace(OBS, firecracker=DetectedTool("firecracker", path))
+    check = _by_name(build_report(FACTS, obs).checks)["firecracker"]
+    assert check.status is Status.WARN
+    assert "drives QEMU only" in check.detail and "runtime.backend: microvm" in check.fix
+    assert (path or "not installed") in check.detail
