@@ -61,6 +61,7 @@ from contain.runtime.microvm.snapshot_plan import (
     CachedSnapshot,
     QemuIdentity,
     parse_snapshot_file_name,
+    plan_abandoned_temporaries,
     plan_stale_snapshots,
     plan_template_words,
     snapshot_file_name,
@@ -363,14 +364,23 @@ def list_snapshots(dir_fd: int) -> list[dict[str, Any]]:
 
 
 def remove_stale_snapshots(dir_fd: int, *, keep_key: str, current_artefacts: str) -> list[str]:
-    """Step 6; returns the keys removed."""
+    """Step 6; returns the keys removed. Also removes temporaries killed builds left
+    (``plan_abandoned_temporaries``)."""
     cached = [
         CachedSnapshot(key=e["key"], artefacts=str(e.get("artefacts", "")), used_at=float(e.get("used_at", 0.0)))
         for e in list_snapshots(dir_fd)
     ]
-    stale = plan_stale_snapshots(cached, current_artefacts=current_artefacts, keep_key=keep_key, now=time.time())
+    now = time.time()
+    stale = plan_stale_snapshots(cached, current_artefacts=current_artefacts, keep_key=keep_key, now=now)
     for key in stale:
         remove_snapshot(dir_fd, key)
+    temporaries = []
+    for name in os.listdir(dir_fd):
+        with contextlib.suppress(FileNotFoundError):
+            temporaries.append((name, os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mtime))
+    for name in plan_abandoned_temporaries(temporaries, now=now):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(name, dir_fd=dir_fd)
     return stale
 
 

@@ -36,6 +36,7 @@ from contain.runtime.microvm.artefacts import content_digest
 from contain.runtime.microvm.vmm_plan import VmPlan, plan_qemu_argv
 
 __all__ = [
+    "ABANDONED_AFTER_S",
     "FORMAT",
     "MAX_CACHED_SNAPSHOTS",
     "UNUSED_AFTER_S",
@@ -43,6 +44,7 @@ __all__ = [
     "QemuIdentity",
     "artefacts_fingerprint",
     "parse_snapshot_file_name",
+    "plan_abandoned_temporaries",
     "plan_restore_words",
     "plan_stale_snapshots",
     "plan_template_words",
@@ -53,6 +55,9 @@ __all__ = [
 FORMAT = b"contain-microvm-template-v1"
 MAX_CACHED_SNAPSHOTS = 8  # ~100 MB each at 256-416 MiB guest RAM (measured); least recently used go first
 UNUSED_AFTER_S = 3600.0  # a template of another guest build unused this long is removed
+# A build writes its temporary within its boot budget plus the save (about 100 s at most); one
+# this old belongs to a build that was killed (its finally never ran) and is removed.
+ABANDONED_AFTER_S = 600.0
 _FD_PLACEHOLDER = -1  # the agent descriptor's number differs per start; the key must not
 _NAME = re.compile(r"template-([0-9a-f]{24})\.vmstate")
 
@@ -145,3 +150,12 @@ def plan_stale_snapshots(
     if excess > 0:
         stale += [c.key for c in rest[:excess]]
     return stale
+
+
+def plan_abandoned_temporaries(
+    temporaries: Sequence[tuple[str, float]], *, now: float, older_than_s: float = ABANDONED_AFTER_S
+) -> list[str]:
+    """The temporaries of killed template builds to remove (pure): ``(name, mtime)`` pairs of
+    ``.template-*`` files last written more than ``older_than_s`` ago. A live build's file is
+    younger (it writes while it saves), so it is never taken."""
+    return [name for name, mtime in temporaries if name.startswith(".template-") and mtime < now - older_than_s]

@@ -7,12 +7,14 @@ from dataclasses import replace
 import pytest
 
 from contain.runtime.microvm.snapshot_plan import (
+    ABANDONED_AFTER_S,
     MAX_CACHED_SNAPSHOTS,
     UNUSED_AFTER_S,
     CachedSnapshot,
     QemuIdentity,
     artefacts_fingerprint,
     parse_snapshot_file_name,
+    plan_abandoned_temporaries,
     plan_restore_words,
     plan_stale_snapshots,
     plan_template_words,
@@ -134,3 +136,14 @@ def test_beyond_the_cap_the_least_recently_used_go_first_whatever_their_build():
 def test_under_the_cap_nothing_recent_goes():
     cached = [_cached("a" * 24, "new", NOW - 5), _cached("b" * 24, "other", NOW - 5)]
     assert plan_stale_snapshots(cached, current_artefacts="new", keep_key="c" * 24, now=NOW) == []
+
+
+def test_only_temporaries_older_than_any_live_build_are_taken_as_abandoned():
+    now = 10_000.0
+    found = [
+        (".template-aaa.vmstate.1a2b", now - ABANDONED_AFTER_S - 1),  # a killed build's
+        (".template-bbb.vmstate.3c4d", now - 5),  # a build saving right now
+        ("template-ccc.vmstate", now - 10 * ABANDONED_AFTER_S),  # a finished snapshot: not a temporary
+        (".other", now - 10 * ABANDONED_AFTER_S),  # not ours
+    ]
+    assert plan_abandoned_temporaries(found, now=now) == [".template-aaa.vmstate.1a2b"]
