@@ -14,8 +14,10 @@ each socket found is covered inside the sandbox by an empty, mode-0000, read-onl
 layers list what was hidden.
 
 Not enforced: a socket that a host service creates in a bound tree *after* the sandbox started is
-connectable by the sandbox (if its mode lets the sandbox's uid write it). A bind of a socket
-file itself is the manifest naming that socket and is left as it is.
+connectable by the sandbox (if its mode lets the sandbox's uid write it). The same holds for a
+directory or entry that vanishes while the walk reads it (another sandbox on the same repository
+removing its placeholders at close, say): it is skipped, since it holds nothing at that moment. A
+bind of a socket file itself is the manifest naming that socket and is left as it is.
 """
 
 from __future__ import annotations
@@ -50,6 +52,13 @@ def find_unix_sockets(host_root: str, *, max_entries: int = MAX_SCAN_ENTRIES) ->
             entries = list(os.scandir(directory))
         except PermissionError:
             continue  # the sandbox's uid cannot list it either (checked on the idmapped view)
+        except (FileNotFoundError, NotADirectoryError):
+            if not relative:
+                raise SandboxStartError(
+                    f"bound directory {host_root} disappeared before it could be checked for Unix sockets",
+                    "keep the bound directory in place while the sandbox starts",
+                ) from None
+            continue  # removed (or replaced) while we walked: nothing in it to hide now
         except OSError as exc:
             raise SandboxStartError(
                 f"cannot scan bound directory {directory} for Unix sockets: {exc.strerror}",
@@ -64,7 +73,10 @@ def find_unix_sockets(host_root: str, *, max_entries: int = MAX_SCAN_ENTRIES) ->
             )
         for entry in entries:
             path = f"{relative}/{entry.name}" if relative else entry.name
-            mode = entry.stat(follow_symlinks=False).st_mode
+            try:
+                mode = entry.stat(follow_symlinks=False).st_mode
+            except FileNotFoundError:
+                continue  # vanished between the listing and the stat
             if stat.S_ISSOCK(mode):
                 found.append(path)
             elif stat.S_ISDIR(mode):

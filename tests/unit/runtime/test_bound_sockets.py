@@ -68,3 +68,20 @@ def test_a_tree_larger_than_the_bound_is_refused_not_half_checked(tmp_path):
         (tmp_path / f"f{index}").write_text("")
     with pytest.raises(SandboxStartError, match="more than 10 entries"):
         find_unix_sockets(str(tmp_path), max_entries=10)
+
+
+def test_a_subdirectory_removed_while_the_walk_runs_is_skipped_but_a_vanished_root_is_refused(tmp_path, monkeypatch):
+    import contain.runtime.bound_sockets as bound_sockets
+
+    (tmp_path / "gone").mkdir()
+    real_scandir = os.scandir
+
+    def scandir_racing_a_removal(path):  # another sandbox removes its placeholder mid-walk
+        if str(path).endswith("/gone"):
+            raise FileNotFoundError(2, "No such file or directory", str(path))
+        return real_scandir(path)
+
+    monkeypatch.setattr(bound_sockets.os, "scandir", scandir_racing_a_removal)
+    assert find_unix_sockets(str(tmp_path)) == ()
+    with pytest.raises(SandboxStartError, match="disappeared before it could be checked"):
+        find_unix_sockets(str(tmp_path / "gone"))
