@@ -60,7 +60,6 @@ from contain.runtime.attachments import Attachment
 from contain.runtime.backend import BackendPlan, CommandRequest, RunningSandbox, SandboxBackend
 from contain.runtime.backend_names import BACKEND_KINDS, BackendSpec, RuntimeFacts, parse_backend_spec
 from contain.runtime.cgroups import CgroupUsage, SandboxCgroup
-from contain.runtime.container.oci_runtime import OciRuntimeView
 from contain.runtime.disk_budget import default_scratch_paths
 from contain.runtime.host_ids import HostIdLease, lease_host_ids
 from contain.runtime.idmap import IdmapUnsupported, StagedBinds, sweep_stale_staging
@@ -85,6 +84,7 @@ from contain.runtime.write_binds import WriteBindGuard, prepare_write_binds
 if TYPE_CHECKING:
     from contain.boundary.model import Boundary
     from contain.egress import EgressSession
+    from contain.runtime.container.oci_runtime import OciRuntimeView
 
 __all__ = ["BACKENDS", "Attachment", "Sandbox"]
 
@@ -253,6 +253,9 @@ class Sandbox:
         """For outside judges: the OCI runtime of a running container sandbox (binary, state
         directory, container name, argv prefix; ``oci_runtime.OciRuntimeView``). None on other
         backends, before start and after close."""
+        # imported here: a process sandbox's start must not pay for the container package
+        from contain.runtime.container.oci_runtime import OciRuntimeView
+
         view = getattr(self._handle, "oci_runtime", None)
         return view if isinstance(view, OciRuntimeView) else None
 

@@ -295,3 +295,18 @@ def test_a_run_whose_deadline_passes_before_the_sandbox_answers_its_start_times_
         with pytest.raises(SandboxLost):
             sb.run(["/bin/true"])
     assert ("destroy",) in backend.calls
+
+
+def test_starting_the_process_path_imports_no_container_microvm_fleet_or_k8s_module():
+    """Start-up stays lean: importing the orchestrator must not pull in another backend's package
+    (the container package alone cost ~100 ms of a CLI run when sandbox.py imported it)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, contain.runtime.sandbox, contain.cli.run\n"
+        "heavy = ('contain.runtime.container', 'contain.runtime.microvm', 'contain.fleet', 'contain.k8s', 'ray')\n"
+        "print(sorted(m for m in sys.modules if m.startswith(heavy)))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"
