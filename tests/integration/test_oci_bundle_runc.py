@@ -3,8 +3,9 @@
 The bundle is written from ``plan_oci_bundle`` for a default boundary by the container backend's
 own apply step (``host_setup.write_bundle``), started with ``runc run --detach --preserve-fds 1``
 so the supervisor's control socket is fd 3, and driven with ``SupervisorChannel`` as the process
-backend does. The disk budget is mounted on the host with the backend's ``mount_disk_budget``, as
-the backend must do before ``runc create`` (bundle.py says why).
+backend does. The disk budget is mounted on the host with the backend's ``mount_disk_budget``
+(through ``host_setup.disk_budget_mounted``), as the backend must do before ``runc create``
+(bundle.py says why).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from contain.runtime.attachments import Attachment
 from contain.runtime.backend import BackendPlan
 from contain.runtime.bwrap import ETC_PASSTHROUGH, default_scratch_paths, generated_etc_files
 from contain.runtime.container.bundle import BundleInputs, BundlePlan, plan_oci_bundle
-from contain.runtime.container.host_setup import mount_disk_budget, umount, write_bundle
+from contain.runtime.container.host_setup import disk_budget_mounted, write_bundle
 from contain.runtime.etc_tree import ensure_etc_tree
 from contain.runtime.host_ids import lease_host_ids
 from contain.runtime.paths import gather_path_facts
@@ -49,17 +50,6 @@ class Bundle:
     inputs: BundleInputs
     bundle_plan: BundlePlan
     state: Path
-
-
-@contextlib.contextmanager
-def disk_budget(plan: BackendPlan, root: Path) -> Iterator[str]:
-    """The backend's own disk budget mount (``host_setup.mount_disk_budget``), detached after."""
-    root.mkdir(mode=0o755)
-    mount_disk_budget(plan.boundary, str(root), plan.host_ids)
-    try:
-        yield str(root)
-    finally:
-        umount(str(root))
 
 
 @pytest.fixture
@@ -101,7 +91,7 @@ def open_bundle(
     args = ["--control-fd", "3"]
     if plan.layers.landlock is not None:
         args += plan.layers.landlock.supervisor_args()
-    with disk_budget(plan, host_tmp / "disk") as disk_root:
+    with disk_budget_mounted(plan.boundary, host_tmp / "disk", plan.host_ids) as disk_root:
         inputs = BundleInputs(
             bundle_dir=str(bundle_dir),
             name=f"contain-test-{os.getpid()}-{ids[0]}",

@@ -34,7 +34,7 @@ from contain.host.facts import detect_host
 from contain.runtime.backend import BackendPlan
 from contain.runtime.bwrap import ETC_PASSTHROUGH, default_scratch_paths, generated_etc_files
 from contain.runtime.container.bundle import BundleInputs, plan_oci_bundle
-from contain.runtime.container.host_setup import mount_disk_budget, umount, write_bundle
+from contain.runtime.container.host_setup import disk_budget_mounted, write_bundle
 from contain.runtime.etc_tree import ensure_etc_tree
 from contain.runtime.host_ids import lease_host_ids
 from contain.runtime.kernel_differences import reported_differences, supervisor_difference_args
@@ -65,17 +65,6 @@ class RunscSandbox:
 
 
 @contextlib.contextmanager
-def _disk_budget(plan: BackendPlan, root: Path) -> Iterator[str]:
-    """The backend's own disk budget mount (``host_setup.mount_disk_budget``), detached after."""
-    root.mkdir(mode=0o755)
-    mount_disk_budget(plan.boundary, str(root), plan.host_ids)
-    try:
-        yield str(root)
-    finally:
-        umount(str(root))
-
-
-@contextlib.contextmanager
 def runsc_sandbox(host_tmp: Path, supervisor_args: tuple[str, ...]) -> Iterator[RunscSandbox]:
     """Plan and write the bundle, ``runsc run`` it with the control socket as stdin; force-delete after."""
     if not os.access(RUNSC, os.X_OK):
@@ -99,7 +88,7 @@ def runsc_sandbox(host_tmp: Path, supervisor_args: tuple[str, ...]) -> Iterator[
     bundle_dir, state, log = host_tmp / "bundle", host_tmp / "state", host_tmp / "runsc.log"
     bundle_dir.mkdir(mode=0o755)
     name = f"contain-test-{os.getpid()}-{ids.uid}"
-    with _disk_budget(plan, host_tmp / "disk") as disk_root:
+    with disk_budget_mounted(plan.boundary, host_tmp / "disk", plan.host_ids) as disk_root:
         inputs = BundleInputs(
             bundle_dir=str(bundle_dir),
             name=name,

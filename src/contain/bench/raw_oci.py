@@ -42,9 +42,14 @@ from contain.runtime.backend import BackendPlan
 from contain.runtime.backend_names import RuntimeFacts, plan_runsc_platform
 from contain.runtime.bwrap import ETC_PASSTHROUGH, default_scratch_paths, generated_etc_files
 from contain.runtime.container.bundle import BundleInputs, BundlePlan, plan_oci_bundle
-from contain.runtime.container.host_setup import pin_new_netns, pin_owned_namespaces, umount, write_bundle
+from contain.runtime.container.host_setup import (
+    disk_budget_mounted,
+    pin_new_netns,
+    pin_owned_namespaces,
+    umount,
+    write_bundle,
+)
 from contain.runtime.container.oci_runtime import GLOBAL_FLAGS, probe_runtime
-from contain.runtime.disk_budget import inode_budget, plan_disk_places
 from contain.runtime.etc_tree import ensure_etc_tree
 from contain.runtime.host_ids import lease_host_ids
 from contain.runtime.paths import gather_path_facts
@@ -130,34 +135,6 @@ def _with_command(bundle: BundlePlan, command: Sequence[str]) -> BundlePlan:
     return BundlePlan(config, bundle.rootfs, bundle.files)
 
 
-def _host_command(argv: list[str]) -> None:
-    """Run a setup command of the baseline; a failure is the host's, reported with its output."""
-    try:
-        subprocess.run(argv, check=True, capture_output=True, timeout=_TIMEOUT_S)
-    except (OSError, subprocess.SubprocessError) as exc:
-        detail = getattr(exc, "stderr", b"") or b""
-        raise UnsupportedHost(
-            f"the raw OCI baseline could not run `{' '.join(argv)}`: {exc} {detail.decode(errors='replace')[:300]}",
-            "run the bench as root on a host that allows tmpfs mounts",
-        ) from exc
-
-
-@contextlib.contextmanager
-def _disk_budget(plan: BackendPlan, root: Path) -> Iterator[str]:
-    root.mkdir(mode=0o755)
-    disk = plan.boundary.resources.disk_bytes
-    options = f"size={disk},nr_inodes={inode_budget(disk)},mode=755"
-    _host_command(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(root)])
-    try:
-        for place in plan_disk_places(plan.boundary):
-            (root / place.name).mkdir()
-            os.chown(root / place.name, *plan.host_ids)
-            (root / place.name).chmod(int(place.mode, 8))
-        yield str(root)
-    finally:
-        subprocess.run(["umount", "-l", str(root)], check=False)
-
-
 @contextlib.contextmanager
 def _pinned_namespaces(
     runtime: str, work: Path, ids: tuple[int, int], root_ids: tuple[int, int], launcher: str
@@ -213,7 +190,7 @@ def raw_oci_bundle(runtime: str, command: Sequence[str]) -> Iterator[RawBundle]:
         bundle_dir.mkdir(mode=0o755)
         root_pair = (root_ids.uid, root_ids.gid)
         with (
-            _disk_budget(plan, work / "disk") as disk_root,
+            disk_budget_mounted(plan.boundary, work / "disk", plan.host_ids) as disk_root,
             _pinned_namespaces(runtime, work, plan.host_ids, root_pair, str(supervisor)) as (userns, netns),
         ):
             inputs = BundleInputs(

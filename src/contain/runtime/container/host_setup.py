@@ -17,7 +17,9 @@ the orchestrator; bundle.py and oci_runtime.py are the plans). What they enforce
   (``unshare(CLONE_NEWNET)`` moves only the calling thread); both bring ``lo`` up and pin with
   bind mounts on files;
 - ``mount_disk_budget`` and ``mount_overlay_root`` mount the one budget tmpfs and an image's
-  overlay (its upper layer on that budget);
+  overlay (its upper layer on that budget); ``disk_budget_mounted`` is the same budget as a
+  context manager (made, yielded, detached) for callers that own no backend: the raw OCI bench
+  baseline and the bundle tests;
 - ``runsc_plan`` reads the write binds' owners (a fact, before any workload) for
   ``bundle.plan_runsc_ids``, which decides;
 - ``remove_empty_parents`` only ``rmdir``\ s, which the kernel refuses for a cgroup that has
@@ -41,7 +43,7 @@ import stat
 import struct
 import subprocess
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from contain._log import LazyLogger
@@ -60,6 +62,7 @@ __all__ = [
     "MS_NODEV",
     "MS_NOSUID",
     "NamespaceHelper",
+    "disk_budget_mounted",
     "make_private_dir",
     "mount",
     "mount_disk_budget",
@@ -527,6 +530,29 @@ def mount_disk_budget(boundary: PlainBoundary, disk_root: str, ids: tuple[int, i
         os.mkdir(path)
         os.chown(path, *ids)
         os.chmod(path, int(place.mode, 8))
+
+
+@contextlib.contextmanager
+def disk_budget_mounted(boundary: PlainBoundary, disk_root: Path, ids: tuple[int, int]) -> Iterator[str]:
+    """``mount_disk_budget`` at a new directory ``disk_root`` (mode 0755), detached on exit.
+
+    For callers that have no backend to unmount for them (the raw OCI bench baseline, the bundle
+    tests); the container backend keeps its own mounted-state flag because its close() runs apart
+    from its start. Does not remove ``disk_root``: the caller owns the directory around it.
+
+    Yields:
+        ``disk_root`` as a string, for ``BundleInputs.disk_root``.
+
+    Raises:
+        FileExistsError: ``disk_root`` already exists (it is never reused).
+        SandboxStartError: the tmpfs cannot be mounted.
+    """
+    disk_root.mkdir(mode=0o755)
+    try:
+        mount_disk_budget(boundary, str(disk_root), ids)
+        yield str(disk_root)
+    finally:
+        umount(str(disk_root))
 
 
 def tail_of(path: str, size: int) -> str:

@@ -161,3 +161,29 @@ def test_config_json_is_encoded_by_the_c_encoder_not_by_json_dumps_streaming_enc
     (tmp_path / "b").mkdir()
     write_bundle(PLAN, tmp_path / "b")
     assert json.loads((tmp_path / "b" / "config.json").read_text()) == PLAN.config
+
+
+def test_disk_budget_mounted_makes_the_root_mounts_the_budget_and_detaches_it_even_after_an_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[tuple[str, str]] = []
+
+    def fake_mount(boundary: object, disk_root: str, ids: tuple[int, int]) -> None:
+        assert os.path.isdir(disk_root)  # made before the mount, which needs a directory
+        calls.append(("mount", f"{disk_root} {ids}"))
+
+    monkeypatch.setattr(host_setup, "mount_disk_budget", fake_mount)
+    monkeypatch.setattr(host_setup, "umount", lambda target: calls.append(("umount", target)))
+    root = tmp_path / "disk"
+    budget = host_setup.disk_budget_mounted(object(), root, (1000, 1001))  # type: ignore[arg-type]
+    with pytest.raises(RuntimeError, match="workload failed"), budget as disk_root:
+        assert disk_root == str(root)
+        raise RuntimeError("workload failed")
+    assert calls == [("mount", f"{root} (1000, 1001)"), ("umount", str(root))]
+
+
+def test_disk_budget_mounted_never_reuses_an_existing_directory(tmp_path: Path) -> None:
+    (tmp_path / "disk").mkdir()
+    budget = host_setup.disk_budget_mounted(object(), tmp_path / "disk", (0, 0))  # type: ignore[arg-type]
+    with pytest.raises(FileExistsError), budget:
+        pass
