@@ -66,153 +66,58 @@ class SpecialRange:
         return f"egress.special_address.{self.name}"
 
 
-def _row(cidr: str, name: str, why: str, *, relaxable_by_hosts: bool) -> SpecialRange:
-    return SpecialRange(ipaddress.ip_network(cidr), name, why, relaxable_by_hosts)
-
+# The last column of the table: may a ``network.hosts`` override the manifest also allows relax
+# the row (``SpecialRange.relaxable_by_hosts``; contain.egress.resolve decides)?
+_RELAXABLE = True
+_FIXED = False
 
 # Order matters: the first containing row names the refusal, so the specific metadata rows come
 # before the broader ranges that contain them (169.254/16, 100.64/10, fd00::/8).
 # Sources: RFC 6890 (special-purpose registries), RFC 6598 (CGNAT), RFC 4193 (ULA), cloud
 # provider documentation for the metadata endpoints.
-SPECIAL_RANGES: tuple[SpecialRange, ...] = (
-    _row(
-        "169.254.169.254/32",
-        "metadata",
-        "cloud instance metadata (AWS, GCP, Azure, OpenStack)",
-        relaxable_by_hosts=False,
-    ),
-    _row(
-        "169.254.170.2/32",
-        "metadata",
-        "AWS ECS task metadata and credentials",
-        relaxable_by_hosts=False,
-    ),
-    _row(
-        "100.100.100.200/32",
-        "metadata",
-        "Alibaba Cloud instance metadata",
-        relaxable_by_hosts=False,
-    ),
-    _row("fd00:ec2::254/128", "metadata", "AWS instance metadata over IPv6", relaxable_by_hosts=False),
-    _row(
-        "0.0.0.0/8",
-        "unspecified",
-        "'this network'; 0.0.0.0 reaches the local host",
-        relaxable_by_hosts=False,
-    ),
-    _row(
-        "::/128",
-        "unspecified",
-        "the unspecified address reaches the local host",
-        relaxable_by_hosts=False,
-    ),
-    _row("127.0.0.0/8", "loopback", "services on this host's loopback", relaxable_by_hosts=True),
-    _row("::1/128", "loopback", "services on this host's loopback", relaxable_by_hosts=True),
-    _row(
-        "169.254.0.0/16",
-        "link_local",
-        "link-local: metadata, gateways and neighbours",
-        relaxable_by_hosts=False,
-    ),
-    _row("fe80::/10", "link_local", "link-local: gateways and neighbours", relaxable_by_hosts=False),
-    _row("10.0.0.0/8", "private", "private network (RFC 1918)", relaxable_by_hosts=True),
-    _row("172.16.0.0/12", "private", "private network (RFC 1918)", relaxable_by_hosts=True),
-    _row("192.168.0.0/16", "private", "private network (RFC 1918)", relaxable_by_hosts=True),
-    _row(
-        "fc00::/7",
-        "unique_local",
-        "unique-local IPv6, the private ranges' twin (RFC 4193)",
-        relaxable_by_hosts=True,
-    ),
-    _row(
-        "100.64.0.0/10",
-        "cgnat",
-        "carrier-grade NAT space, often the provider's internal network",
-        relaxable_by_hosts=True,
-    ),
-    _row(
-        "224.0.0.0/4",
-        "multicast",
-        "multicast reaches every listener on a segment",
-        relaxable_by_hosts=False,
-    ),
-    _row(
-        "ff00::/8",
-        "multicast",
-        "multicast reaches every listener on a segment",
-        relaxable_by_hosts=False,
-    ),
-    _row("255.255.255.255/32", "broadcast", "limited broadcast", relaxable_by_hosts=False),
-    _row("240.0.0.0/4", "reserved", "reserved for future use (RFC 1112)", relaxable_by_hosts=False),
-    _row("192.0.0.0/24", "reserved", "IETF protocol assignments (RFC 6890)", relaxable_by_hosts=False),
-    _row(
-        "198.18.0.0/15",
-        "reserved",
-        "benchmarking networks, often lab-internal (RFC 2544)",
-        relaxable_by_hosts=True,
-    ),
-    _row(
-        "192.0.2.0/24",
-        "documentation",
-        "TEST-NET-1, never a public service (RFC 5737)",
-        relaxable_by_hosts=True,
-    ),
-    _row(
-        "198.51.100.0/24",
-        "documentation",
-        "TEST-NET-2, never a public service (RFC 5737)",
-        relaxable_by_hosts=True,
-    ),
-    _row(
-        "203.0.113.0/24",
-        "documentation",
-        "TEST-NET-3, never a public service (RFC 5737)",
-        relaxable_by_hosts=True,
-    ),
-    _row(
-        "2001:db8::/32",
-        "documentation",
-        "IPv6 documentation prefix (RFC 3849)",
-        relaxable_by_hosts=True,
-    ),
-    _row(
-        "::/96",
-        "translation",
-        "IPv4-compatible IPv6 embeds an IPv4 address",
-        relaxable_by_hosts=False,
-    ),
-    _row(
-        "64:ff9b::/96",
-        "translation",
-        "NAT64 reaches the embedded IPv4 address",
-        relaxable_by_hosts=False,
-    ),
-    _row(
-        "64:ff9b:1::/48",
-        "translation",
-        "local NAT64 reaches an embedded IPv4 address",
-        relaxable_by_hosts=False,
-    ),
-    _row(
-        "2002::/16",
-        "translation",
-        "6to4 reaches the embedded IPv4 address",
-        relaxable_by_hosts=False,
-    ),
-    _row(
-        "2001::/32",
-        "translation",
-        "Teredo tunnels to an embedded IPv4 address",
-        relaxable_by_hosts=False,
-    ),
-    _row("100::/64", "reserved", "discard-only prefix (RFC 6666)", relaxable_by_hosts=False),
+_TABLE: tuple[tuple[str, str, str, bool], ...] = (
+    # (cidr, name, why, relaxable_by_hosts)
+    ("169.254.169.254/32", "metadata", "cloud instance metadata (AWS, GCP, Azure, OpenStack)", _FIXED),
+    ("169.254.170.2/32", "metadata", "AWS ECS task metadata and credentials", _FIXED),
+    ("100.100.100.200/32", "metadata", "Alibaba Cloud instance metadata", _FIXED),
+    ("fd00:ec2::254/128", "metadata", "AWS instance metadata over IPv6", _FIXED),
+    ("0.0.0.0/8", "unspecified", "'this network'; 0.0.0.0 reaches the local host", _FIXED),
+    ("::/128", "unspecified", "the unspecified address reaches the local host", _FIXED),
+    ("127.0.0.0/8", "loopback", "services on this host's loopback", _RELAXABLE),
+    ("::1/128", "loopback", "services on this host's loopback", _RELAXABLE),
+    ("169.254.0.0/16", "link_local", "link-local: metadata, gateways and neighbours", _FIXED),
+    ("fe80::/10", "link_local", "link-local: gateways and neighbours", _FIXED),
+    ("10.0.0.0/8", "private", "private network (RFC 1918)", _RELAXABLE),
+    ("172.16.0.0/12", "private", "private network (RFC 1918)", _RELAXABLE),
+    ("192.168.0.0/16", "private", "private network (RFC 1918)", _RELAXABLE),
+    ("fc00::/7", "unique_local", "unique-local IPv6, the private ranges' twin (RFC 4193)", _RELAXABLE),
+    ("100.64.0.0/10", "cgnat", "carrier-grade NAT space, often the provider's internal network", _RELAXABLE),
+    ("224.0.0.0/4", "multicast", "multicast reaches every listener on a segment", _FIXED),
+    ("ff00::/8", "multicast", "multicast reaches every listener on a segment", _FIXED),
+    ("255.255.255.255/32", "broadcast", "limited broadcast", _FIXED),
+    ("240.0.0.0/4", "reserved", "reserved for future use (RFC 1112)", _FIXED),
+    ("192.0.0.0/24", "reserved", "IETF protocol assignments (RFC 6890)", _FIXED),
+    ("198.18.0.0/15", "reserved", "benchmarking networks, often lab-internal (RFC 2544)", _RELAXABLE),
+    ("192.0.2.0/24", "documentation", "TEST-NET-1, never a public service (RFC 5737)", _RELAXABLE),
+    ("198.51.100.0/24", "documentation", "TEST-NET-2, never a public service (RFC 5737)", _RELAXABLE),
+    ("203.0.113.0/24", "documentation", "TEST-NET-3, never a public service (RFC 5737)", _RELAXABLE),
+    ("2001:db8::/32", "documentation", "IPv6 documentation prefix (RFC 3849)", _RELAXABLE),
+    ("::/96", "translation", "IPv4-compatible IPv6 embeds an IPv4 address", _FIXED),
+    ("64:ff9b::/96", "translation", "NAT64 reaches the embedded IPv4 address", _FIXED),
+    ("64:ff9b:1::/48", "translation", "local NAT64 reaches an embedded IPv4 address", _FIXED),
+    ("2002::/16", "translation", "6to4 reaches the embedded IPv4 address", _FIXED),
+    ("2001::/32", "translation", "Teredo tunnels to an embedded IPv4 address", _FIXED),
+    ("100::/64", "reserved", "discard-only prefix (RFC 6666)", _FIXED),
+)
+SPECIAL_RANGES: tuple[SpecialRange, ...] = tuple(
+    SpecialRange(ipaddress.ip_network(cidr), name, why, relaxable) for cidr, name, why, relaxable in _TABLE
 )
 
 HOST_ADDRESS_ROW = SpecialRange(
     ipaddress.ip_network("0.0.0.0/32"),
     "host_address",
     "an address of this host: services bound to it are the host's, not the internet's",
-    True,
+    _RELAXABLE,
 )
 
 
