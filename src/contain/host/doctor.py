@@ -326,11 +326,18 @@ def _check_kvm_guest(facts: HostFacts, obs: Observations) -> Check:
     return Check("kvm-guest", Status.WARN, f"the guest kernel does not boot under KVM: {boot.detail}{tiny}", tcg)
 
 
+def _unusable_tool(name: str, tool: DetectedTool, *, missing: str, fix: str) -> Check | None:
+    """WARN when ``tool`` is not installed (``missing``) or its ``--version`` failed; None when it answered."""
+    if tool.path is None:
+        return Check(name, Status.WARN, missing, fix)
+    if tool.version is None:
+        return Check(name, Status.WARN, f"{tool.path} --version failed: {tool.error}", fix)
+    return None
+
+
 def _check_qemu(facts: HostFacts, obs: Observations) -> Check:
-    if obs.qemu.path is None:
-        return Check("qemu", Status.WARN, f"{QEMU} is not installed", QEMU_FIX)
-    if obs.qemu.version is None:
-        return Check("qemu", Status.WARN, f"{obs.qemu.path} --version failed: {obs.qemu.error}", QEMU_FIX)
+    if (gap := _unusable_tool("qemu", obs.qemu, missing=f"{QEMU} is not installed", fix=QEMU_FIX)) is not None:
+        return gap
     if obs.qemu_microvm is False:
         return Check(
             "qemu",
@@ -344,10 +351,8 @@ def _check_qemu(facts: HostFacts, obs: Observations) -> Check:
 def _oci_row(runtime: str, install: str) -> CheckRow:
     def judge(facts: HostFacts, obs: Observations) -> Check:
         tool = next((p for p in obs.oci if p.name == runtime), DetectedTool(runtime, None))
-        if tool.path is None:
-            return Check(runtime, Status.WARN, "not installed", install)
-        if tool.version is None:
-            return Check(runtime, Status.WARN, f"{tool.path} --version failed: {tool.error}", install)
+        if (gap := _unusable_tool(runtime, tool, missing="not installed", fix=install)) is not None:
+            return gap
         if runtime == "crun" and cgroup_layout(facts.cgroups) == "hybrid":
             return Check(
                 runtime,

@@ -26,7 +26,15 @@ from contain.host.doctor import (
 )
 from contain.host.facts import CgroupMount, HostFacts
 from contain.host.kvm import KvmGuestResult, KvmStatus
-from contain.host.observe import CgroupTrial, DetectedSupervisor, DetectedTool, Observations, ObservedRuntime, Trial
+from contain.host.observe import (
+    OCI_RUNTIMES,
+    CgroupTrial,
+    DetectedSupervisor,
+    DetectedTool,
+    Observations,
+    ObservedRuntime,
+    Trial,
+)
 from contain.runtime.backend_names import RuntimeFacts
 from contain.runtime.cgroup_plan import CONTROLLER_ROWS
 from contain.runtime.microvm.accel import KvmBootVerdict
@@ -598,3 +606,20 @@ def test_firecracker_is_reported_as_not_used_whether_or_not_it_is_installed(path
     assert check.status is Status.WARN
     assert "drives QEMU only" in check.detail and "runtime.backend: microvm" in check.fix
     assert (path or "not installed") in check.detail
+
+
+@pytest.mark.parametrize("name", ["qemu", *(runtime for runtime, _install in OCI_RUNTIMES)])
+def test_every_tool_row_warns_with_its_install_fix_when_the_tool_is_missing_or_its_version_fails(name: str) -> None:
+    install = dict(OCI_RUNTIMES).get(name, doctor.QEMU_FIX)
+
+    def with_tool(tool: DetectedTool) -> Check:
+        obs = replace(OBS, qemu=tool, qemu_microvm=True) if name == "qemu" else replace(OBS, oci=(tool,))
+        return _by_name(doctor.run_checks(FACTS, obs))[name]
+
+    missing = with_tool(DetectedTool(name, None))
+    assert (missing.status, missing.fix) == (Status.WARN, install)
+    assert missing.detail == ("qemu-system-x86_64 is not installed" if name == "qemu" else "not installed")
+    broken = with_tool(DetectedTool(name, f"/usr/bin/{name}", None, "exit 1"))
+    assert broken == Check(name, Status.WARN, f"/usr/bin/{name} --version failed: exit 1", install)
+    working = with_tool(DetectedTool(name, f"/usr/bin/{name}", f"{name} version 1"))
+    assert f"{name} version 1" in working.detail  # past the tool gaps (crun still warns on hybrid cgroups)
