@@ -451,15 +451,18 @@ def _guest_backend(boundary: Boundary) -> bool:
     return boundary.runtime.backend in (Backend.CONTAINER, Backend.MICROVM)
 
 
+def _write_bind_hosts(boundary: Boundary) -> Iterable[tuple[KeyPath, str | None]]:
+    """Each ``files`` rule with ``access: write``: the key path of its access and its host directory."""
+    for i, rule in enumerate(boundary.files):
+        if rule.access is FileAccess.WRITE:
+            yield ("files", i, "access"), rule.host
+
+
 def _guest_writable_host_dir(boundary: Boundary, facts: CheckFacts) -> Iterable[Hit]:
     if not _guest_backend(boundary):
         return
-    for i, rule in enumerate(boundary.files):
-        if rule.access is FileAccess.WRITE:
-            yield Hit(
-                ("files", i, "access"),
-                f"host directory {rule.host} is mounted writable into the {boundary.runtime.backend.value}",
-            )
+    for key_path, host in _write_bind_hosts(boundary):
+        yield Hit(key_path, f"host directory {host} is mounted writable into the {boundary.runtime.backend.value}")
 
 
 def _fleet_retries_with_write_binds(boundary: Boundary, facts: CheckFacts) -> Iterable[Hit]:
@@ -467,12 +470,8 @@ def _fleet_retries_with_write_binds(boundary: Boundary, facts: CheckFacts) -> It
     # (retries: 2) apply to every manifest and would make this fire on any write bind.
     if "fleet" not in boundary.model_fields_set or boundary.fleet.retries == 0:
         return
-    for i, rule in enumerate(boundary.files):
-        if rule.access is FileAccess.WRITE:
-            yield Hit(
-                ("files", i, "access"),
-                f"fleet.retries is {boundary.fleet.retries} and host directory {rule.host} is bound writable",
-            )
+    for key_path, host in _write_bind_hosts(boundary):
+        yield Hit(key_path, f"fleet.retries is {boundary.fleet.retries} and host directory {host} is bound writable")
 
 
 def _guest_long_lived_secret(boundary: Boundary, facts: CheckFacts) -> Iterable[Hit]:

@@ -316,3 +316,25 @@ def test_fleet_retries_rule_is_silent_when_the_fleet_section_allows_no_retry(tmp
     manifest = copy.deepcopy(_clean(home, repo))
     manifest["fleet"] = {"retries": 0, "warm_sandboxes": 4}
     assert [f.rule_id for f in _findings(manifest, home)] == []
+
+
+@pytest.mark.parametrize(
+    ("rule_id", "section", "message"),
+    [
+        ("CHK-018", ("runtime", {"backend": "microvm"}), "host directory {repo} is mounted writable into the microvm"),
+        ("CHK-024", ("fleet", {"retries": 1}), "fleet.retries is 1 and host directory {repo} is bound writable"),
+    ],
+)
+def test_write_bind_rules_name_each_write_bound_host_directory_at_its_access_key(
+    tmp_path: Path, rule_id: str, section: tuple[str, Any], message: str
+) -> None:
+    home, repo = _world(tmp_path)
+    manifest = copy.deepcopy(_clean(home, repo))
+    manifest[section[0]] = section[1]
+    manifest["files"].append({"host": str(home), "path": "/inputs/home", "access": "read"})
+    manifest["files"].append({"host": str(tmp_path), "path": "/work/all", "access": "write"})
+    fired = [(f.key_path, f.message.split(": ", 1)[0]) for f in _findings(manifest, home) if f.rule_id == rule_id]
+    assert fired == [
+        ("files.0.access", message.format(repo=repo)),
+        ("files.3.access", message.format(repo=tmp_path)),
+    ]
