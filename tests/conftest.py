@@ -8,6 +8,8 @@ import subprocess
 
 import pytest
 
+from bwrap_args import USR_ONLY_SANDBOX
+
 
 def _bwrap_missing() -> str | None:
     """Why bubblewrap cannot build a sandbox's namespaces here, or None when it can.
@@ -19,26 +21,7 @@ def _bwrap_missing() -> str | None:
     bwrap = shutil.which("bwrap")
     if bwrap is None:
         return "bubblewrap (bwrap) is not installed"
-    trial = subprocess.run(
-        [
-            bwrap,
-            "--unshare-all",
-            "--die-with-parent",
-            "--ro-bind",
-            "/usr",
-            "/usr",
-            "--symlink",
-            "usr/lib64",
-            "/lib64",
-            "--symlink",
-            "usr/lib",
-            "/lib",
-            "/usr/bin/true",
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    trial = subprocess.run([bwrap, *USR_ONLY_SANDBOX, "/usr/bin/true"], capture_output=True, text=True, check=False)
     if trial.returncode != 0:
         return f"bwrap cannot create user/pid/net/ipc namespaces here (kernel.unprivileged_userns_clone, user.max_user_namespaces, AppArmor?): {trial.stderr.strip()[-200:]}"
     return None

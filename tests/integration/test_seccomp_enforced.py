@@ -25,23 +25,14 @@ from pathlib import Path
 
 import pytest
 
+from bwrap_args import USR_ONLY_SANDBOX
 from contain.host.facts import detect_host
 from contain.runtime.seccomp import compile_filter
 
 pytestmark = pytest.mark.needs_bwrap
 
 SANDBOX = [
-    "--unshare-all",
-    "--die-with-parent",
-    "--ro-bind",
-    "/usr",
-    "/usr",
-    "--symlink",
-    "usr/lib64",
-    "/lib64",
-    "--symlink",
-    "usr/lib",
-    "/lib",
+    *USR_ONLY_SANDBOX,
     "--symlink",
     "usr/bin",
     "/bin",
