@@ -9,32 +9,18 @@ from __future__ import annotations
 from pathlib import Path
 
 from contain.host import observe
-from contain.host.facts import CgroupMount, HostFacts
+from contain.host.facts import CgroupMount
 from contain.host.observe import CgroupTrial, try_cgroup_children
 from contain.runtime.cgroup_plan import CONTROLLER_ROWS, plan_cgroup_hierarchies
+from fake_host import facts_as_root
 
 PID = 4242
-
-
-def _facts(mounts: tuple[CgroupMount, ...], *, cgroup_root: str | None = None) -> HostFacts:
-    return HostFacts(
-        arch="x86_64",
-        is_root=True,
-        uid=0,
-        gid=0,
-        bwrap_path=None,
-        user_namespaces=True,
-        seccomp=True,
-        landlock_abi=0,
-        cgroups=mounts,
-        cgroup_root=cgroup_root,
-    )
 
 
 def test_v2_trial_runs_beside_our_own_cgroup_where_the_runtime_puts_its_parent(tmp_path: Path) -> None:
     (tmp_path / "user.slice/session.scope").mkdir(parents=True)
     mount = CgroupMount(2, str(tmp_path), ("memory", "pids", "cpu"), "/user.slice/session.scope")
-    facts = _facts((mount,))
+    facts = facts_as_root((mount,))
     trials = try_cgroup_children(facts, pid=PID)
     base = plan_cgroup_hierarchies(facts)[0].base
     assert base == str(tmp_path / "user.slice")
@@ -52,7 +38,7 @@ def test_trial_runs_under_the_delegated_root_from_facts_and_names_the_errno(tmp_
     for mount in mounts:
         Path(mount.mountpoint).mkdir()
     (tmp_path / "memory/deleg").mkdir()
-    trials = {t.controller: t for t in try_cgroup_children(_facts(mounts, cgroup_root="/deleg"), pid=PID)}
+    trials = {t.controller: t for t in try_cgroup_children(facts_as_root(mounts, cgroup_root="/deleg"), pid=PID)}
     assert trials["memory"].directory == str(tmp_path / "memory/deleg") and trials["memory"].error is None
     assert trials["pids"].directory == str(tmp_path / "pids/deleg")
     assert trials["pids"].error == "ENOENT (No such file or directory)"
@@ -66,7 +52,7 @@ def test_a_directory_shared_by_comounted_controllers_is_tried_once(tmp_path: Pat
         CgroupMount(1, str(tmp_path / "cpu,cpuacct"), ("cpu", "cpuacct"), "/"),
         *(CgroupMount(1, str(tmp_path / c), (c,), "/") for c in ("memory", "pids", "freezer")),
     )
-    try_cgroup_children(_facts(mounts), pid=PID)
+    try_cgroup_children(facts_as_root(mounts), pid=PID)
     assert sorted(tried) == sorted(
         str(tmp_path / d / f"contain-doctor-{PID}") for d in ("memory", "pids", "cpu,cpuacct", "freezer")
     )

@@ -13,6 +13,7 @@ from pathlib import Path
 from contain.host.facts import CgroupMount, HostFacts
 from contain.runtime.cgroup_sweep import sweep_stale_cgroups
 from contain.runtime.cgroups import CgroupOps
+from fake_host import facts_as_root
 
 DEAD_PID = 99_999_999  # above the largest possible pid_max (2**22), so never alive
 
@@ -27,19 +28,7 @@ def _rmdir_unless_populated(path: str) -> None:
 
 def _world(tmp_path: Path, *, cgroup_root: str | None = None) -> tuple[HostFacts, Path]:
     mounts = tuple(CgroupMount(1, str(tmp_path / c), (c,), "/") for c in ("memory", "pids"))
-    facts = HostFacts(
-        arch="x86_64",
-        is_root=True,
-        uid=0,
-        gid=0,
-        bwrap_path=None,
-        user_namespaces=True,
-        seccomp=True,
-        landlock_abi=0,
-        cgroups=mounts,
-        cgroup_root=cgroup_root,
-    )
-    return facts, tmp_path
+    return facts_as_root(mounts, cgroup_root=cgroup_root), tmp_path
 
 
 def _cgroup(path: Path, *pids: int) -> None:

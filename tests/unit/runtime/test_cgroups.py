@@ -22,6 +22,7 @@ from contain.host.facts import CgroupMount, HostFacts
 from contain.runtime import cgroups as cgroups_module
 from contain.runtime.cgroup_plan import CONTROLLER_ROWS, plan_cgroup_limits
 from contain.runtime.cgroups import CgroupOps, SandboxCgroup, parse_keyed_counters
+from fake_host import facts_as_root
 
 MiB = 1024**2
 
@@ -107,27 +108,13 @@ class FakeCgroupTree:
         return CgroupOps(mkdir=self.mkdir, rmdir=self.rmdir, kill=self.kill)
 
 
-def _facts(mounts: tuple[CgroupMount, ...]) -> HostFacts:
-    return HostFacts(
-        arch="x86_64",
-        is_root=True,
-        uid=0,
-        gid=0,
-        bwrap_path=None,
-        user_namespaces=True,
-        seccomp=True,
-        landlock_abi=0,
-        cgroups=mounts,
-    )
-
-
 def _v1_world(tmp_path: Path) -> tuple[HostFacts, FakeCgroupTree]:
     mounts = tuple(CgroupMount(1, str(tmp_path / c), (c,), "/job" if c == "memory" else "/") for c in V1_FILES)
     files = {tmp_path / c: dict(V1_FILES[c]) for c in V1_FILES}
     tree = FakeCgroupTree(tmp_path, files)
     (tmp_path / "memory" / "job").mkdir()
     FakeCgroupTree._populate(tmp_path / "memory" / "job", V1_FILES["memory"])
-    return _facts(mounts), tree
+    return facts_as_root(mounts), tree
 
 
 def _v2_world(tmp_path: Path, own: str = "/user.slice/session.scope") -> tuple[HostFacts, Path, FakeCgroupTree]:
@@ -136,7 +123,7 @@ def _v2_world(tmp_path: Path, own: str = "/user.slice/session.scope") -> tuple[H
     for part in Path(own.lstrip("/")).parts:
         mount = mount / part
         tree.mkdir(str(mount))
-    facts = _facts((CgroupMount(2, str(tmp_path / "unified"), ("memory", "pids", "cpu"), own),))
+    facts = facts_as_root((CgroupMount(2, str(tmp_path / "unified"), ("memory", "pids", "cpu"), own),))
     return facts, tmp_path / "unified", tree
 
 
