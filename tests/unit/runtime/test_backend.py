@@ -4,56 +4,23 @@ satisfies the same Protocol as the process backend."""
 from __future__ import annotations
 
 import errno
-import socket
 
 import pytest
 
-from contain.boundary import Boundary
-from contain.boundary.plain import plain_boundary
 from contain.errors import FileTransferError, SandboxLost, SandboxStartError
-from contain.host.facts import HostFacts
 from contain.runtime.backend import (
-    BackendPlan,
     CommandControl,
     CommandRequest,
     RecordingBackend,
     RunningSandbox,
     SandboxBackend,
 )
-from contain.runtime.paths import gather_path_facts
-from contain.runtime.plan import LayerPlan
 from contain.runtime.process_backend import ProcessBackend, ProcessSandbox
 from contain.runtime.supervisor_channel import Exited, SpawnFailed, Started
+from fake_host import user_backend_plan
 
 EXITED = Exited(status=3 << 8, utime_us=1, stime_us=2, maxrss_kb=3)
 REQUEST = CommandRequest(("/bin/true",), {}, "/work", ())
-
-
-def plan() -> BackendPlan:
-    boundary = plain_boundary(Boundary())
-    return BackendPlan(
-        boundary=boundary,
-        facts=HostFacts(
-            arch="x86_64", is_root=False, uid=1000, gid=1000, bwrap_path="/usr/bin/bwrap",
-            user_namespaces=True, seccomp=True, landlock_abi=0,
-        ),
-        layers=LayerPlan(seccomp=True, landlock=None, cgroups=False, egress=False, report={}),
-        host_ids=(1000, 1000),
-        paths=gather_path_facts(boundary, sandbox_host_uid=1000, sandbox_host_gid=1000, idmapped=False),
-        bind_sources={},
-        attachments=(),
-        resolv_conf="",
-        cgroup=None,
-    )
-
-
-@pytest.fixture
-def wakeup():
-    ours, theirs = socket.socketpair()
-    theirs.send(b"x")
-    yield ours.fileno()
-    ours.close()
-    theirs.close()
 
 
 def _members(protocol: type) -> set[str]:
@@ -69,12 +36,12 @@ def test_both_backends_and_both_handles_have_every_member_of_the_protocols(wakeu
     for backend in (ProcessBackend(), recording):
         assert backend_members - set(dir(backend)) == set(), type(backend).__name__
     assert handle_members - set(dir(ProcessSandbox)) == set()
-    assert handle_members - set(dir(recording.start(plan()))) == set()
+    assert handle_members - set(dir(recording.start(user_backend_plan()))) == set()
 
 
 def test_the_recording_backend_answers_spawns_from_its_script_in_order(wakeup):
     backend = RecordingBackend(wakeup_fd=wakeup, replies=[EXITED, SpawnFailed("exec", errno.ENOENT)])
-    running = backend.start(plan())
+    running = backend.start(user_backend_plan())
     assert isinstance(running.spawn(REQUEST, (0, 1, 2)), Started)
     assert running.wait_exited(0) == EXITED
     assert running.wait_exited(0) is None  # one report per command
@@ -82,18 +49,18 @@ def test_the_recording_backend_answers_spawns_from_its_script_in_order(wakeup):
     with pytest.raises(SandboxLost):
         running.spawn(REQUEST, (0, 1, 2))  # the script ran out: the fake fails loudly, never succeeds
     assert backend.calls == [("start",), ("spawn", REQUEST), ("spawn", REQUEST), ("spawn", REQUEST)]
-    assert backend.plans == [plan()]
+    assert backend.plans == [user_backend_plan()]
 
 
 def test_the_recording_backend_raises_its_scripted_start_error_after_recording_the_plan(wakeup):
     backend = RecordingBackend(wakeup_fd=wakeup, start_error=SandboxStartError("no", "yes"))
     with pytest.raises(SandboxStartError):
-        backend.start(plan())
-    assert backend.plans == [plan()]
+        backend.start(user_backend_plan())
+    assert backend.plans == [user_backend_plan()]
 
 
 def test_the_recording_handle_keeps_files_and_refuses_a_missing_or_oversized_one(wakeup):
-    running = RecordingBackend(wakeup_fd=wakeup).start(plan())
+    running = RecordingBackend(wakeup_fd=wakeup).start(user_backend_plan())
     running.put_file("/work", "a.txt", b"hello", mode=0o644, label="/work/a.txt")
     assert running.get_file("/work", "a.txt", max_bytes=5, label="/work/a.txt") == b"hello"
     with pytest.raises(FileTransferError):

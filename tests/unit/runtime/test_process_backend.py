@@ -8,18 +8,14 @@ import io
 import os
 import socket
 import subprocess
+from dataclasses import replace
 
 import pytest
 
-from contain.boundary import Boundary
-from contain.boundary.plain import plain_boundary
 from contain.errors import FileTransferError, SandboxStartError
-from contain.host.facts import HostFacts
-from contain.runtime.backend import BackendPlan
-from contain.runtime.paths import gather_path_facts
-from contain.runtime.plan import LayerPlan
 from contain.runtime.process_backend import ProcessBackend, ProcessSandbox, _read_child_pid, _wait_for_exit
 from contain.runtime.supervisor_channel import SupervisorChannel
+from fake_host import facts_as_user, user_backend_plan
 
 
 class _Exited:
@@ -63,29 +59,12 @@ def test_waiting_on_a_pidfd_sees_the_exit_or_gives_up_at_the_timeout():
 
 @pytest.mark.parametrize(("is_root", "joins"), [(True, True), (False, False)])
 def test_only_the_root_launcher_joins_the_cgroup_before_exec(is_root, joins):
-    facts = HostFacts(
-        arch="x86_64", is_root=is_root, uid=0, gid=0, bwrap_path="/usr/bin/bwrap",
-        user_namespaces=True, seccomp=True, landlock_abi=0,
-    )
+    facts = replace(facts_as_user(), is_root=is_root, uid=0, gid=0)
     assert ProcessBackend().cgroup_joined_at_exec(facts) is joins
 
 
 def test_the_handle_names_the_supervisors_namespace_and_refuses_files_once_closed():
-    boundary = plain_boundary(Boundary())
-    plan = BackendPlan(
-        boundary=boundary,
-        facts=HostFacts(
-            arch="x86_64", is_root=False, uid=1000, gid=1000, bwrap_path="/usr/bin/bwrap",
-            user_namespaces=True, seccomp=True, landlock_abi=0,
-        ),
-        layers=LayerPlan(seccomp=True, landlock=None, cgroups=False, egress=False, report={}),
-        host_ids=(1000, 1000),
-        paths=gather_path_facts(boundary, sandbox_host_uid=1000, sandbox_host_gid=1000, idmapped=False),
-        bind_sources={},
-        attachments=(),
-        resolv_conf="",
-        cgroup=None,
-    )
+    plan = user_backend_plan()
     proc = subprocess.Popen(["/bin/true"], stderr=subprocess.PIPE)
     host, peer = socket.socketpair()
     sandbox = ProcessSandbox(proc, SupervisorChannel(host), proc.pid, plan)

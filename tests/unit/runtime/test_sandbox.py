@@ -10,7 +10,6 @@ import errno
 import io
 import os
 import signal
-import socket
 import subprocess
 from types import SimpleNamespace
 
@@ -18,12 +17,12 @@ import pytest
 
 from contain.boundary import Boundary
 from contain.errors import SandboxLost, SandboxStartError, UnknownBackend, UnsupportedHost
-from contain.host.facts import HostFacts
 from contain.runtime import sandbox as sandbox_module
 from contain.runtime.backend import CommandRequest, RecordingBackend
 from contain.runtime.plan import plan_rlimits
 from contain.runtime.sandbox import Sandbox, _decode_status, _hidden_sockets_line
 from contain.runtime.supervisor_channel import Exited, SpawnFailed
+from fake_host import facts_as_user
 
 
 def test_a_wait_status_decodes_to_exit_code_or_signal():
@@ -41,22 +40,9 @@ def test_the_hidden_sockets_line_names_eight_and_counts_the_rest():
     assert _hidden_sockets_line(("/w/a.sock",)).endswith(": /w/a.sock")
 
 
-FACTS = HostFacts(
-    arch="x86_64", is_root=False, uid=1000, gid=1000, bwrap_path="/usr/bin/bwrap",
-    user_namespaces=True, seccomp=True, landlock_abi=0,
-    libseccomp_path="/usr/lib/x86_64-linux-gnu/libseccomp.so.2",
-)
+FACTS = facts_as_user()
 EXITED = Exited(status=3 << 8, utime_us=250_000, stime_us=250_000, maxrss_kb=100)
 BOUNDARY = Boundary.model_validate({"hardening": {"cgroups": "off"}, "resources": {"wall_s": 7, "cpu_s": 3, "memory_bytes": 64 * 2**20, "output_bytes": 4096}})
-
-
-@pytest.fixture
-def wakeup():
-    ours, theirs = socket.socketpair()
-    theirs.send(b"x")  # readable at once, so the wait loop never blocks on it
-    yield ours.fileno()
-    ours.close()
-    theirs.close()
 
 
 def test_a_sandbox_calls_its_backend_start_spawn_close_in_order_and_reports_the_scripted_exit(wakeup):
