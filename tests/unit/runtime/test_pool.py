@@ -4,39 +4,25 @@ tests/integration/test_sandbox_pool.py."""
 
 from __future__ import annotations
 
-import socket
 import threading
 
 import pytest
 
 from contain.boundary import Boundary
 from contain.errors import PoolUnavailable, SandboxLost, SandboxStartError, UnknownBackend
-from contain.host.facts import HostFacts
 from contain.runtime.attachments import Attachment
 from contain.runtime.backend import BackendPlan, RecordingBackend, RecordingRunning, WarmStartCapable
 from contain.runtime.pool import PoolSettings, SandboxPool
 from contain.runtime.supervisor_channel import Exited
+from fake_host import facts_as_user
 
-FACTS = HostFacts(
-    arch="x86_64", is_root=False, uid=1000, gid=1000, bwrap_path="/usr/bin/bwrap",
-    user_namespaces=True, seccomp=True, landlock_abi=0,
-    libseccomp_path="/usr/lib/x86_64-linux-gnu/libseccomp.so.2",
-)
+FACTS = facts_as_user()
 BOUNDARY = Boundary.model_validate({"hardening": {"cgroups": "off"}})
 EXITED = Exited(status=0, utime_us=1, stime_us=1, maxrss_kb=100)
 WAIT = 10.0  # the longest any test waits for the refill thread; never reached when the pool works
 
 
 # -- orchestration against the recording backend ----------------------------------------------------
-
-
-@pytest.fixture
-def wakeup():
-    ours, theirs = socket.socketpair()
-    theirs.send(b"x")
-    yield ours.fileno()
-    ours.close()
-    theirs.close()
 
 
 class ScriptedBackend(RecordingBackend):
