@@ -7,20 +7,18 @@ the server asks for a decision only about a head that parses, and records every 
 
 from __future__ import annotations
 
-import asyncio
 import re
-import socket
 
 from hypothesis import example, given
 from hypothesis import strategies as st
 
+import proxy_harness
 from contain.boundary import ToolVerdict
 from contain.egress.log import EgressEvent
 from contain.egress.policy import Destination, EgressDecision
 from contain.egress.proxy import (
     MAX_CONTENT_LENGTH,
     BadRequest,
-    ProxyServer,
     RequestHead,
     parse_absolute_target,
     parse_authority,
@@ -149,29 +147,13 @@ def test_absolute_targets_round_trip_through_render(scheme: str, authority: str,
 
 
 def serve_once(request: bytes) -> tuple[list[EgressEvent], list[Destination]]:
-    asked: list[Destination] = []
-    events: list[EgressEvent] = []
+    """The shared harness (tests/proxy_harness.py) with a decision that denies everything."""
 
-    async def decide(destination: Destination) -> EgressDecision:
-        asked.append(destination)
+    def decide(destination: Destination) -> EgressDecision:
         reason = "fuzz: everything is denied"
         return EgressDecision(ToolVerdict.DENY, "egress.not_allowed", reason, destination.host, destination.port)
 
-    async def main() -> None:
-        ours, theirs = socket.socketpair()
-        server = ProxyServer(decide, events.append, clock=lambda: 1.0)
-        reader, writer = await asyncio.open_connection(sock=ours)
-        task = asyncio.ensure_future(server.handle(reader, writer))
-        loop = asyncio.get_running_loop()
-        theirs.setblocking(False)
-        await loop.sock_sendall(theirs, request)
-        theirs.shutdown(socket.SHUT_WR)
-        await task
-        while await loop.sock_recv(theirs, 65536):
-            pass
-        theirs.close()
-
-    asyncio.run(main())
+    _response, events, asked = proxy_harness.serve_once(request, decide)
     return events, asked
 
 

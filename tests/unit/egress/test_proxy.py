@@ -1,15 +1,13 @@
-import asyncio
-import socket
 
 import pytest
 
+import proxy_harness
 from contain.boundary import ToolVerdict
 from contain.egress.log import EgressEvent
 from contain.egress.policy import Destination, EgressDecision
 from contain.egress.proxy import (
     MAX_HEAD_BYTES,
     BadRequest,
-    ProxyServer,
     RequestHead,
     check_host_header,
     parse_absolute_target,
@@ -187,31 +185,8 @@ def test_refusal_carries_the_rule_id_header_and_the_reason_body() -> None:
 
 
 def serve_once(request: bytes, decision: EgressDecision | None = None) -> tuple[bytes, list[EgressEvent], list[Destination]]:
-    asked: list[Destination] = []
-    events: list[EgressEvent] = []
-
-    async def decide(destination: Destination) -> EgressDecision:
-        asked.append(destination)
-        assert decision is not None, "decide must not be called for a malformed request"
-        return decision
-
-    async def main() -> bytes:
-        ours, theirs = socket.socketpair()
-        server = ProxyServer(decide, events.append, clock=lambda: 1.0)
-        reader, writer = await asyncio.open_connection(sock=ours)
-        task = asyncio.ensure_future(server.handle(reader, writer))
-        loop = asyncio.get_running_loop()
-        theirs.setblocking(False)
-        await loop.sock_sendall(theirs, request)
-        theirs.shutdown(socket.SHUT_WR)
-        await task
-        chunks = []
-        while chunk := await loop.sock_recv(theirs, 65536):
-            chunks.append(chunk)
-        theirs.close()
-        return b"".join(chunks)
-
-    return asyncio.run(main()), events, asked
+    """The shared harness (tests/proxy_harness.py) with one fixed ``decision`` (None: must not ask)."""
+    return proxy_harness.serve_once(request, None if decision is None else lambda _destination: decision)
 
 
 def test_denied_connect_answers_403_with_rule_and_records_the_attempt() -> None:
