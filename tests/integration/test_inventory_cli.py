@@ -82,6 +82,19 @@ def world(monkeypatch: pytest.MonkeyPatch) -> Iterator[World]:
         shutil.rmtree(base, ignore_errors=True)
 
 
+def _contain(world: World, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """The installed console script in the world's project, with the world's environment only."""
+    return subprocess.run(
+        [str(CONTAIN), *args],
+        cwd=world.project,
+        env=dict(world.environ),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
 def _run_main(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
     code = main(argv)
     captured = capsys.readouterr()
@@ -159,59 +172,25 @@ def test_check_exit_codes_and_formats(world: World, capsys: pytest.CaptureFixtur
 def test_console_script_runs_both_commands(world: World, tmp_path: Path) -> None:
     if not CONTAIN.exists():
         pytest.fail(f"{CONTAIN} is missing; install the package into the venv (pip install -e .)")
-    env = dict(world.environ)
-    result = subprocess.run(
-        [str(CONTAIN), "inventory", "--json", "--draft-manifest", str(tmp_path / "d.yaml")],
-        cwd=world.project,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    result = _contain(world, "inventory", "--json", "--draft-manifest", str(tmp_path / "d.yaml"))
     assert result.returncode == 0, result.stderr
     kinds = {i["kind"] for i in json.loads(result.stdout)["items"]}
     assert {"env-secret", "ssh-private-key", "socket:ssh-agent", "dotenv"} <= kinds
     for secret in world.planted:
         assert secret not in result.stdout + result.stderr
-    checked = subprocess.run(
-        [str(CONTAIN), "check", str(tmp_path / "d.yaml"), "--format", "sarif"],
-        cwd=world.project,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    checked = _contain(world, "check", str(tmp_path / "d.yaml"), "--format", "sarif")
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert json.loads(checked.stdout)["version"] == "2.1.0"
 
 
 @pytest.mark.needs_bwrap
 def test_contain_run_accepts_the_draft_and_keeps_the_secrets_out(world: World, tmp_path: Path) -> None:
-    env = dict(world.environ)
     draft = tmp_path / "d.yaml"
-    made = subprocess.run(
-        [str(CONTAIN), "inventory", "--draft-manifest", str(draft)],
-        cwd=world.project,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    made = _contain(world, "inventory", "--draft-manifest", str(draft))
     assert made.returncode == 0, made.stderr
     (world.project / "input.txt").write_text("visible\n")
     script = "cat /work/work/input.txt; cat /work/work/.env; env; cat ~/.ssh/id_rsa; echo done"
-    result = subprocess.run(
-        [str(CONTAIN), "run", "-m", str(draft), "--", "/bin/sh", "-c", script],
-        cwd=world.project,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    result = _contain(world, "run", "-m", str(draft), "--", "/bin/sh", "-c", script, timeout=120)
     assert result.returncode == 0, result.stderr
     assert "visible" in result.stdout and "done" in result.stdout
     for secret in world.planted:
@@ -221,12 +200,8 @@ def test_contain_run_accepts_the_draft_and_keeps_the_secrets_out(world: World, t
 def test_check_looks_up_record_actions_in_the_broker_configuration(tmp_path):
     """With --broker-config, actions are read from the broker itself: the example registers
     update_invoice with a business rule (silent), and an action it lacks is an error."""
-    import subprocess
-    import sys
-    from pathlib import Path
-
     repo = Path(__file__).resolve().parents[2]
-    contain = str(Path(sys.executable).with_name("contain"))
+    contain = str(CONTAIN)
     broker = str(repo / "examples" / "broker" / "broker.yaml")
 
     def rule_ids(manifest: str) -> tuple[int, list[str]]:
