@@ -24,6 +24,7 @@ from contain._log import LazyLogger
 from contain.host.facts import HostFacts, errno_name
 from contain.runtime.cgroup_plan import LEAF_PREFIX, plan_parent_dirs
 from contain.runtime.cgroups import CgroupOps
+from contain.runtime.pids import is_pid_alive
 
 __all__ = ["sweep_stale_cgroups"]
 
@@ -31,16 +32,6 @@ log = LazyLogger(__name__)
 _KERNEL_OPS = CgroupOps()  # frozen: the kernel's rmdir
 
 _LEAF_RE = re.compile(rf"^{re.escape(LEAF_PREFIX)}(\d+)-")  # then the owner's pid (cgroups.py names leaves)
-
-
-def _is_dead(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        return False
-    return False
 
 
 def sweep_stale_cgroups(
@@ -65,7 +56,7 @@ def sweep_stale_cgroups(
             continue
         for entry in entries:
             match = _LEAF_RE.match(entry)
-            if not match or int(match.group(1)) == os.getpid() or not _is_dead(int(match.group(1))):
+            if not match or int(match.group(1)) == os.getpid() or is_pid_alive(int(match.group(1))):
                 continue
             path = posixpath.join(parent, entry)
             try:

@@ -39,6 +39,8 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from contain.runtime.pids import is_pid_alive
+
 __all__ = [
     "IDMAP_DIR",
     "IdmapUnsupported",
@@ -232,16 +234,6 @@ def _detach_and_remove(root: Path) -> None:
         os.rmdir(root)
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def sweep_stale_staging(base: Path = IDMAP_DIR) -> list[str]:
     """Detach and remove staging directories whose creating process has exited.
 
@@ -255,7 +247,7 @@ def sweep_stale_staging(base: Path = IDMAP_DIR) -> list[str]:
         return removed
     for name in names:
         pid_text = name.split("-", 1)[0]
-        if not pid_text.isascii() or not pid_text.isdigit() or _pid_alive(int(pid_text)):
+        if not pid_text.isascii() or not pid_text.isdigit() or is_pid_alive(int(pid_text)):
             continue
         _detach_and_remove(base / name)
         if not (base / name).exists():

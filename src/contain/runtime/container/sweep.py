@@ -33,6 +33,7 @@ from contain.runtime.backend_names import CONTAINER_RUNTIMES
 from contain.runtime.cgroup_plan import plan_base_dir
 from contain.runtime.container.host_setup import CGROUP_PARENT, remove_empty_parents, run_bounded, umount
 from contain.runtime.container.oci_runtime import plan_delete_argv, probe_runtime
+from contain.runtime.pids import is_pid_alive
 
 __all__ = ["plan_stale", "sweep_stale"]
 
@@ -53,16 +54,6 @@ def plan_stale(names: Iterable[str], *, is_alive: Callable[[int], bool]) -> list
     return stale
 
 
-def _is_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def sweep_stale(root: Path, facts: HostFacts) -> list[str]:
     """Remove every stale sandbox under ``root``; returns their names (empty when another sweeps).
 
@@ -72,7 +63,7 @@ def sweep_stale(root: Path, facts: HostFacts) -> list[str]:
         names = os.listdir(root)
     except FileNotFoundError:
         return []
-    stale = plan_stale(names, is_alive=_is_alive)
+    stale = plan_stale(names, is_alive=is_pid_alive)
     if not stale:
         return []
     lock = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
