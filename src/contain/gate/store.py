@@ -424,37 +424,36 @@ class ReviewStore:
 
         The token still has to pass ``verify_grant`` (which consumes the use); this only finds it.
         """
-        try:
-            digest = argument_digest(call.arguments)
-        except ValueError:
-            return None
-        conn = self._connect()
-        try:
-            row = conn.execute(
-                "SELECT r.grant_token FROM requests r LEFT JOIN grant_uses u ON u.grant_id = r.grant_id "
-                "WHERE r.status = 'approved' AND r.principal = ? AND r.server = ? AND r.tool = ? "
-                "AND r.tool_digest = ? AND r.argument_digest = ? AND r.scope_expires_at > ? "
-                "AND (r.scope_uses IS NULL OR COALESCE(u.used, 0) < r.scope_uses) "
-                "ORDER BY r.decided_at DESC LIMIT 1",
-                (call.principal, call.server, call.tool, call.tool_digest, digest, self.now()),
-            ).fetchone()
-        finally:
-            conn.close()
+        row = self._newest_for(
+            call,
+            "SELECT r.grant_token FROM requests r LEFT JOIN grant_uses u ON u.grant_id = r.grant_id "
+            "WHERE r.status = 'approved' AND r.principal = ? AND r.server = ? AND r.tool = ? "
+            "AND r.tool_digest = ? AND r.argument_digest = ? AND r.scope_expires_at > ? "
+            "AND (r.scope_uses IS NULL OR COALESCE(u.used, 0) < r.scope_uses) "
+            "ORDER BY r.decided_at DESC LIMIT 1",
+            self.now(),
+        )
         return None if row is None else str(row["grant_token"])
 
     def latest_for(self, call: ToolCall) -> ReviewRequest | None:
         """The newest request for exactly this call (same principal, server, tool and digests), if any."""
+        row = self._newest_for(
+            call,
+            "SELECT * FROM requests WHERE principal = ? AND server = ? AND tool = ? AND tool_digest = ? "
+            "AND argument_digest = ? ORDER BY created_at DESC LIMIT 1",
+        )
+        return None if row is None else _row_to_request(row)
+
+    def _newest_for(self, call: ToolCall, sql: str, *more: object) -> sqlite3.Row | None:
+        """The first row of ``sql`` for exactly this call: its parameters are the call's principal,
+        server, tool, tool digest and argument digest, then ``more``. None when the arguments have
+        no digest (``argument_digest`` refuses them), so nothing can match them."""
         try:
             digest = argument_digest(call.arguments)
         except ValueError:
             return None
-        conn = self._connect()
-        try:
-            row = conn.execute(
-                "SELECT * FROM requests WHERE principal = ? AND server = ? AND tool = ? AND tool_digest = ? "
-                "AND argument_digest = ? ORDER BY created_at DESC LIMIT 1",
-                (call.principal, call.server, call.tool, call.tool_digest, digest),
+        with closing(self._connect()) as conn:
+            row: sqlite3.Row | None = conn.execute(
+                sql, (call.principal, call.server, call.tool, call.tool_digest, digest, *more)
             ).fetchone()
-        finally:
-            conn.close()
-        return None if row is None else _row_to_request(row)
+        return row

@@ -1,5 +1,6 @@
 """The review queue: submit, approve (grant minted), deny (reason), expire; one decision per request."""
 
+import dataclasses
 import os
 import threading
 
@@ -173,3 +174,9 @@ def test_latest_for_finds_the_newest_request_for_the_exact_call(store, clock):
     second = store.submit(_call(), REVIEW)
     assert store.latest_for(_call()).request_id == second.request_id
     assert store.latest_for(_call(path="/elsewhere")) is None
+
+
+def test_a_call_whose_arguments_have_no_digest_has_no_grant_and_no_latest_request(store):
+    undigestable = dataclasses.replace(_call(), arguments=["not", "an", "object"])  # type: ignore[arg-type]
+    assert store.grant_for(undigestable) is None
+    assert store.latest_for(undigestable) is None
