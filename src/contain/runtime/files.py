@@ -128,35 +128,42 @@ def _fail(path: str, exc: OSError, action: str) -> FileTransferError:
     return FileTransferError(f"cannot {action} {path}: {exc.strerror}", "check the path and the scratch size")
 
 
-def write_file_in(root: str, relative: str, data: bytes, *, mode: int, label: str) -> None:
-    """Create or replace ``root/relative`` with ``data``; parents are created as needed.
-
-    Raises:
-        FileTransferError: a component is a symlink, the target is not a regular file, or I/O fails.
-    """
+@contextmanager
+def _parent_in(root: str, relative: str, *, create: bool, label: str, action: str) -> Iterator[tuple[int, str]]:
+    """The directory that holds ``root/relative``, opened one ``O_NOFOLLOW`` component at a time
+    (created when ``create``), and the last component's name. An ``OSError`` from opening or from
+    the caller's block becomes a ``FileTransferError`` saying it could not ``action`` ``label``."""
     parts = relative.split("/")
     try:
         base = os.open(root, _DIR_FLAGS)
     except OSError as exc:
         raise _fail(label, exc, "open scratch for") from exc
     try:
-        with _open_dir(base, parts[:-1], create=True) as parent:
-            fd = os.open(
-                parts[-1], os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=parent
-            )
-            try:
-                if not stat.S_ISREG(os.fstat(fd).st_mode):
-                    raise FileTransferError(f"{label} is not a regular file", "choose another path")
-                os.fchmod(fd, mode)
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view) :]
-            finally:
-                os.close(fd)
+        with _open_dir(base, parts[:-1], create=create) as parent:
+            yield parent, parts[-1]
     except OSError as exc:
-        raise _fail(label, exc, "write") from exc
+        raise _fail(label, exc, action) from exc
     finally:
         os.close(base)
+
+
+def write_file_in(root: str, relative: str, data: bytes, *, mode: int, label: str) -> None:
+    """Create or replace ``root/relative`` with ``data``; parents are created as needed.
+
+    Raises:
+        FileTransferError: a component is a symlink, the target is not a regular file, or I/O fails.
+    """
+    with _parent_in(root, relative, create=True, label=label, action="write") as (parent, name):
+        fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=parent)
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise FileTransferError(f"{label} is not a regular file", "choose another path")
+            os.fchmod(fd, mode)
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+        finally:
+            os.close(fd)
 
 
 def read_file_in(root: str, relative: str, *, max_bytes: int, label: str) -> bytes:
@@ -165,37 +172,27 @@ def read_file_in(root: str, relative: str, *, max_bytes: int, label: str) -> byt
     Raises:
         FileTransferError: missing, a symlink, not a regular file, or larger than ``max_bytes``.
     """
-    parts = relative.split("/")
-    try:
-        base = os.open(root, _DIR_FLAGS)
-    except OSError as exc:
-        raise _fail(label, exc, "open scratch for") from exc
-    try:
-        with _open_dir(base, parts[:-1], create=False) as parent:
-            fd = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=parent)
-            try:
-                info = os.fstat(fd)
-                if not stat.S_ISREG(info.st_mode):
-                    raise FileTransferError(f"{label} is not a regular file", "get only regular files")
-                if info.st_size > max_bytes:
+    with _parent_in(root, relative, create=False, label=label, action="read") as (parent, name):
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=parent)
+        try:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):
+                raise FileTransferError(f"{label} is not a regular file", "get only regular files")
+            if info.st_size > max_bytes:
+                raise FileTransferError(
+                    f"{label} is {info.st_size} bytes, over the {max_bytes}-byte limit", "pass a larger max_bytes"
+                )
+            chunks, total = [], 0
+            while chunk := os.read(fd, 1 << 20):
+                total += len(chunk)
+                if total > max_bytes:
                     raise FileTransferError(
-                        f"{label} is {info.st_size} bytes, over the {max_bytes}-byte limit", "pass a larger max_bytes"
+                        f"{label} grew past {max_bytes} bytes while reading", "pass a larger max_bytes"
                     )
-                chunks, total = [], 0
-                while chunk := os.read(fd, 1 << 20):
-                    total += len(chunk)
-                    if total > max_bytes:
-                        raise FileTransferError(
-                            f"{label} grew past {max_bytes} bytes while reading", "pass a larger max_bytes"
-                        )
-                    chunks.append(chunk)
-                return b"".join(chunks)
-            finally:
-                os.close(fd)
-    except OSError as exc:
-        raise _fail(label, exc, "read") from exc
-    finally:
-        os.close(base)
+                chunks.append(chunk)
+            return b"".join(chunks)
+        finally:
+            os.close(fd)
 
 
 # Bounds of one export. Every entry costs the host at least one 4 KiB block (an ext4 directory is

@@ -1,11 +1,22 @@
-"""Exports from a scratch tree: bounded in bytes, entries and depth, iterative, reported."""
+"""Exports from a scratch tree (bounded in bytes, entries and depth, iterative, reported), and single
+files put into and read from it without following symlinks."""
 
 from __future__ import annotations
 
 import os
 
+import pytest
+
+from contain.errors import FileTransferError
 from contain.runtime.fdtree import DIR_FLAGS, remove_tree_at
-from contain.runtime.files import EXPORT_MIN_ENTRIES, HOST_BLOCK_BYTES, export_entry_limit, export_tree
+from contain.runtime.files import (
+    EXPORT_MIN_ENTRIES,
+    HOST_BLOCK_BYTES,
+    export_entry_limit,
+    export_tree,
+    read_file_in,
+    write_file_in,
+)
 
 
 def make_deep(root, depth):
@@ -101,3 +112,44 @@ def test_an_anchored_destination_is_not_redirected_by_a_symlink_planted_after_an
         destination.close()
     assert os.listdir(victim) == []
     assert (ws / "a.old" / "out" / "result.txt").read_text() == "r"
+
+
+def test_a_written_file_gets_its_parents_and_mode_and_reads_back(tmp_path):
+    write_file_in(str(tmp_path), "a/b/c.txt", b"hello", mode=0o640, label="/work/a/b/c.txt")
+    assert (tmp_path / "a" / "b" / "c.txt").stat().st_mode & 0o777 == 0o640
+    assert read_file_in(str(tmp_path), "a/b/c.txt", max_bytes=5, label="/work/a/b/c.txt") == b"hello"
+
+
+@pytest.mark.parametrize("action", ["write", "read"])
+def test_file_transfers_refuse_a_symlinked_component_a_missing_root_and_a_missing_file(tmp_path, action):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "x").write_bytes(b"host")
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    (scratch / "link").symlink_to(elsewhere)
+
+    def transfer(root, relative):
+        if action == "write":
+            write_file_in(str(root), relative, b"new", mode=0o644, label=f"/work/{relative}")
+        else:
+            read_file_in(str(root), relative, max_bytes=100, label=f"/work/{relative}")
+
+    with pytest.raises(FileTransferError) as caught:
+        transfer(scratch, "link/x")
+    assert caught.value.cause == f"cannot {action} /work/link/x: a component is a symlink or not a directory"
+    assert (elsewhere / "x").read_bytes() == b"host"
+    with pytest.raises(FileTransferError) as caught:
+        transfer(tmp_path / "gone", "y")
+    assert caught.value.cause == "cannot open scratch for /work/y: No such file or directory"
+    if action == "read":
+        with pytest.raises(FileTransferError) as caught:
+            transfer(scratch, "missing/y")
+        assert caught.value.cause == "cannot read /work/missing/y: No such file or directory"
+
+
+def test_a_read_over_the_limit_is_refused_with_the_size(tmp_path):
+    (tmp_path / "big").write_bytes(b"x" * 10)
+    with pytest.raises(FileTransferError) as caught:
+        read_file_in(str(tmp_path), "big", max_bytes=9, label="/work/big")
+    assert caught.value.cause == "/work/big is 10 bytes, over the 9-byte limit"
