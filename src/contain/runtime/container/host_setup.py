@@ -200,18 +200,17 @@ class NamespaceHelper:
                 stream.close()
 
 
-def _in_netns(path: str, work: Callable[[], None]) -> None:
-    """Run ``work`` in a throwaway thread that joined the network namespace at ``path``."""
+def _in_throwaway_thread(work: Callable[[], None], *, failing: str) -> None:
+    """Run ``work`` in a thread of its own and wait for it: ``setns``/``unshare(CLONE_NEWNET)`` move
+    only the calling thread, so the namespace change ends with that thread and never reaches ours.
+
+    Raises:
+        SandboxStartError: ``work`` raised; the cause is ``failing``, then what it raised.
+    """
     failure: list[BaseException] = []
 
     def run() -> None:
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-            try:
-                if _libc.setns(fd, _CLONE_NEWNET) != 0:
-                    raise OSError(ctypes.get_errno(), "setns(CLONE_NEWNET)")
-            finally:
-                os.close(fd)
             work()
         except BaseException as exc:
             failure.append(exc)
@@ -220,9 +219,22 @@ def _in_netns(path: str, work: Callable[[], None]) -> None:
     thread.start()
     thread.join()
     if failure:
-        raise SandboxStartError(
-            f"cannot bring lo up in the container's network namespace: {failure[0]}", "run contain as root"
-        ) from failure[0]
+        raise SandboxStartError(f"{failing}: {failure[0]}", "run contain as root") from failure[0]
+
+
+def _in_netns(path: str, work: Callable[[], None]) -> None:
+    """Run ``work`` in a throwaway thread that joined the network namespace at ``path``."""
+
+    def joined() -> None:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            if _libc.setns(fd, _CLONE_NEWNET) != 0:
+                raise OSError(ctypes.get_errno(), "setns(CLONE_NEWNET)")
+        finally:
+            os.close(fd)
+        work()
+
+    _in_throwaway_thread(joined, failing="cannot bring lo up in the container's network namespace")
 
 
 def pin_new_netns(path: str) -> None:
@@ -233,26 +245,16 @@ def pin_new_netns(path: str) -> None:
     """
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, 0o400)
     os.close(fd)
-    failure: list[BaseException] = []
 
     def work() -> None:
         # unshare(CLONE_NEWNET) moves only this thread; it exits right after, the mount keeps
         # the namespace alive.
-        try:
-            if _libc.unshare(_CLONE_NEWNET) != 0:
-                raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWNET)")
-            _bring_lo_up()
-            mount(b"/proc/thread-self/ns/net", path.encode(), b"none", _MS_BIND, None)
-        except BaseException as exc:
-            failure.append(exc)
+        if _libc.unshare(_CLONE_NEWNET) != 0:
+            raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWNET)")
+        _bring_lo_up()
+        mount(b"/proc/thread-self/ns/net", path.encode(), b"none", _MS_BIND, None)
 
-    thread = threading.Thread(target=work, name="contain-netns")
-    thread.start()
-    thread.join()
-    if failure:
-        raise SandboxStartError(
-            f"cannot make the container's network namespace: {failure[0]}", "run contain as root"
-        ) from failure[0]
+    _in_throwaway_thread(work, failing="cannot make the container's network namespace")
 
 
 def write_bundle(bundle: BundlePlan, bundle_dir: Path, *, rootfs_mounted: bool = False) -> None:

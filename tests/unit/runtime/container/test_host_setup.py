@@ -187,3 +187,21 @@ def test_disk_budget_mounted_never_reuses_an_existing_directory(tmp_path: Path) 
     budget = host_setup.disk_budget_mounted(object(), tmp_path / "disk", (0, 0))  # type: ignore[arg-type]
     with pytest.raises(FileExistsError), budget:
         pass
+
+
+def test_namespace_work_runs_in_a_thread_of_its_own_and_its_failure_is_a_start_error() -> None:
+    import threading
+
+    ran_in: list[int] = []
+    host_setup._in_throwaway_thread(lambda: ran_in.append(threading.get_ident()), failing="unused")
+    assert ran_in and ran_in[0] != threading.get_ident()
+
+    def refused() -> None:
+        raise OSError(1, "unshare(CLONE_NEWNET)")
+
+    with pytest.raises(SandboxStartError) as caught:
+        host_setup._in_throwaway_thread(refused, failing="cannot make the container's network namespace")
+    assert caught.value.cause == (
+        "cannot make the container's network namespace: [Errno 1] unshare(CLONE_NEWNET)"
+    )
+    assert caught.value.fix == "run contain as root"
