@@ -469,6 +469,23 @@ def test_a_bare_container_spec_takes_the_manifests_runtime_and_reports_the_full_
         assert sb.run(["/bin/true"]).backend == f"container:{runtime}"
 
 
+@pytest.fixture
+def runtime_verbs(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The verb (``delete``, ``kill``, ...) of every runtime process the container backend starts
+    through ``run_bounded``, in order; each still runs."""
+    from contain.runtime.container import backend as container_backend
+
+    real_run_bounded = container_backend.run_bounded
+    verbs: list[str] = []
+
+    def record_then_run(argv: list[str], timeout_s: float) -> int | None:
+        verbs.append(next(a for a in argv[1:] if not a.startswith("-")))
+        return real_run_bounded(argv, timeout_s)
+
+    monkeypatch.setattr(container_backend, "run_bounded", record_then_run)
+    return verbs
+
+
 @pytest.mark.skipif(RUNC_MISSING, reason="runc is not installed")
 def test_runc_delete_is_asked_only_once_the_supervisor_has_exited(monkeypatch: pytest.MonkeyPatch) -> None:
     """``runc delete --force`` of a running container kills it and then polls in 100 ms sleeps
@@ -504,28 +521,16 @@ def test_runc_delete_is_asked_only_once_the_supervisor_has_exited(monkeypatch: p
 
 
 @pytest.mark.skipif(RUNSC_MISSING, reason="runsc is not installed")
-def test_runsc_close_skips_delete_when_its_foreground_run_removed_the_container(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_runsc_close_skips_delete_when_its_foreground_run_removed_the_container(runtime_verbs: list[str]) -> None:
     """``runsc run`` deletes its container when the sandbox ends; a second runsc process to
     ``delete`` it again costs a runsc start per close. Judged from outside: nothing is left."""
-    from contain.runtime.container import backend as container_backend
-
-    real_run_bounded = container_backend.run_bounded
-    verbs: list[str] = []
-
-    def record_then_run(argv: list[str], timeout_s: float) -> int | None:
-        verbs.append(next(a for a in argv[1:] if not a.startswith("-")))
-        return real_run_bounded(argv, timeout_s)
-
-    monkeypatch.setattr(container_backend, "run_bounded", record_then_run)
     with Sandbox(boundary(), backend="container:runsc") as sb:
         assert sb.supervisor_pid is not None
         name = leaf_of(sb.supervisor_pid)
         state = CONTAINER_ROOT / name / "state"
         assert any(name in entry for entry in os.listdir(state))  # positive control: runsc's state is there
         assert sb.run(["/bin/true"]).exit_code == 0
-    assert verbs == []
+    assert runtime_verbs == []
     assert leftovers(name) == []
 
 
@@ -572,27 +577,17 @@ def test_runc_namespace_helper_starts_before_the_bundle_is_written_and_is_pinned
 
 
 @pytest.mark.skipif(RUNC_MISSING, reason="runc is not installed")
-def test_runc_close_removes_a_stopped_container_without_starting_runc_again(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_runc_close_removes_a_stopped_container_without_starting_runc_again(runtime_verbs: list[str]) -> None:
     """Once the supervisor is gone, close does runc delete's work (runc_state.py) and no runtime
     process starts; judged from outside: every cgroup directory of the name (in every hierarchy,
     also those ``Sandbox`` never made), the state, the processes and mounts are gone."""
-    from contain.runtime.container import backend as container_backend
-
-    real_run_bounded = container_backend.run_bounded
-    verbs: list[str] = []
-
-    def record_then_run(argv: list[str], timeout_s: float) -> int | None:
-        verbs.append(next(a for a in argv[1:] if not a.startswith("-")))
-        return real_run_bounded(argv, timeout_s)
-
-    monkeypatch.setattr(container_backend, "run_bounded", record_then_run)
     with Sandbox(boundary(), backend="container:runc") as sb:
         assert sb.supervisor_pid is not None
         name = leaf_of(sb.supervisor_pid)
         runc_dirs = glob.glob(f"/sys/fs/cgroup/*/**/{name}", recursive=True)
         assert len(runc_dirs) > 1  # positive control: runc made the leaf in several hierarchies
         assert sb.run(["/bin/true"]).exit_code == 0
-    assert verbs == []
+    assert runtime_verbs == []
     assert [d for d in runc_dirs if os.path.exists(d)] == []
     assert leftovers(name) == []
 
