@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -76,14 +77,19 @@ def test_every_flag_row_has_a_reason_and_every_runtime_gets_its_own_state_root()
         assert any(row.flag == "--root={state}" for row in GLOBAL_FLAGS if row.runtime == runtime)
 
 
+@pytest.fixture
+def fresh_probe() -> Iterator[None]:
+    """``probe_runtime`` caches per process: asked afresh in the test, and nothing kept after it."""
+    probe_runtime.cache_clear()
+    yield
+    probe_runtime.cache_clear()
+
+
+@pytest.mark.usefixtures("fresh_probe")
 def test_a_missing_runtime_is_refused_with_an_install_fix(monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setattr(oci_runtime.shutil, "which", lambda *a, **k: None)
-    probe_runtime.cache_clear()
-    try:
-        with pytest.raises(UnsupportedHost) as caught:
-            probe_runtime("runsc")
-    finally:
-        probe_runtime.cache_clear()
+    with pytest.raises(UnsupportedHost) as caught:
+        probe_runtime("runsc")
     assert "'runsc' is not installed" in caught.value.cause
     assert "apt-get install runsc" in caught.value.fix
 
@@ -99,20 +105,18 @@ def fake_binary(path: Path, body: str) -> str:
     return str(path)
 
 
+@pytest.mark.usefixtures("fresh_probe")
 def test_the_probe_reads_version_and_platforms_from_the_binary(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     binary = fake_binary(
         tmp_path / "runsc",
         'if [ "$1" = --version ]; then echo "runsc version 9"; echo "spec: 1"; else printf "kvm\\nptrace\\n"; fi',
     )
     monkeypatch.setattr(oci_runtime.shutil, "which", lambda name, **k: binary if name == "runsc" else None)
-    probe_runtime.cache_clear()
-    try:
-        facts = probe_runtime("runsc")
-    finally:
-        probe_runtime.cache_clear()
+    facts = probe_runtime("runsc")
     assert facts == RuntimeFacts("runsc", binary, "runsc version 9", ("kvm", "ptrace"))
 
 
+@pytest.mark.usefixtures("fresh_probe")
 def test_the_probe_sorts_platforms_because_runsc_lists_them_in_go_map_order(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ):
@@ -121,21 +125,14 @@ def test_the_probe_sorts_platforms_because_runsc_lists_them_in_go_map_order(
         'if [ "$1" = --version ]; then echo "runsc version 9"; else printf "ptrace\\nkvm\\nptrace\\n"; fi',
     )
     monkeypatch.setattr(oci_runtime.shutil, "which", lambda name, **k: binary if name == "runsc" else None)
-    probe_runtime.cache_clear()
-    try:
-        facts = probe_runtime("runsc")
-    finally:
-        probe_runtime.cache_clear()
+    facts = probe_runtime("runsc")
     assert facts.platforms == ("kvm", "ptrace")
 
 
+@pytest.mark.usefixtures("fresh_probe")
 def test_a_runtime_that_fails_its_version_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     binary = fake_binary(tmp_path / "runc", "echo broken >&2; exit 2")
     monkeypatch.setattr(oci_runtime.shutil, "which", lambda name, **k: binary)
-    probe_runtime.cache_clear()
-    try:
-        with pytest.raises(UnsupportedHost, match="failed with status 2: broken"):
-            probe_runtime("runc")
-    finally:
-        probe_runtime.cache_clear()
+    with pytest.raises(UnsupportedHost, match="failed with status 2: broken"):
+        probe_runtime("runc")
     assert os.path.exists(binary)
