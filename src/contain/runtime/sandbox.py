@@ -636,8 +636,7 @@ class Sandbox:
                 dropped_message = batch.dropped.violation_message()
                 if dropped_message:
                     violations.append(Violation("egress", dropped_message, "egress.log_bounded", egress_dropped))
-        setup = 0.0 if self._setup_reported else self._setup_s
-        self._setup_reported = True
+        setup = self._take_setup_s()
         return RunResult(
             exit_code=exit_code,
             signal=sig,
@@ -654,11 +653,16 @@ class Sandbox:
             egress_dropped=egress_dropped,
         )
 
+    def _take_setup_s(self) -> float:
+        """The sandbox's start-up time for the first result that reports it; 0.0 for every later one."""
+        setup = 0.0 if self._setup_reported else self._setup_s
+        self._setup_reported = True
+        return setup
+
     def _deadline_result(self, wall: float, cause: str, elapsed: float) -> RunResult:
         """A run whose deadline passed before the sandbox answered its start: timed out, as a kill at
         the wall-clock limit would report it (the sandbox is lost; ``cause`` says why)."""
-        setup = 0.0 if self._setup_reported else self._setup_s
-        self._setup_reported = True
+        setup = self._take_setup_s()
         violation = Violation(
             "timeout", f"the command ran past the {wall:g}s wall-clock limit before it started ({cause[:300]})"
         )
@@ -680,8 +684,7 @@ class Sandbox:
         reason = os.strerror(reply.errno)
         code = 127 if reply.errno == errno.ENOENT else 126
         message = f"contain: cannot run {argv[0]!r} ({reply.stage}): {reason}\n".encode()
-        setup = 0.0 if self._setup_reported else self._setup_s
-        self._setup_reported = True
+        setup = self._take_setup_s()
         return RunResult(
             exit_code=code,
             signal=None,

@@ -296,3 +296,12 @@ def test_starting_the_process_path_imports_no_container_microvm_fleet_or_k8s_mod
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"
+
+
+def test_only_the_first_result_reports_the_sandboxs_setup_time_even_when_it_is_a_spawn_failure(wakeup):
+    backend = RecordingBackend(wakeup_fd=wakeup, replies=[SpawnFailed("exec", errno.ENOENT), EXITED])
+    with Sandbox(BOUNDARY, backend=backend, facts=FACTS) as sb:
+        failed = sb.run(["nope"])
+        ran = sb.run(["/bin/true"])
+    assert failed.exit_code == 127 and failed.timings.setup_s > 0.0
+    assert ran.exit_code == 3 and ran.timings.setup_s == 0.0
