@@ -50,17 +50,7 @@ def plan_sandbox_policy(boundary: PlainBoundary, names: K8sNames) -> dict[str, A
                 "ports": [{"protocol": "TCP", "port": PROXY_PORT}],
             }
         )
-    return {
-        "apiVersion": "networking.k8s.io/v1",
-        "kind": "NetworkPolicy",
-        "metadata": {"name": names.sandbox_policy, "namespace": names.namespace, "labels": names.labels("sandbox")},
-        "spec": {
-            "podSelector": {"matchLabels": names.selector("sandbox")},
-            "policyTypes": ["Ingress", "Egress"],
-            "ingress": [],
-            "egress": egress,
-        },
-    }
+    return _network_policy(names, name=names.sandbox_policy, component="sandbox", ingress=[], egress=egress)
 
 
 def plan_excepted_ranges(boundary: PlainBoundary, *, version: int) -> list[str]:
@@ -92,22 +82,32 @@ def plan_proxy_policy(boundary: PlainBoundary, names: K8sNames) -> dict[str, Any
         {"ipBlock": {"cidr": "0.0.0.0/0", "except": plan_excepted_ranges(boundary, version=4)}},
         {"ipBlock": {"cidr": "::/0", "except": plan_excepted_ranges(boundary, version=6)}},
     ]
+    ingress = [
+        {
+            "from": [{"podSelector": {"matchLabels": names.selector("sandbox")}}],
+            "ports": [{"protocol": "TCP", "port": PROXY_PORT}],
+        }
+    ]
+    egress = [
+        {"to": [dns_peer], "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]},
+        {"to": anywhere, "ports": [{"protocol": "TCP", "port": port} for port in ports]},
+    ]
+    return _network_policy(names, name=names.proxy_policy, component="egress-proxy", ingress=ingress, egress=egress)
+
+
+def _network_policy(
+    names: K8sNames, *, name: str, component: str, ingress: list[dict[str, Any]], egress: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """A NetworkPolicy for the Pods of one ``component``, both directions governed (``policyTypes``
+    lists Ingress and Egress, so an empty list denies that direction)."""
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
-        "metadata": {"name": names.proxy_policy, "namespace": names.namespace, "labels": names.labels("egress-proxy")},
+        "metadata": {"name": name, "namespace": names.namespace, "labels": names.labels(component)},
         "spec": {
-            "podSelector": {"matchLabels": names.selector("egress-proxy")},
+            "podSelector": {"matchLabels": names.selector(component)},
             "policyTypes": ["Ingress", "Egress"],
-            "ingress": [
-                {
-                    "from": [{"podSelector": {"matchLabels": names.selector("sandbox")}}],
-                    "ports": [{"protocol": "TCP", "port": PROXY_PORT}],
-                }
-            ],
-            "egress": [
-                {"to": [dns_peer], "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]},
-                {"to": anywhere, "ports": [{"protocol": "TCP", "port": port} for port in ports]},
-            ],
+            "ingress": ingress,
+            "egress": egress,
         },
     }
