@@ -39,13 +39,8 @@ from contain.egress.resolve import Resolver
 Connector = Callable[[int], socket.socket]
 
 
-def start_echo() -> int:
-    server = socket.create_server(("127.0.0.1", 0), backlog=512)
-
-    def serve(conn: socket.socket) -> None:
-        with conn:
-            while data := conn.recv(65536):
-                conn.sendall(data)
+def _serve_each_connection(server: socket.socket, serve: Callable[[socket.socket], None]) -> int:
+    """Accept on ``server`` forever in a daemon thread, ``serve`` each connection in its own; the port."""
 
     def accept() -> None:
         while True:
@@ -54,6 +49,17 @@ def start_echo() -> int:
 
     threading.Thread(target=accept, daemon=True).start()
     return int(server.getsockname()[1])
+
+
+def start_echo() -> int:
+    server = socket.create_server(("127.0.0.1", 0), backlog=512)
+
+    def serve(conn: socket.socket) -> None:
+        with conn:
+            while data := conn.recv(65536):
+                conn.sendall(data)
+
+    return _serve_each_connection(server, serve)
 
 
 def start_source(total: int) -> int:
@@ -69,13 +75,7 @@ def start_source(total: int) -> int:
                 n = conn.send(block[: min(left, len(block))])
                 left -= n
 
-    def accept() -> None:
-        while True:
-            conn, _ = server.accept()
-            threading.Thread(target=serve, args=(conn,), daemon=True).start()
-
-    threading.Thread(target=accept, daemon=True).start()
-    return int(server.getsockname()[1])
+    return _serve_each_connection(server, serve)
 
 
 def start_contain_proxy(ports: list[int]) -> int:
