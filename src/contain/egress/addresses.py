@@ -66,7 +66,7 @@ class SpecialRange:
         return f"egress.special_address.{self.name}"
 
 
-# The last column of the table: may a ``network.hosts`` override the manifest also allows relax
+# The third column of the table: may a ``network.hosts`` override the manifest also allows relax
 # the row (``SpecialRange.relaxable_by_hosts``; contain.egress.resolve decides)?
 _RELAXABLE = True
 _FIXED = False
@@ -75,42 +75,42 @@ _FIXED = False
 # before the broader ranges that contain them (169.254/16, 100.64/10, fd00::/8).
 # Sources: RFC 6890 (special-purpose registries), RFC 6598 (CGNAT), RFC 4193 (ULA), cloud
 # provider documentation for the metadata endpoints.
-_TABLE: tuple[tuple[str, str, str, bool], ...] = (
-    # (cidr, name, why, relaxable_by_hosts)
-    ("169.254.169.254/32", "metadata", "cloud instance metadata (AWS, GCP, Azure, OpenStack)", _FIXED),
-    ("169.254.170.2/32", "metadata", "AWS ECS task metadata and credentials", _FIXED),
-    ("100.100.100.200/32", "metadata", "Alibaba Cloud instance metadata", _FIXED),
-    ("fd00:ec2::254/128", "metadata", "AWS instance metadata over IPv6", _FIXED),
-    ("0.0.0.0/8", "unspecified", "'this network'; 0.0.0.0 reaches the local host", _FIXED),
-    ("::/128", "unspecified", "the unspecified address reaches the local host", _FIXED),
-    ("127.0.0.0/8", "loopback", "services on this host's loopback", _RELAXABLE),
-    ("::1/128", "loopback", "services on this host's loopback", _RELAXABLE),
-    ("169.254.0.0/16", "link_local", "link-local: metadata, gateways and neighbours", _FIXED),
-    ("fe80::/10", "link_local", "link-local: gateways and neighbours", _FIXED),
-    ("10.0.0.0/8", "private", "private network (RFC 1918)", _RELAXABLE),
-    ("172.16.0.0/12", "private", "private network (RFC 1918)", _RELAXABLE),
-    ("192.168.0.0/16", "private", "private network (RFC 1918)", _RELAXABLE),
-    ("fc00::/7", "unique_local", "unique-local IPv6, the private ranges' twin (RFC 4193)", _RELAXABLE),
-    ("100.64.0.0/10", "cgnat", "carrier-grade NAT space, often the provider's internal network", _RELAXABLE),
-    ("224.0.0.0/4", "multicast", "multicast reaches every listener on a segment", _FIXED),
-    ("ff00::/8", "multicast", "multicast reaches every listener on a segment", _FIXED),
-    ("255.255.255.255/32", "broadcast", "limited broadcast", _FIXED),
-    ("240.0.0.0/4", "reserved", "reserved for future use (RFC 1112)", _FIXED),
-    ("192.0.0.0/24", "reserved", "IETF protocol assignments (RFC 6890)", _FIXED),
-    ("198.18.0.0/15", "reserved", "benchmarking networks, often lab-internal (RFC 2544)", _RELAXABLE),
-    ("192.0.2.0/24", "documentation", "TEST-NET-1, never a public service (RFC 5737)", _RELAXABLE),
-    ("198.51.100.0/24", "documentation", "TEST-NET-2, never a public service (RFC 5737)", _RELAXABLE),
-    ("203.0.113.0/24", "documentation", "TEST-NET-3, never a public service (RFC 5737)", _RELAXABLE),
-    ("2001:db8::/32", "documentation", "IPv6 documentation prefix (RFC 3849)", _RELAXABLE),
-    ("::/96", "translation", "IPv4-compatible IPv6 embeds an IPv4 address", _FIXED),
-    ("64:ff9b::/96", "translation", "NAT64 reaches the embedded IPv4 address", _FIXED),
-    ("64:ff9b:1::/48", "translation", "local NAT64 reaches an embedded IPv4 address", _FIXED),
-    ("2002::/16", "translation", "6to4 reaches the embedded IPv4 address", _FIXED),
-    ("2001::/32", "translation", "Teredo tunnels to an embedded IPv4 address", _FIXED),
-    ("100::/64", "reserved", "discard-only prefix (RFC 6666)", _FIXED),
+_TABLE: tuple[tuple[str, str, bool, str], ...] = (
+    # (cidr, name, relaxable_by_hosts, why)
+    ("169.254.169.254/32", "metadata", _FIXED, "cloud instance metadata (AWS, GCP, Azure, OpenStack)"),
+    ("169.254.170.2/32", "metadata", _FIXED, "AWS ECS task metadata and credentials"),
+    ("100.100.100.200/32", "metadata", _FIXED, "Alibaba Cloud instance metadata"),
+    ("fd00:ec2::254/128", "metadata", _FIXED, "AWS instance metadata over IPv6"),
+    ("0.0.0.0/8", "unspecified", _FIXED, "'this network'; 0.0.0.0 reaches the local host"),
+    ("::/128", "unspecified", _FIXED, "the unspecified address reaches the local host"),
+    ("127.0.0.0/8", "loopback", _RELAXABLE, "services on this host's loopback"),
+    ("::1/128", "loopback", _RELAXABLE, "services on this host's loopback"),
+    ("169.254.0.0/16", "link_local", _FIXED, "link-local: metadata, gateways and neighbours"),
+    ("fe80::/10", "link_local", _FIXED, "link-local: gateways and neighbours"),
+    ("10.0.0.0/8", "private", _RELAXABLE, "private network (RFC 1918)"),
+    ("172.16.0.0/12", "private", _RELAXABLE, "private network (RFC 1918)"),
+    ("192.168.0.0/16", "private", _RELAXABLE, "private network (RFC 1918)"),
+    ("fc00::/7", "unique_local", _RELAXABLE, "unique-local IPv6, the private ranges' twin (RFC 4193)"),
+    ("100.64.0.0/10", "cgnat", _RELAXABLE, "carrier-grade NAT space, often the provider's internal network"),
+    ("224.0.0.0/4", "multicast", _FIXED, "multicast reaches every listener on a segment"),
+    ("ff00::/8", "multicast", _FIXED, "multicast reaches every listener on a segment"),
+    ("255.255.255.255/32", "broadcast", _FIXED, "limited broadcast"),
+    ("240.0.0.0/4", "reserved", _FIXED, "reserved for future use (RFC 1112)"),
+    ("192.0.0.0/24", "reserved", _FIXED, "IETF protocol assignments (RFC 6890)"),
+    ("198.18.0.0/15", "reserved", _RELAXABLE, "benchmarking networks, often lab-internal (RFC 2544)"),
+    ("192.0.2.0/24", "documentation", _RELAXABLE, "TEST-NET-1, never a public service (RFC 5737)"),
+    ("198.51.100.0/24", "documentation", _RELAXABLE, "TEST-NET-2, never a public service (RFC 5737)"),
+    ("203.0.113.0/24", "documentation", _RELAXABLE, "TEST-NET-3, never a public service (RFC 5737)"),
+    ("2001:db8::/32", "documentation", _RELAXABLE, "IPv6 documentation prefix (RFC 3849)"),
+    ("::/96", "translation", _FIXED, "IPv4-compatible IPv6 embeds an IPv4 address"),
+    ("64:ff9b::/96", "translation", _FIXED, "NAT64 reaches the embedded IPv4 address"),
+    ("64:ff9b:1::/48", "translation", _FIXED, "local NAT64 reaches an embedded IPv4 address"),
+    ("2002::/16", "translation", _FIXED, "6to4 reaches the embedded IPv4 address"),
+    ("2001::/32", "translation", _FIXED, "Teredo tunnels to an embedded IPv4 address"),
+    ("100::/64", "reserved", _FIXED, "discard-only prefix (RFC 6666)"),
 )
 SPECIAL_RANGES: tuple[SpecialRange, ...] = tuple(
-    SpecialRange(ipaddress.ip_network(cidr), name, why, relaxable) for cidr, name, why, relaxable in _TABLE
+    SpecialRange(ipaddress.ip_network(cidr), name, why, relaxable) for cidr, name, relaxable, why in _TABLE
 )
 
 HOST_ADDRESS_ROW = SpecialRange(
