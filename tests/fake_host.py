@@ -2,10 +2,13 @@
 
 One definition each, so a field added to ``HostFacts`` or ``BackendPlan`` is filled in one place.
 Tests that care about a fact still say so at the call (``facts_as_root(mounts, cgroup_root=...)``,
-``dataclasses.replace(facts_as_user(), ...)``).
+``facts_as_user(is_root=True)``).
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
 
 from contain.boundary import Boundary
 from contain.boundary.plain import plain_boundary
@@ -17,35 +20,30 @@ from contain.runtime.plan import LayerPlan
 LIBSECCOMP = "/usr/lib/x86_64-linux-gnu/libseccomp.so.2"
 
 
-def facts_as_root(cgroups: tuple[CgroupMount, ...] = (), *, cgroup_root: str | None = None) -> HostFacts:
-    """Root on x86_64 with user namespaces and seccomp, no bwrap, no Landlock, and ``cgroups`` mounted."""
-    return HostFacts(
-        arch="x86_64",
-        is_root=True,
-        uid=0,
-        gid=0,
-        bwrap_path=None,
-        user_namespaces=True,
-        seccomp=True,
-        landlock_abi=0,
-        cgroups=cgroups,
-        cgroup_root=cgroup_root,
-    )
+# The one literal: root on x86_64 with user namespaces and seccomp, and nothing else.
+_ROOT = HostFacts(
+    arch="x86_64",
+    is_root=True,
+    uid=0,
+    gid=0,
+    bwrap_path=None,
+    user_namespaces=True,
+    seccomp=True,
+    landlock_abi=0,
+)
 
 
-def facts_as_user() -> HostFacts:
-    """uid 1000 on x86_64 with bwrap, user namespaces, seccomp and libseccomp; no Landlock, no cgroups."""
-    return HostFacts(
-        arch="x86_64",
-        is_root=False,
-        uid=1000,
-        gid=1000,
-        bwrap_path="/usr/bin/bwrap",
-        user_namespaces=True,
-        seccomp=True,
-        landlock_abi=0,
-        libseccomp_path=LIBSECCOMP,
-    )
+def facts_as_root(cgroups: tuple[CgroupMount, ...] = (), **changes: Any) -> HostFacts:
+    """Root on x86_64 with user namespaces and seccomp, ``cgroups`` mounted, no bwrap or Landlock
+    unless ``changes`` say so (``bwrap_path=...``, ``landlock_abi=7``, ``cgroup_root=...``)."""
+    return replace(_ROOT, cgroups=cgroups, **changes)
+
+
+def facts_as_user(**changes: Any) -> HostFacts:
+    """uid 1000 on x86_64 with bwrap, user namespaces, seccomp and libseccomp; no Landlock and no
+    cgroups unless ``changes`` say so."""
+    fields: dict[str, Any] = {"is_root": False, "uid": 1000, "gid": 1000, "bwrap_path": "/usr/bin/bwrap"}
+    return replace(_ROOT, **{**fields, "libseccomp_path": LIBSECCOMP, **changes})
 
 
 def user_backend_plan() -> BackendPlan:

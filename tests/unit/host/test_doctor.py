@@ -39,22 +39,14 @@ from contain.runtime.backend_names import RuntimeFacts
 from contain.runtime.cgroup_plan import CONTROLLER_ROWS
 from contain.runtime.microvm.accel import KvmBootVerdict
 from contain.runtime.plan import plan_layers
+from fake_host import LIBSECCOMP, facts_as_root
 
 MEMORY = CgroupMount(1, "/sys/fs/cgroup/memory", ("memory",), "/job")
 V1 = tuple(CgroupMount(1, f"/sys/fs/cgroup/{c}", (c,), "/") for c in ("pids", "cpu", "cpuacct", "freezer"))
 UNIFIED = CgroupMount(2, "/sys/fs/cgroup/unified", (), "/")
 
-FACTS = HostFacts(
-    arch="x86_64",
-    is_root=True,
-    uid=0,
-    gid=0,
-    bwrap_path="/usr/bin/bwrap",
-    user_namespaces=True,
-    seccomp=True,
-    landlock_abi=7,
-    cgroups=(MEMORY, *V1, UNIFIED),
-    libseccomp_path="/usr/lib/x86_64-linux-gnu/libseccomp.so.2",
+FACTS = facts_as_root(
+    (MEMORY, *V1, UNIFIED), bwrap_path="/usr/bin/bwrap", landlock_abi=7, libseccomp_path=LIBSECCOMP
 )
 
 

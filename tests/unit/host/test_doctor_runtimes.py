@@ -10,25 +10,15 @@ from contain.boundary import Boundary
 from contain.boundary.plain import plain_boundary
 from contain.errors import UnsupportedHost
 from contain.host.doctor_runtimes import RuntimeVerdict, judge_runtime, required_flags
-from contain.host.facts import CgroupMount, HostFacts
+from contain.host.facts import CgroupMount
 from contain.host.observe import ObservedRuntime, parse_flag_names
 from contain.runtime.backend_names import CONTAINER_RUNTIMES, RUNSC_PLATFORMS, RuntimeFacts
 from contain.runtime.container.oci_runtime import GLOBAL_FLAGS
 from contain.runtime.plan import plan_layers
+from fake_host import LIBSECCOMP, facts_as_root
 
 V1 = tuple(CgroupMount(1, f"/sys/fs/cgroup/{c}", (c,), "/") for c in ("memory", "pids", "cpu", "cpuacct", "freezer"))
-FACTS = HostFacts(
-    arch="x86_64",
-    is_root=True,
-    uid=0,
-    gid=0,
-    bwrap_path="/usr/bin/bwrap",
-    user_namespaces=True,
-    seccomp=True,
-    landlock_abi=7,
-    cgroups=V1,
-    libseccomp_path="/usr/lib/x86_64-linux-gnu/libseccomp.so.2",
-)
+FACTS = facts_as_root(V1, bwrap_path="/usr/bin/bwrap", landlock_abi=7, libseccomp_path=LIBSECCOMP)
 RUNC = RuntimeFacts("runc", "/usr/sbin/runc", "runc version 1.1.5+ds1")
 RUNSC = RuntimeFacts("runsc", "/usr/bin/runsc", "runsc version 0.0~20221219.0", ("kvm", "ptrace"))
 

@@ -16,6 +16,7 @@ from contain.runtime.cgroup_plan import (
     plan_cgroup_limits,
     plan_parent_dirs,
 )
+from fake_host import facts_as_root, facts_as_user
 
 MiB = 1024**2
 RES = Resources(memory_bytes=64 * MiB, pids_max=16, cpu_cores=0.5)
@@ -23,18 +24,9 @@ V2 = CgroupMount(2, "/cg", ("cpu", "memory", "pids"), "/a/b.scope")
 
 
 def _facts(mounts: tuple[CgroupMount, ...], *, is_root: bool = True, cgroup_root: str | None = None) -> HostFacts:
-    return HostFacts(
-        arch="x86_64",
-        is_root=is_root,
-        uid=0 if is_root else 1000,
-        gid=0 if is_root else 1000,
-        bwrap_path=None,
-        user_namespaces=True,
-        seccomp=True,
-        landlock_abi=0,
-        cgroups=mounts,
-        cgroup_root=cgroup_root,
-    )
+    if is_root:
+        return facts_as_root(mounts, cgroup_root=cgroup_root)
+    return facts_as_user(cgroups=mounts, cgroup_root=cgroup_root)
 
 
 # ------------------------------------------------------------------------------------------- plans

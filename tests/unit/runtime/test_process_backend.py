@@ -8,7 +8,6 @@ import io
 import os
 import socket
 import subprocess
-from dataclasses import replace
 
 import pytest
 
@@ -59,7 +58,7 @@ def test_waiting_on_a_pidfd_sees_the_exit_or_gives_up_at_the_timeout():
 
 @pytest.mark.parametrize(("is_root", "joins"), [(True, True), (False, False)])
 def test_only_the_root_launcher_joins_the_cgroup_before_exec(is_root, joins):
-    facts = replace(facts_as_user(), is_root=is_root, uid=0, gid=0)
+    facts = facts_as_user(is_root=is_root, uid=0, gid=0)
     assert ProcessBackend().cgroup_joined_at_exec(facts) is joins
 
 
