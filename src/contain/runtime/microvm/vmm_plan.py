@@ -212,7 +212,8 @@ def plan_kernel_cmdline(
     """The guest kernel's command line: ``BASE_CMDLINE`` and the ``contain.*`` words /init reads.
 
     Raises:
-        UnsupportedHost: a path the guest shell could misread, or a line past 2048 bytes.
+        UnsupportedHost: a path the guest shell could misread, a word of ``REFUSED_KERNEL_WORDS``,
+            or a line past 2048 bytes.
     """
     for path in (*scratch_paths, *read_paths):
         if not _SAFE_PATH.fullmatch(path) or "/../" in f"{path}/" or "//" in path:
