@@ -37,7 +37,7 @@ the console a pipe, images are cached read-only artefacts.
 
 A pool's sandboxes start through ``open_warm_start()`` instead: one template VM booted and saved
 once, each sandbox a QEMU restored from that file, then RESEED and IDENTITY as in 8
-(warm_start.py, snapshot.py; docs/runtime.md "microVM snapshots").
+(warm_start.py, snapshot.py; docs/microvm.md "Snapshots and the warm pool", "What a snapshot shares").
 
 What this backend does not do: write binds (see 1), Firecracker, or carry a direct connection to
 a DNS placeholder address (only proxy-aware clients reach allowed hosts from the guest; a direct

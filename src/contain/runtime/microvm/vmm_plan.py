@@ -21,9 +21,12 @@
   fork/exec and privilege changes denied too unless the network needs its per-connection
   connector).
 
-``plan_kernel_cmdline`` builds the guest's settings (``contain.*=`` words /init reads) and refuses
-what the guest's shell could misread: only absolute paths of ``[A-Za-z0-9._/+@-]`` and no
-``:`` (the list separator), and at most 2048 bytes in all (x86's COMMAND_LINE_SIZE).
+``plan_kernel_cmdline`` starts from ``KERNEL_WORDS`` (one row per word, with its reason), adds the
+guest's settings (``contain.*=`` words /init reads) and refuses what the guest's shell could
+misread: only absolute paths of ``[A-Za-z0-9._/+@-]`` and no ``:`` (the list separator), and at
+most 2048 bytes in all (x86's COMMAND_LINE_SIZE). It also refuses any word of
+``REFUSED_KERNEL_WORDS``: boot time is never bought by turning guest hardening off (KASLR,
+speculation mitigations, SMAP/SMEP, page zeroing and the like stay as Debian's kernel sets them).
 
 What the plan does not do: check that files exist (the apply step opens them), or decide the
 accelerator (a fact it is given).
@@ -39,9 +42,13 @@ from enum import StrEnum
 from contain.errors import UnsupportedHost
 
 __all__ = [
+    "BASE_CMDLINE",
+    "KERNEL_WORDS",
+    "REFUSED_KERNEL_WORDS",
     "Accel",
     "GuestForward",
     "GuestMode",
+    "KernelWord",
     "NetworkPlan",
     "VmPlan",
     "plan_clock_words",
@@ -59,10 +66,47 @@ MAX_VCPUS = 16
 # keeps the VMM's own memory bounded, at the price of retranslating a little more.
 TCG_TB_MIB = 64
 _SAFE_PATH = re.compile(r"/[A-Za-z0-9._/+@-]*")
-# quiet: under TCG every console byte costs a trap; warnings and errors still reach the log.
-# panic=-1 + -no-reboot: a guest that panics ends at once. random.trust_cpu=on: seed the RNG from
-# RDRAND (TCG's max CPU has it) besides virtio-rng. The clock words come from plan_clock_words.
-BASE_CMDLINE = ("console=ttyS0", "quiet", "panic=-1", "reboot=t", "random.trust_cpu=on")
+
+
+@dataclass(frozen=True)
+class KernelWord:
+    """One word every guest kernel command line starts with, and why it is there."""
+
+    word: str
+    why: str
+
+
+# The clock words come from plan_clock_words. Each boot-time word was measured (docs/microvm.md
+# "Where a cold boot's time goes" lists the ones measured and left out as not worth it).
+KERNEL_WORDS: tuple[KernelWord, ...] = (
+    KernelWord("console=ttyS0", "the serial console is the host's only view of a failed boot"),
+    KernelWord("quiet", "under TCG every console byte costs a trap; warnings and errors still reach the log"),
+    KernelWord("panic=-1", "a guest that panics ends at once (with -no-reboot: the VM ends)"),
+    KernelWord("reboot=t", "a guest reboot goes through the triple fault QEMU's -no-reboot turns into an exit"),
+    KernelWord("random.trust_cpu=on", "seed the RNG from RDRAND (TCG's max CPU has it) besides virtio-rng"),
+    KernelWord(
+        "cryptomgr.notests",
+        "skip the crypto self-tests (known-answer tests of each algorithm as it registers): ~0.3 s of "
+        "emulated CPU under TCG, about a tenth of the boot. They catch a miscompiled implementation, not an "
+        "attacker; the guest runs no FIPS mode that would require them, and every algorithm stays available",
+    ),
+)
+BASE_CMDLINE = tuple(row.word for row in KERNEL_WORDS)
+# Words that would make the boot faster and are never used, because they turn guest hardening off
+# (the kernel word, what it would cost). tests/unit/runtime/microvm/test_vmm_plan.py checks that no
+# planned command line carries one.
+REFUSED_KERNEL_WORDS: tuple[KernelWord, ...] = (
+    KernelWord("nokaslr", "the kernel text and memory regions at fixed, known addresses"),
+    KernelWord("mitigations=off", "every CPU speculation mitigation"),
+    KernelWord("pti=off", "kernel page-table isolation (Meltdown)"),
+    KernelWord("spectre_v2=off", "indirect-branch speculation mitigations (retpolines stay, IBRS/STIBP go)"),
+    KernelWord("nosmap", "the kernel reading user memory by accident stops faulting"),
+    KernelWord("nosmep", "the kernel executing user memory stops faulting"),
+    KernelWord("init_on_alloc=0", "zeroing of allocated pages (Debian's config turns it on)"),
+    KernelWord("hardened_usercopy=off", "bounds checks on copies between kernel and user memory"),
+    KernelWord("randomize_kstack_offset=off", "per-syscall kernel stack offset randomisation"),
+    KernelWord("page_alloc.shuffle=0", "randomised free-page order"),
+)
 
 
 class Accel(StrEnum):
@@ -168,7 +212,8 @@ def plan_kernel_cmdline(
     """The guest kernel's command line: ``BASE_CMDLINE`` and the ``contain.*`` words /init reads.
 
     Raises:
-        UnsupportedHost: a path the guest shell could misread, or a line past 2048 bytes.
+        UnsupportedHost: a path the guest shell could misread, a word of ``REFUSED_KERNEL_WORDS``,
+            or a line past 2048 bytes.
     """
     for path in (*scratch_paths, *read_paths):
         if not _SAFE_PATH.fullmatch(path) or "/../" in f"{path}/" or "//" in path:
@@ -187,6 +232,14 @@ def plan_kernel_cmdline(
     ]
     if read_paths:
         words.append(f"contain.ro={':'.join(read_paths)}")
+    refused = {row.word: row for row in REFUSED_KERNEL_WORDS}
+    for word in words:
+        row = refused.get(word)
+        if row is not None:
+            raise UnsupportedHost(
+                f"the guest command line would carry {word!r}, which turns off {row.why}",
+                "do not add kernel words that weaken the guest; see vmm_plan.REFUSED_KERNEL_WORDS",
+            )
     if len(" ".join(words)) >= COMMAND_LINE_MAX:
         raise UnsupportedHost(
             f"the guest command line would be {len(' '.join(words))} bytes (the kernel keeps {COMMAND_LINE_MAX})",

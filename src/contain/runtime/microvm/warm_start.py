@@ -39,9 +39,11 @@ its disks are the cached images opened ``readonly=on``. So no overlay or disk co
 none is left behind.
 
 What it does NOT make fresh (shared by every VM restored from one template, as after any VM
-snapshot; documented in docs/runtime.md "microVM snapshots"): the guest kernel's own secrets drawn
-at boot (KASLR offset, the stack canary and address layout of the agent, pid 1, kernel hash-table
-keys); every workload process is a new exec drawing from the reseeded RNG. The guest's monotonic
+snapshot; the whole list is docs/microvm.md "What a snapshot shares"): the guest kernel's own
+secrets drawn at boot (KASLR offsets, the ``%p`` hashing key, SLUB's per-cache freelist keys and
+orders, boot-time hash seeds), the canaries of tasks that existed in the template (the agent,
+pid 1, and kernel threads) and the agent's address layout; every workload process is forked and
+exec'd after the reseed, so its canary, layout and ``AT_RANDOM`` are its own. The guest's monotonic
 clock and kernel timers resume at the template's save time; its wall clock is set from the host's
 by IDENTITY (``realtime_ns``) before the first command, and nothing keeps it in step afterwards.
 ``close()`` leaves the content-keyed snapshot in the cache

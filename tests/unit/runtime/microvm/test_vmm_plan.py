@@ -6,6 +6,9 @@ import pytest
 
 from contain.errors import UnsupportedHost
 from contain.runtime.microvm.vmm_plan import (
+    BASE_CMDLINE,
+    KERNEL_WORDS,
+    REFUSED_KERNEL_WORDS,
     Accel,
     GuestForward,
     GuestMode,
@@ -109,7 +112,7 @@ def test_the_guest_command_line_carries_scratch_read_binds_and_budgets():
         network=False,
     )
     assert words == (
-        "console=ttyS0", "quiet", "panic=-1", "reboot=t", "random.trust_cpu=on", "lpj=1",
+        "console=ttyS0", "quiet", "panic=-1", "reboot=t", "random.trust_cpu=on", "cryptomgr.notests", "lpj=1",
         "contain.mode=agent", "contain.disk=1048576", "contain.inodes=256", "contain.scratch=/work:/out",
         "contain.net=0", "contain.ro=/data:/src/lib",
     )  # fmt: skip
@@ -131,6 +134,38 @@ def test_a_command_line_past_the_kernel_limit_is_refused():
             disk_bytes=1,
             inodes=1,
             scratch_paths=tuple(f"/scratch/{i:04d}-{'x' * 40}" for i in range(50)),
+            read_paths=(),
+            network=False,
+        )
+
+
+def test_every_guest_command_line_skips_the_crypto_self_tests_and_each_base_word_has_a_reason():
+    words = plan_kernel_cmdline(
+        clock=plan_clock_words(accel=Accel.TCG, tsc_khz=2596132),
+        mode=GuestMode.AGENT,
+        disk_bytes=1 << 20,
+        inodes=64,
+        scratch_paths=(),
+        read_paths=(),
+        network=False,
+    )
+    assert "cryptomgr.notests" in words
+    assert tuple(row.word for row in KERNEL_WORDS) == BASE_CMDLINE
+    assert all(row.why for row in KERNEL_WORDS)
+
+
+@pytest.mark.parametrize("row", REFUSED_KERNEL_WORDS, ids=lambda row: row.word)
+def test_no_planned_command_line_carries_a_word_that_turns_guest_hardening_off(row):
+    assert row.word not in BASE_CMDLINE
+    for accel in Accel:
+        assert row.word not in plan_clock_words(accel=accel, tsc_khz=2596132)
+    with pytest.raises(UnsupportedHost, match="turns off"):
+        plan_kernel_cmdline(
+            clock=(row.word,),
+            mode=GuestMode.AGENT,
+            disk_bytes=1 << 20,
+            inodes=64,
+            scratch_paths=(),
             read_paths=(),
             network=False,
         )
