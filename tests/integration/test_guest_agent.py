@@ -322,7 +322,7 @@ def test_system_v_ipc_of_one_run_is_gone_for_the_next(guest: Guest) -> None:
     assert made.exited is not None and made.exited.exit_code == 0, made.stderr
     assert made.stdout == b"1\n"
     after = run(guest, "sh", "-c", "ipcs -m | grep -c '^0x'")
-    assert after.stdout == b"0\n"
+    assert after.stdout == b"0\n", (after.reply, after.stderr, after.exited)
 
 
 def test_a_run_whose_procfs_cannot_be_mounted_never_runs(agent_binary: Path, tmp_path: Path) -> None:
