@@ -69,6 +69,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "contain-exec.h" /* shared with the supervisor: RLIMIT_NAMES, parse_rlimit, split_nul_items, child_fail, exec_search */
+
 #define EXIT_REFUSED 125
 #define PROTOCOL_VERSION 2 /* 2: SPAWN carries seccomp= (mandatory) */
 #define HEADER_BYTES 8
@@ -610,23 +612,6 @@ static void reap_available(void) {
 
 /* ---- SPAWN ------------------------------------------------------------------------------ */
 
-struct rlimit_name {
-    const char *name;
-    int resource;
-};
-
-static const struct rlimit_name RLIMIT_NAMES[] = {
-    {"AS", RLIMIT_AS},         {"CORE", RLIMIT_CORE},       {"CPU", RLIMIT_CPU},
-    {"DATA", RLIMIT_DATA},     {"FSIZE", RLIMIT_FSIZE},     {"MEMLOCK", RLIMIT_MEMLOCK},
-    {"MSGQUEUE", RLIMIT_MSGQUEUE}, {"NOFILE", RLIMIT_NOFILE}, {"NPROC", RLIMIT_NPROC},
-    {"SIGPENDING", RLIMIT_SIGPENDING}, {"STACK", RLIMIT_STACK},
-};
-
-struct run_rlimit {
-    int resource;
-    struct rlimit value;
-};
-
 struct spawn_request {
     const char *cwd;
     char **argv;
@@ -681,64 +666,9 @@ static int parse_filter(const char *hex, struct spawn_request *rq, char *err, si
     return 0;
 }
 
-static int parse_limit_value(const char *s, size_t len, rlim_t *out) {
-    if (len == 3 && memcmp(s, "inf", 3) == 0) {
-        *out = RLIM_INFINITY;
-        return 0;
-    }
-    char tmp[24];
-    if (len == 0 || len >= sizeof tmp)
-        return -1;
-    memcpy(tmp, s, len);
-    tmp[len] = '\0';
-    uint64_t v;
-    if (parse_u64(tmp, UINT64_MAX - 1, &v) < 0)
-        return -1;
-    *out = (rlim_t)v;
-    return 0;
-}
-
-static int parse_rlimit(const char *spec, struct run_rlimit *out) {
-    const char *c1 = strchr(spec, ':');
-    const char *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
-    if (c1 == NULL || c2 == NULL)
-        return -1;
-    size_t nlen = (size_t)(c1 - spec);
-    int found = 0;
-    for (size_t i = 0; i < sizeof RLIMIT_NAMES / sizeof RLIMIT_NAMES[0]; i++) {
-        if (strlen(RLIMIT_NAMES[i].name) == nlen && memcmp(RLIMIT_NAMES[i].name, spec, nlen) == 0) {
-            out->resource = RLIMIT_NAMES[i].resource;
-            found = 1;
-        }
-    }
-    if (!found || parse_limit_value(c1 + 1, (size_t)(c2 - c1 - 1), &out->value.rlim_cur) < 0 ||
-        parse_limit_value(c2 + 1, strlen(c2 + 1), &out->value.rlim_max) < 0 ||
-        out->value.rlim_cur > out->value.rlim_max)
-        return -1;
-    return 0;
-}
-
 /* Split an items body. Returns the count or -1; *items points into body (NUL-terminated). */
 static long split_items(unsigned char *body, size_t len, char ***items) {
-    *items = NULL;
-    if (len == 0)
-        return 0;
-    if (body[len - 1] != '\0')
-        return -1;
-    size_t count = 0;
-    for (size_t i = 0; i < len; i++)
-        count += body[i] == '\0';
-    char **out = calloc(count + 1, sizeof(char *));
-    if (out == NULL)
-        return -1;
-    size_t k = 0;
-    char *p = (char *)body;
-    while (k < count) {
-        out[k++] = p;
-        p += strlen(p) + 1;
-    }
-    *items = out;
-    return (long)k;
+    return split_nul_items((char *)body, len, items);
 }
 
 static int parse_spawn(char **items, long n, struct spawn_request *rq, char *err, size_t errlen) {
@@ -769,10 +699,12 @@ static int parse_spawn(char **items, long n, struct spawn_request *rq, char *err
             }
             rq->cwd = it + 4;
         } else if (strncmp(it, "rlimit=", 7) == 0) {
-            if (rq->n_rlimits >= MAX_RLIMITS || parse_rlimit(it + 7, &rq->rlimits[rq->n_rlimits]) < 0) {
-                snprintf(err, errlen, "bad or too many rlimit items at %.200s", it);
+            if (rq->n_rlimits >= MAX_RLIMITS) {
+                snprintf(err, errlen, "more than %d rlimit items", MAX_RLIMITS);
                 return -1;
             }
+            if (parse_rlimit(it + 7, &rq->rlimits[rq->n_rlimits], err, errlen) < 0)
+                return -1;
             for (size_t k = 0; k < rq->n_rlimits; k++) {
                 if (rq->rlimits[k].resource == rq->rlimits[rq->n_rlimits].resource) {
                     snprintf(err, errlen, "rlimit %.200s given twice", it + 7);
@@ -807,65 +739,6 @@ static int parse_spawn(char **items, long n, struct spawn_request *rq, char *err
         return -1;
     }
     return 0;
-}
-
-struct spawn_error {
-    int32_t stage;
-    int32_t err;
-};
-
-static void __attribute__((noreturn)) child_fail(int errfd, int stage, int err) {
-    struct spawn_error e = {.stage = stage, .err = err};
-    ssize_t n = write(errfd, &e, sizeof e);
-    (void)n;
-    _exit(127);
-}
-
-static const char *env_lookup(char **envp, const char *key) {
-    size_t klen = strlen(key);
-    for (size_t i = 0; envp[i] != NULL; i++) {
-        if (strncmp(envp[i], key, klen) == 0 && envp[i][klen] == '=')
-            return envp[i] + klen + 1;
-    }
-    return NULL;
-}
-
-/* execvpe() semantics, but searching the request's PATH, never the agent's. Empty PATH elements
- * are skipped (they would mean "the current directory"). */
-static void __attribute__((noreturn)) exec_search(struct spawn_request *rq, int errfd) {
-    const char *file = rq->argv[0];
-    if (file[0] == '\0')
-        child_fail(errfd, ST_EXEC, ENOENT);
-    if (strchr(file, '/') != NULL) {
-        execve(file, rq->argv, rq->envp);
-        child_fail(errfd, ST_EXEC, errno);
-    }
-    const char *path = env_lookup(rq->envp, "PATH");
-    if (path == NULL)
-        path = "/usr/local/bin:/usr/bin:/bin";
-    size_t flen = strlen(file);
-    int saw_eacces = 0, last = ENOENT;
-    while (*path != '\0') {
-        const char *colon = strchr(path, ':');
-        size_t dlen = colon ? (size_t)(colon - path) : strlen(path);
-        char buf[PATH_MAX];
-        if (dlen > 0 && dlen + 1 + flen + 1 <= sizeof buf) {
-            memcpy(buf, path, dlen);
-            buf[dlen] = '/';
-            memcpy(buf + dlen + 1, file, flen + 1);
-            execve(buf, rq->argv, rq->envp);
-            switch (errno) {
-            case EACCES: saw_eacces = 1; break;
-            case ENOENT: case ENOTDIR: case ESTALE: case ELOOP: case ENAMETOOLONG:
-            case ENODEV: case ETIMEDOUT: last = errno; break;
-            default: child_fail(errfd, ST_EXEC, errno);
-            }
-        }
-        if (colon == NULL)
-            break;
-        path = colon + 1;
-    }
-    child_fail(errfd, ST_EXEC, saw_eacces ? EACCES : (last == ENAMETOOLONG ? ENOENT : last));
 }
 
 /* After setuid to a non-zero uid the kernel clears every capability set (no SECBIT_KEEP_CAPS);
@@ -983,7 +856,7 @@ static void __attribute__((noreturn)) workload_exec(struct spawn_request *rq, in
     struct sock_fprog prog = {.len = rq->filter_len, .filter = rq->filter};
     if (prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog, 0, 0) < 0)
         child_fail(errfd, ST_SECCOMP, errno);
-    exec_search(rq, errfd);
+    exec_search(rq->argv, rq->envp, errfd, ST_EXEC);
 }
 
 /* The run's init: pid 1 of the run's pid namespace, in its user, mount, ipc, uts (and, once
