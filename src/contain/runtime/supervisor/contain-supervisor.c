@@ -27,7 +27,8 @@
  * (set up before this program runs); memory / pid budgets across processes are cgroups' job.
  * The supervisor trusts the host but still bounds every length it reads.
  *
- * Build: cc -O2 -static -Wall -Wextra -Werror -std=gnu11 (see contain.runtime.supervisor_build).
+ * Build: cc -O2 -static -Wall -Wextra -Werror -std=gnu11, contain-exec.h beside it (see
+ * contain.runtime.supervisor_build; the header is shared with the microVM guest agent).
  */
 #define _GNU_SOURCE
 #include <errno.h>

@@ -34,7 +34,8 @@
  * are the VMM side's job. It
  * trusts the host: a host that sends a header and stalls stalls the agent.
  *
- * Build: cc -O2 -static -std=gnu11 -Wall -Wextra -Werror (contain.runtime.microvm.agent_build).
+ * Build: cc -O2 -static -std=gnu11 -Wall -Wextra -Werror with ../../supervisor/contain-exec.h beside the
+ * source (contain.runtime.microvm.agent_build copies it there and hashes it into the name).
  */
 #define _GNU_SOURCE
 #include <dirent.h>
