@@ -214,11 +214,31 @@ static void write_all(const void *buf, size_t len) {
     }
 }
 
+/* Frames held back while a batch is open (the end of a run: its last output, the ends of its
+ * streams and EXITED), written together: one port write, one wake-up of the host's reader. */
+static unsigned char g_batch[8192];
+static size_t g_batch_len;
+static int g_batching;
+
+static void flush_batch(void) {
+    if (g_batch_len > 0)
+        write_all(g_batch, g_batch_len);
+    g_batch_len = 0;
+}
+
 static void send_frame(int type, int stream, const void *body, size_t len) {
     unsigned char h[HEADER_BYTES] = {
         (unsigned char)(len & 0xff), (unsigned char)((len >> 8) & 0xff),
         (unsigned char)((len >> 16) & 0xff), (unsigned char)((len >> 24) & 0xff),
         (unsigned char)type, (unsigned char)stream, 0, 0};
+    if (g_batching && HEADER_BYTES + len <= sizeof g_batch - g_batch_len) {
+        memcpy(g_batch + g_batch_len, h, HEADER_BYTES);
+        if (len)
+            memcpy(g_batch + g_batch_len + HEADER_BYTES, body, len);
+        g_batch_len += HEADER_BYTES + len;
+        return;
+    }
+    flush_batch(); /* frames leave in the order they were sent */
     if (len <= 4096) { /* one write for small frames: fewer virtio-serial round trips */
         unsigned char buf[HEADER_BYTES + 4096];
         memcpy(buf, h, HEADER_BYTES);
@@ -580,6 +600,17 @@ static void finish_run(void) {
     kill_and_reap_all();
     close_fd(&g_run.stdin_fd);
     g_run.stdin_len = 0;
+    /* Every writer of the output pipes is gone: what they hold, and their ends, go out with EXITED
+     * in one write as far as the credit allows (the main loop sends the rest as credit comes). */
+    g_batching = 1;
+    for (int s = S_STDOUT; s <= S_STDERR; s++) {
+        while (g_run.out[s].fd >= 0 && g_run.out[s].credit > 0) {
+            uint64_t before = g_run.out[s].forwarded;
+            pump_output(s);
+            if (g_run.out[s].fd >= 0 && g_run.out[s].forwarded == before)
+                break; /* EAGAIN: nothing to read after all */
+        }
+    }
     struct items it = {.len = 0};
     items_add(&it, "status=%d", g_run.main_status);
     items_add(&it, "utime_us=%llu", (unsigned long long)g_run.utime_us);
@@ -591,6 +622,8 @@ static void finish_run(void) {
     items_add(&it, "pids_limit_hits=%llu",
               (unsigned long long)(pids >= g_run.pids_before ? pids - g_run.pids_before : 0));
     send_items(T_EXITED, &it);
+    flush_batch();
+    g_batching = 0;
 }
 
 static void reap_available(void) {
