@@ -35,19 +35,11 @@ pytestmark = [pytest.mark.needs_root, pytest.mark.microvm_battery]
 SPEC = "microvm"
 REPORT_ENV = "CONTAIN_BATTERY_REPORT"  # a path: the whole report is written there as JSON
 
-_GUEST_INIT_NAMESPACES = (
-    "the workload runs in the guest's initial user, pid, ipc, uts and cgroup namespaces (the guest "
-    "agent's own); their /proc/self/ns inode numbers are the kernel's fixed PROC_*_INIT_INO constants, "
-    "equal to the host's initial ones, so PR-06 reads them as shared with the host. Caps, NoNewPrivs "
-    "and Seccomp match the expected posture since the agent installs contain's filter; fresh "
-    "namespaces per run inside the guest are not built yet (runtime/microvm/agent)."
-)
-# case id -> the microvm backend gap this battery found, not fixed yet.
+# case id -> the microvm backend gap this battery found, not fixed yet (none open).
 # Measured 2026-12-01 (docs/probe.md, "Measured"). SY-03, SY-05, SY-07, SY-09, SY-11, SY-12 and
-# OC-04 are CONTAINED since the agent installs contain's seccomp filter before exec (SPAWN seccomp=).
-KNOWN_FINDINGS: dict[str, str] = {
-    "PR-06": _GUEST_INIT_NAMESPACES,
-}
+# OC-04 are CONTAINED since the agent installs contain's seccomp filter before exec (SPAWN seccomp=);
+# PR-06 since every run gets namespaces of its own in the guest (2026-12-02).
+KNOWN_FINDINGS: dict[str, str] = {}
 NOT_APPLICABLE_PREFIXES = (
     "not applicable by construction: the case needs",  # a refused boundary feature (runner.BY_CONSTRUCTION)
 )

@@ -173,6 +173,24 @@ def start_agent(
     return Guest(sandbox, vmm, scratch, cgroup_root, machine_id, port_path), keep
 
 
+def agent_pid(guest: Guest) -> int:
+    """The agent's host pid: the one child of ``unshare``."""
+    return int(Path(f"/proc/{guest.vmm.pid}/task/{guest.vmm.pid}/children").read_text().split()[0])
+
+
+def agent_descendants(guest: Guest) -> list[int]:
+    """Every process below the agent, seen from the host (its run init, the workload, orphans)."""
+    found: list[int] = []
+    todo = [agent_pid(guest)]
+    while todo:
+        pid = todo.pop()
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            children = [int(c) for c in (task / "children").read_text().split()]
+            found += children
+            todo += children
+    return found
+
+
 def remove_cgroup(root: Path) -> None:
     for child in (root / "contain-run", root):
         if child.exists():
@@ -267,6 +285,58 @@ def test_a_command_runs_as_uid_1000_in_a_new_session_without_capabilities(guest:
     status = dict(line.split(":\t") for line in lines[3:9] if ":\t" in line)
     assert {status[key] for key in ("CapEff", "CapPrm", "CapInh", "CapAmb", "CapBnd")} == {"0000000000000000"}
     assert status["NoNewPrivs"] == "1"
+
+
+RUN_NAMESPACES = ("user", "pid", "mnt", "ipc", "uts", "cgroup")
+
+
+def test_a_run_gets_user_pid_mount_ipc_uts_and_cgroup_namespaces_of_its_own_and_keeps_the_net_one(
+    guest: Guest,
+) -> None:
+    agent = agent_pid(guest)
+    agent_ns = {n: os.readlink(f"/proc/{agent}/ns/{n}") for n in (*RUN_NAMESPACES, "net")}
+    script = "for n in user pid mnt ipc uts cgroup net; do echo $n $(readlink /proc/self/ns/$n); done"
+    result = run(guest, "sh", "-c", script)
+    assert result.exited is not None and result.exited.exit_code == 0, result.stderr
+    ns = dict(line.split(" ", 1) for line in result.stdout.decode().splitlines())
+    assert [n for n in RUN_NAMESPACES if ns[n] == agent_ns[n]] == []
+    assert ns["net"] == agent_ns["net"]  # the guest's eth0 and lo are the egress path
+
+
+def test_the_run_maps_only_the_workload_ids_and_sees_only_its_own_pid_namespace_and_cgroup(guest: Guest) -> None:
+    script = (
+        "echo $$; cat /proc/self/uid_map /proc/self/gid_map /proc/self/setgroups; grep ^0:: /proc/self/cgroup; "
+        "grep ^NSpid: /proc/self/status; cd /proc && echo [0-9]*"
+    )
+    result = run(guest, "sh", "-c", script)
+    assert result.exited is not None and result.exited.exit_code == 0, result.stderr
+    lines = [" ".join(line.split()) for line in result.stdout.decode().splitlines()]
+    # pid 2: the run's init is 1, hidden by hidepid=2 (it is not dumpable); NSpid has one entry
+    # because /proc is a procfs of the run's own pid namespace, not the agent's
+    assert lines[:5] + lines[6:] == ["2", "1000 1000 1", "1000 1000 1", "deny", "0::/", "2"]
+    assert lines[5].split()[0] == "NSpid:" and len(lines[5].split()) == 2  # grep's pid, one namespace deep
+
+
+def test_system_v_ipc_of_one_run_is_gone_for_the_next(guest: Guest) -> None:
+    made = run(guest, "sh", "-c", "ipcmk -M 4096 >/dev/null && ipcs -m | grep -c '^0x'")
+    assert made.exited is not None and made.exited.exit_code == 0, made.stderr
+    assert made.stdout == b"1\n"
+    after = run(guest, "sh", "-c", "ipcs -m | grep -c '^0x'")
+    assert after.stdout == b"0\n", (after.reply, after.stderr, after.exited)
+
+
+def test_a_run_whose_procfs_cannot_be_mounted_never_runs(agent_binary: Path, tmp_path: Path) -> None:
+    """The chroot here has no /proc directory: the run's procfs mount fails, and that is a SPAWN_FAILED
+    at stage proc, not a run with the agent's /proc or none."""
+    made, keep = start_agent(agent_binary, tmp_path, chroot=True)
+    try:
+        assert run(made, "/scratch/anything").reply == SpawnFailed(stage="proc", errno=errno.ENOENT)
+        assert agent_descendants(made) == []
+    finally:
+        made.sandbox.close()
+        if isinstance(keep, socket.socket):
+            keep.close()
+        remove_guest_dirs(made)
 
 
 def test_exit_codes_and_signals_are_reported_as_wait_statuses(guest: Guest) -> None:
@@ -390,9 +460,9 @@ def test_a_timeout_kills_every_process_of_the_run_including_new_sessions(guest: 
     result = run(guest, "sh", "-c", script, timeout_s=1.0)
     assert result.exited is not None and result.exited.signal == signal.SIGKILL
     assert time.perf_counter() - began < 10
-    # EXITED comes after everything was reaped: the namespace holds the agent and this command alone
-    listing = run(guest, "ps", "-e", "-o", "pid=,comm=").stdout.decode().split()
-    assert listing == ["1", "contain-guest-a", listing[2], "ps"]
+    # EXITED comes after everything was reaped: the agent has no process left, in or out of the run cgroup
+    assert agent_descendants(guest) == []
+    assert (guest.cgroup_root / "contain-run" / "cgroup.procs").read_text() == ""
 
 
 def test_memory_limits_are_refused_when_the_guest_has_no_memory_controller(agent_binary: Path, tmp_path: Path) -> None:
@@ -614,12 +684,12 @@ def test_close_shuts_the_guest_down_without_a_kill_and_leaves_no_process(guest: 
 def test_reseed_forces_a_crng_reseed_after_adding_the_entropy(guest: Guest, tmp_path: Path) -> None:
     """Added entropy alone reaches an initialised CRNG's keys only at its next timed reseed (60 s):
     restored VMs would share getrandom() output until then. Watched from outside with strace."""
-    agent_pid = int(Path(f"/proc/{guest.vmm.pid}/task/{guest.vmm.pid}/children").read_text().split()[0])
+    agent = agent_pid(guest)
     log = tmp_path / "strace.log"
-    tracer = subprocess.Popen(["strace", "-qq", "-e", "trace=ioctl", "-o", str(log), "-p", str(agent_pid)])
+    tracer = subprocess.Popen(["strace", "-qq", "-e", "trace=ioctl", "-o", str(log), "-p", str(agent)])
     try:
         deadline = time.monotonic() + 10
-        while "TracerPid:\t0\n" in Path(f"/proc/{agent_pid}/status").read_text():  # until strace is attached
+        while "TracerPid:\t0\n" in Path(f"/proc/{agent}/status").read_text():  # until strace is attached
             assert time.monotonic() < deadline, "strace did not attach"
         guest.sandbox.reseed(os.urandom(64))
     finally:

@@ -6,8 +6,10 @@ container sandbox) and the microVM guest agent (``microvm.agent_build``, pid 1 o
 Whoever can replace either cached binary controls every sandbox of that kind, so what this module
 enforces is the same for both:
 
-- the binary's name carries ``source_digest(cflags, source)``, so an edited source or changed flags
+- the binary's name carries ``source_digest(cflags, source, headers)``, so an edited source, an
+  edited shared header (``supervisor/contain-exec.h``, included by both programs) or changed flags
   never reuse a stale build (the caller names the file; see ``StaticProgram.binary_prefix``);
+  the headers are written beside the source for the compile, nothing is read from elsewhere;
 - it is compiled to a temporary name inside the cache directory (same filesystem) and renamed into
   place with ``os.replace``: a concurrent builder sees either no file or a complete one;
 - before use, the cache directory must be a real directory (a symlink is refused) owned by the
@@ -31,7 +33,7 @@ from __future__ import annotations
 import os
 import stat
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
@@ -94,22 +96,32 @@ class StaticBuild(NamedTuple):
     built_now: bool
 
 
-def source_digest(cflags: tuple[str, ...], source: bytes) -> str:
-    """First 16 hex digits of sha256 over the flags and the source: the binary's name suffix.
+def source_digest(cflags: tuple[str, ...], source: bytes, headers: Mapping[str, bytes] | None = None) -> str:
+    """First 16 hex digits of sha256 over the flags, the headers and the source: the binary's name suffix.
 
-    The flags are NUL-separated and end with two NULs, so no flag list and source can be
-    re-split into another pair with the same digest.
+    The flags are NUL-separated and end with two NULs; each header (by name, sorted) is its name,
+    a NUL, its length as 8 big-endian bytes and its content, before the source. So no flag list,
+    header set and source can be re-split into another triple with the same digest, and with no
+    headers the digest is what it was before headers existed.
     """
     import hashlib
 
     digest = hashlib.sha256()
     digest.update("\0".join(cflags).encode() + b"\0\0")
+    for name in sorted(headers or {}):
+        content = (headers or {})[name]
+        digest.update(name.encode() + b"\0" + len(content).to_bytes(8, "big") + content)
     digest.update(source)
     return digest.hexdigest()[:16]
 
 
 def ensure_static_binary(
-    program: StaticProgram, *, cache_dir: Path, target: Path, read_source: Callable[[], bytes]
+    program: StaticProgram,
+    *,
+    cache_dir: Path,
+    target: Path,
+    read_source: Callable[[], bytes],
+    read_headers: Callable[[], Mapping[str, bytes]] = dict,
 ) -> StaticBuild:
     """Return ``target`` once it is a trusted build of ``program``, compiling it if it is missing.
 
@@ -118,6 +130,8 @@ def ensure_static_binary(
         cache_dir: absolute cache directory; created (0755) when missing, checked always.
         target: the binary's path inside ``cache_dir`` (named by ``source_digest``).
         read_source: returns the C source; called only when a build is needed.
+        read_headers: returns the headers the source includes by plain name (``#include "x.h"``),
+            written beside it for the compile; the caller hashed them into ``target``'s name.
 
     Returns:
         ``target`` and whether this call compiled it.
@@ -132,7 +146,7 @@ def ensure_static_binary(
     try:
         info = os.lstat(target)
     except FileNotFoundError:
-        _compile_into(program, cache_dir, target, read_source())
+        _compile_into(program, cache_dir, target, read_source(), read_headers())
         built_now = True
         info = os.lstat(target)
     _check_binary(program, target, info)
@@ -193,7 +207,9 @@ def _find_compiler(program: StaticProgram) -> str:
     raise UnsupportedHost(f"no C compiler ({', '.join(COMPILERS)}) to build the {program.label}", COMPILER_FIX)
 
 
-def _compile_into(program: StaticProgram, cache_dir: Path, target: Path, source: bytes) -> None:
+def _compile_into(
+    program: StaticProgram, cache_dir: Path, target: Path, source: bytes, headers: Mapping[str, bytes]
+) -> None:
     import tempfile  # build path only
 
     compiler = _find_compiler(program)
@@ -204,6 +220,10 @@ def _compile_into(program: StaticProgram, cache_dir: Path, target: Path, source:
         with tempfile.TemporaryDirectory(prefix=f"{program.binary_prefix}src-") as src_dir:
             source_path = Path(src_dir) / program.source_name
             source_path.write_bytes(source)
+            for name, content in headers.items():
+                if "/" in name or name in ("", ".", "..", program.source_name):
+                    raise ValueError(f"header name {name!r} is not a plain file name")
+                (Path(src_dir) / name).write_bytes(content)
             try:
                 done = subprocess.run(
                     [compiler, *program.cflags, "-o", str(tmp), str(source_path)],

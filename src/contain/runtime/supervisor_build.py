@@ -4,8 +4,9 @@ The supervisor (``runtime/supervisor/contain-supervisor.c``) is bind-mounted rea
 ``/.contain/supervisor`` and runs there as pid 1, so whoever can replace the cached binary controls
 every sandbox. The build and its checks are ``static_build``'s, shared with the microVM guest agent:
 
-- the binary is named by the sha256 of the source and the compiler flags, so an edited source
-  never reuses a stale build;
+- the binary is named by the sha256 of the source, the header it shares with the guest agent
+  (``supervisor/contain-exec.h``, ``shared_exec_headers``) and the compiler flags, so an edited
+  source or header never reuses a stale build;
 - it is compiled to a temporary name in the cache directory and renamed into place (atomic: a
   concurrent builder sees either no file or a complete one);
 - before use, the cache directory must be a real directory (not a symlink) owned by the current
@@ -28,9 +29,11 @@ from pathlib import Path
 from contain.runtime.static_build import StaticProgram, ensure_static_binary, source_digest
 
 __all__ = [
+    "SHARED_EXEC_HEADER",
     "SUPERVISOR_CFLAGS",
     "ensure_supervisor_binary",
     "expected_supervisor_path",
+    "shared_exec_headers",
     "supervisor_cache_dir",
     "supervisor_source",
 ]
@@ -47,6 +50,19 @@ _PROGRAM = StaticProgram(
 )
 
 
+SHARED_EXEC_HEADER = "contain-exec.h"  # included by the supervisor and the guest agent
+
+
+def shared_exec_headers() -> dict[str, bytes]:
+    """The header both static programs include (rlimit parsing, item splitting, the PATH search)."""
+    beside = Path(__file__).parent / "supervisor" / SHARED_EXEC_HEADER
+    if beside.is_file():
+        return {SHARED_EXEC_HEADER: beside.read_bytes()}
+    import importlib.resources
+
+    return {SHARED_EXEC_HEADER: importlib.resources.files(_SOURCE_PACKAGE).joinpath(SHARED_EXEC_HEADER).read_bytes()}
+
+
 def supervisor_source() -> bytes:
     """The supervisor's C source, as shipped in the package."""
     beside = Path(__file__).parent / "supervisor" / _PROGRAM.source_name
@@ -59,8 +75,8 @@ def supervisor_source() -> bytes:
 
 @functools.cache
 def _build_digest() -> str:
-    """``source_digest`` of the flags and the source; hashed once per process."""
-    return source_digest(SUPERVISOR_CFLAGS, supervisor_source())
+    """``source_digest`` of the flags, the shared header and the source; hashed once per process."""
+    return source_digest(SUPERVISOR_CFLAGS, supervisor_source(), shared_exec_headers())
 
 
 def supervisor_cache_dir() -> Path:
@@ -106,4 +122,6 @@ def ensure_supervisor_binary() -> Path:
 @functools.cache
 def _ensure_in(cache_dir: Path) -> Path:
     target = _supervisor_path_in(cache_dir)
-    return ensure_static_binary(_PROGRAM, cache_dir=cache_dir, target=target, read_source=supervisor_source).path
+    return ensure_static_binary(
+        _PROGRAM, cache_dir=cache_dir, target=target, read_source=supervisor_source, read_headers=shared_exec_headers
+    ).path

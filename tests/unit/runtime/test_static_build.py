@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -147,3 +148,23 @@ def test_the_digest_follows_the_source_and_the_flags_and_cannot_be_re_split() ->
     assert source_digest(("-O2", "-g"), SOURCE) != base
     assert source_digest(("-O2", "-g"), b"") != source_digest(("-O2",), b"-g")
     assert source_digest(("-O2",), SOURCE) == base
+
+
+def test_the_digest_covers_the_headers_by_name_and_content_and_is_unchanged_without_them() -> None:
+    base = source_digest(("-O2",), SOURCE)
+    assert source_digest(("-O2",), SOURCE, {}) == base
+    with_header = source_digest(("-O2",), SOURCE, {"x.h": b"#define X 1\n"})
+    assert with_header != base
+    assert source_digest(("-O2",), SOURCE, {"x.h": b"#define X 2\n"}) != with_header
+    assert source_digest(("-O2",), SOURCE, {"y.h": b"#define X 1\n"}) != with_header
+    assert source_digest(("-O2",), SOURCE, {"x.h": b"#define X 1\n"}) == with_header
+
+
+def test_a_source_that_includes_a_header_builds_with_the_header_written_beside_it(tmp_path: Path) -> None:
+    source = b'#include "answer.h"\nint main(void) { return ANSWER - 42; }\n'
+    headers = {"answer.h": b"#define ANSWER 42\n"}
+    target = tmp_path / "cache" / f"t-{source_digest(PROGRAM.cflags, source, headers)}"
+    built = ensure_static_binary(
+        PROGRAM, cache_dir=tmp_path / "cache", target=target, read_source=lambda: source, read_headers=lambda: headers
+    )
+    assert built.built_now and subprocess.run([str(built.path)], check=False).returncode == 0

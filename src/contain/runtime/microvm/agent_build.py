@@ -4,7 +4,8 @@ The guest image (initramfs) embeds this binary; whoever can replace it controls 
 sandbox. The build and its checks are ``runtime.static_build``'s, shared with the supervisor
 (``supervisor_build``), applied to the agent's source:
 
-- the binary is named by the sha256 of the source and the compiler flags, so an edited source is
+- the binary is named by the sha256 of the source, the header it shares with the supervisor
+  (``supervisor/contain-exec.h``) and the compiler flags, so an edited source or header is
   never served by a stale build, and the guest image (cached by content) changes with it;
 - it is compiled to a temporary name in the cache directory and renamed into place (atomic);
 - before use, the cache directory must be a real directory owned by the current user or root and
@@ -21,7 +22,7 @@ import functools
 from pathlib import Path
 
 from contain.runtime.static_build import StaticBuild, StaticProgram, ensure_static_binary, source_digest
-from contain.runtime.supervisor_build import supervisor_cache_dir
+from contain.runtime.supervisor_build import shared_exec_headers, supervisor_cache_dir
 
 __all__ = [
     "GUEST_AGENT_CFLAGS",
@@ -52,7 +53,7 @@ def guest_agent_source() -> bytes:
 
 @functools.cache
 def _digest() -> str:
-    return source_digest(GUEST_AGENT_CFLAGS, guest_agent_source())
+    return source_digest(GUEST_AGENT_CFLAGS, guest_agent_source(), shared_exec_headers())
 
 
 def expected_guest_agent_path() -> Path:
@@ -78,4 +79,6 @@ def ensure_guest_agent_binary() -> AgentBuild:
 @functools.cache
 def _ensure_in(cache_dir: Path) -> AgentBuild:
     target = cache_dir / f"{_PROGRAM.binary_prefix}{_digest()}"
-    return ensure_static_binary(_PROGRAM, cache_dir=cache_dir, target=target, read_source=guest_agent_source)
+    return ensure_static_binary(
+        _PROGRAM, cache_dir=cache_dir, target=target, read_source=guest_agent_source, read_headers=shared_exec_headers
+    )

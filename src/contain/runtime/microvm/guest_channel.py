@@ -298,7 +298,9 @@ def parse_ready(body: bytes) -> GuestReady:
 GuestExited = Exited
 
 
-SPAWN_STAGES: tuple[str, ...] = ("fork", "setup", "cgroup", "rlimit", "ids", "chdir", "seccomp", "exec")
+SPAWN_STAGES: tuple[str, ...] = (
+    "fork", "setup", "cgroup", "rlimit", "ids", "chdir", "seccomp", "exec", "namespaces", "proc"
+)
 
 
 def parse_started(body: bytes) -> Started:

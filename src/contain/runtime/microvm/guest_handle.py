@@ -38,6 +38,7 @@ import contextlib
 import errno
 import os
 import queue
+import stat
 import threading
 import time
 from collections.abc import Iterator
@@ -74,7 +75,7 @@ from contain.runtime.microvm.guest_export import BrokenRule, ExportWalk
 from contain.runtime.microvm.guest_stdio import CommandStdio
 from contain.runtime.supervisor_channel import SpawnFailed, Started
 
-__all__ = ["GuestLimits", "GuestSandbox", "Vmm"]
+__all__ = ["GuestLimits", "GuestSandbox", "Vmm", "is_dev_null"]
 
 log = LazyLogger(__name__)
 
@@ -115,6 +116,13 @@ class GuestLimits(NamedTuple):
 
 
 _NO_LIMITS = GuestLimits()
+_DEV_NULL = os.makedev(1, 3)
+
+
+def is_dev_null(fd: int) -> bool:
+    """Whether ``fd`` is /dev/null (the character device 1:3): a stdin that is at EOF at once."""
+    st = os.fstat(fd)
+    return stat.S_ISCHR(st.st_mode) and st.st_rdev == _DEV_NULL
 # What to do about a refused GET_FILE, by the agent's errno.
 _GET_FIXES = {errno.EFBIG: "pass a larger max_bytes", errno.ELOOP: "use a plain path with no symlinks"}
 _GET_FIX = "get only regular files under a scratch path"
@@ -235,6 +243,9 @@ class GuestSandbox:
         """Start one command; its stdio is pumped between ``fds`` (duplicated here) and DATA frames.
 
         The wait for STARTED ends at ``request.deadline`` when that comes before the reply timeout.
+        A stdin that is /dev/null is not pumped: its EOF (an empty stdin DATA) goes in the same
+        write as the SPAWN, so the guest takes one wake-up for both (the agent handles the EOF
+        after the SPAWN, in order; after a refused SPAWN it has no run to act on).
 
         Raises:
             DeadlinePassed: the run's deadline passed before the agent answered (the VM is stopped).
@@ -251,10 +262,13 @@ class GuestSandbox:
             # one byte past the host's own cap, so the host's reader still sees the cap passed
             output_max_bytes=None if self._limits.output_max_bytes is None else self._limits.output_max_bytes + 1,
         )
+        stdin_at_eof = is_dev_null(fds[0])
+        if stdin_at_eof:
+            frame += encode_frame(MsgType.DATA, b"", stream=Stream.STDIN)
         with self._request_lock:
             self._finish_previous_run()
             run = CommandStdio(
-                (os.dup(fds[0]), os.dup(fds[1]), os.dup(fds[2])),
+                (-1 if stdin_at_eof else os.dup(fds[0]), os.dup(fds[1]), os.dup(fds[2])),
                 lock=self._lock,
                 send=self._send,
                 is_lost=lambda: self._lost is not None,

@@ -75,7 +75,8 @@ class CommandStdio:
         self._is_lost = is_lost
         self._wake_fd = wake_fd
         for fd in fds:
-            os.set_blocking(fd, False)
+            if fd >= 0:  # stdin -1: its EOF went with the SPAWN (guest_handle.spawn)
+                os.set_blocking(fd, False)
 
     def start_pump(self) -> None:
         self.pump_thread = threading.Thread(target=self.pump, name="contain-guest-pump", daemon=True)

@@ -27,7 +27,8 @@
  * (set up before this program runs); memory / pid budgets across processes are cgroups' job.
  * The supervisor trusts the host but still bounds every length it reads.
  *
- * Build: cc -O2 -static -Wall -Wextra -Werror -std=gnu11 (see contain.runtime.supervisor_build).
+ * Build: cc -O2 -static -Wall -Wextra -Werror -std=gnu11, contain-exec.h beside it (see
+ * contain.runtime.supervisor_build; the header is shared with the microVM guest agent).
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -55,6 +56,8 @@
 #include <sys/uio.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include "contain-exec.h" /* RLIMIT_NAMES, parse_rlimit, split_nul_items, child_fail, exec_search */
 
 #define EXIT_REFUSED 125
 #define MAX_FRAME_BYTES (1u << 20) /* protocol bound, docs/supervisor-protocol.md */
@@ -678,46 +681,15 @@ static int read_frame(struct inframe *fr) {
 }
 
 /* Split the payload into items. Returns the count, or -1 when the payload is not a sequence of
- * NUL-terminated items. *items is malloc'd and points into the payload. */
+ * NUL-terminated items (an empty payload is not). *items is malloc'd and points into the payload. */
 static long split_items(struct inframe *fr, char ***items) {
     *items = NULL;
-    if (fr->len == 0 || fr->payload[fr->len - 1] != '\0')
+    if (fr->len == 0)
         return -1;
-    size_t count = 0;
-    for (uint32_t i = 0; i < fr->len; i++)
-        count += fr->payload[i] == '\0';
-    char **out = calloc(count + 1, sizeof(char *));
-    if (out == NULL)
-        return -1;
-    size_t k = 0;
-    char *p = fr->payload;
-    char *end = fr->payload + fr->len;
-    while (p < end && k < count) {
-        out[k++] = p;
-        p += strlen(p) + 1;
-    }
-    *items = out;
-    return (long)k;
+    return split_nul_items(fr->payload, fr->len, items);
 }
 
 /* ---- RUN -------------------------------------------------------------------------------- */
-
-struct rlimit_name {
-    const char *name;
-    int resource;
-};
-
-static const struct rlimit_name RLIMIT_NAMES[] = {
-    {"AS", RLIMIT_AS},         {"CORE", RLIMIT_CORE},       {"CPU", RLIMIT_CPU},
-    {"DATA", RLIMIT_DATA},     {"FSIZE", RLIMIT_FSIZE},     {"MEMLOCK", RLIMIT_MEMLOCK},
-    {"MSGQUEUE", RLIMIT_MSGQUEUE}, {"NOFILE", RLIMIT_NOFILE}, {"NPROC", RLIMIT_NPROC},
-    {"SIGPENDING", RLIMIT_SIGPENDING}, {"STACK", RLIMIT_STACK},
-};
-
-struct run_rlimit {
-    int resource;
-    struct rlimit value;
-};
 
 struct run_request {
     const char *cwd;
@@ -726,60 +698,6 @@ struct run_request {
     struct run_rlimit rlimits[MAX_RLIMITS];
     size_t n_rlimits;
 };
-
-static int parse_limit_value(const char *s, size_t len, rlim_t *out) {
-    if (len == 3 && memcmp(s, "inf", 3) == 0) {
-        *out = RLIM_INFINITY;
-        return 0;
-    }
-    if (len == 0 || len > 20)
-        return -1;
-    unsigned long long v = 0;
-    for (size_t i = 0; i < len; i++) {
-        if (s[i] < '0' || s[i] > '9')
-            return -1;
-        unsigned d = (unsigned)(s[i] - '0');
-        if (v > (ULLONG_MAX - d) / 10)
-            return -1;
-        v = v * 10 + d;
-    }
-    if ((rlim_t)v == RLIM_INFINITY)
-        return -1; /* spell unlimited as inf */
-    *out = (rlim_t)v;
-    return 0;
-}
-
-/* NAME:SOFT:HARD */
-static int parse_rlimit(const char *spec, struct run_rlimit *out, char *err, size_t errlen) {
-    const char *c1 = strchr(spec, ':');
-    const char *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
-    if (c1 == NULL || c2 == NULL) {
-        snprintf(err, errlen, "rlimit %.200s is not NAME:SOFT:HARD", spec);
-        return -1;
-    }
-    size_t nlen = (size_t)(c1 - spec);
-    int found = 0;
-    for (size_t i = 0; i < sizeof RLIMIT_NAMES / sizeof RLIMIT_NAMES[0]; i++) {
-        if (strlen(RLIMIT_NAMES[i].name) == nlen && memcmp(RLIMIT_NAMES[i].name, spec, nlen) == 0) {
-            out->resource = RLIMIT_NAMES[i].resource;
-            found = 1;
-        }
-    }
-    if (!found) {
-        snprintf(err, errlen, "unknown rlimit name in %.200s", spec);
-        return -1;
-    }
-    if (parse_limit_value(c1 + 1, (size_t)(c2 - c1 - 1), &out->value.rlim_cur) < 0 ||
-        parse_limit_value(c2 + 1, strlen(c2 + 1), &out->value.rlim_max) < 0) {
-        snprintf(err, errlen, "rlimit %.200s: values are decimal or inf", spec);
-        return -1;
-    }
-    if (out->value.rlim_cur > out->value.rlim_max) {
-        snprintf(err, errlen, "rlimit %.200s: soft limit above hard limit", spec);
-        return -1;
-    }
-    return 0;
-}
 
 static int parse_run(char **items, long n, struct run_request *rq, char *err, size_t errlen) {
     memset(rq, 0, sizeof *rq);
@@ -831,70 +749,6 @@ static int parse_run(char **items, long n, struct run_request *rq, char *err, si
         return -1;
     }
     return 0;
-}
-
-struct spawn_error {
-    int32_t stage;
-    int32_t err;
-};
-
-static void __attribute__((noreturn)) child_fail(int errfd, int stage, int err) {
-    struct spawn_error e = {.stage = stage, .err = err};
-    ssize_t n = write(errfd, &e, sizeof e);
-    (void)n; /* nothing left to report to if this fails; the parent sees a short read */
-    _exit(127);
-}
-
-static const char *env_lookup(char **envp, const char *key) {
-    size_t klen = strlen(key);
-    for (size_t i = 0; envp[i] != NULL; i++) {
-        if (strncmp(envp[i], key, klen) == 0 && envp[i][klen] == '=')
-            return envp[i] + klen + 1;
-    }
-    return NULL;
-}
-
-/* execvpe() semantics, but searching the request's PATH, never the supervisor's. Empty PATH
- * elements are skipped (they would mean "the current directory"). */
-static void __attribute__((noreturn)) exec_search(struct run_request *rq, int errfd) {
-    const char *file = rq->argv[0];
-    if (file[0] == '\0')
-        child_fail(errfd, ST_EXEC, ENOENT);
-    if (strchr(file, '/') != NULL) {
-        execve(file, rq->argv, rq->envp);
-        child_fail(errfd, ST_EXEC, errno);
-    }
-    const char *path = env_lookup(rq->envp, "PATH");
-    if (path == NULL)
-        path = "/usr/local/bin:/usr/bin:/bin";
-    size_t flen = strlen(file);
-    int saw_eacces = 0;
-    int last = ENOENT;
-    while (*path != '\0') {
-        const char *colon = strchr(path, ':');
-        size_t dlen = colon ? (size_t)(colon - path) : strlen(path);
-        char buf[PATH_MAX];
-        if (dlen > 0) {
-            if (dlen + 1 + flen + 1 > sizeof buf) {
-                last = ENAMETOOLONG;
-            } else {
-                memcpy(buf, path, dlen);
-                buf[dlen] = '/';
-                memcpy(buf + dlen + 1, file, flen + 1);
-                execve(buf, rq->argv, rq->envp);
-                switch (errno) {
-                case EACCES: saw_eacces = 1; break;
-                case ENOENT: case ENOTDIR: case ESTALE: case ELOOP: case ENAMETOOLONG:
-                case ENODEV: case ETIMEDOUT: last = errno; break;
-                default: child_fail(errfd, ST_EXEC, errno);
-                }
-            }
-        }
-        if (colon == NULL)
-            break;
-        path = colon + 1;
-    }
-    child_fail(errfd, ST_EXEC, saw_eacces ? EACCES : (last == ENAMETOOLONG ? ENOENT : last));
 }
 
 struct cl_dirent64 {
@@ -1072,7 +926,7 @@ static void __attribute__((noreturn)) child_exec(struct run_request *rq, const i
         child_fail(errfd, ST_CAPS, errno);
     if (chdir(rq->cwd) < 0)
         child_fail(errfd, ST_CHDIR, errno);
-    exec_search(rq, errfd);
+    exec_search(rq->argv, rq->envp, errfd, ST_EXEC);
 }
 
 static int reply_spawn_failed(int stage, int err) {

@@ -24,8 +24,9 @@ from contain.runtime.microvm.guest_channel import (
     parse_exited,
     parse_fields,
     parse_ready,
+    parse_spawn_failed,
 )
-from contain.runtime.supervisor_channel import Exited, Rlimit
+from contain.runtime.supervisor_channel import Exited, Rlimit, SpawnFailed
 
 GUEST_FRAMES = st.one_of(
     st.builds(lambda body, stream: Frame(MsgType.DATA, stream, body), st.binary(max_size=512),
@@ -199,3 +200,9 @@ def test_a_bad_spawn_request_is_refused_before_anything_is_sent(kwargs: dict[str
     args.update(kwargs)
     with pytest.raises(ValueError):
         encode_spawn(**args)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("stage", ["namespaces", "proc"])
+def test_spawn_failed_names_the_run_namespace_stages_the_agent_reports(stage: str) -> None:
+    body = encode_items([f"stage={stage}", "errno=1"])
+    assert parse_spawn_failed(body) == SpawnFailed(stage=stage, errno=1)

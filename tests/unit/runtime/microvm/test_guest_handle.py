@@ -32,7 +32,7 @@ from contain.runtime.microvm.guest_channel import (
     encode_items,
     encode_request,
 )
-from contain.runtime.microvm.guest_handle import GuestLimits, GuestSandbox
+from contain.runtime.microvm.guest_handle import GuestLimits, GuestSandbox, is_dev_null
 from contain.runtime.supervisor_channel import Started
 
 READY = ["version=2", "pid=1", "boot_id=0f0e0d0c-0b0a-4908-8706-050403020100", "kernel=6.1.0", "cgroup=none"]
@@ -432,3 +432,55 @@ def test_identity_carries_the_hosts_wall_clock_when_given(pair: tuple[GuestSandb
         "realtime_ns=1764633600123456789",
     ]
     assert decode_items(bodies[1]) == ["hostname=contain", "machine_id=" + "b" * 32]
+
+
+def test_a_dev_null_stdin_sends_its_eof_in_the_same_write_as_the_spawn_and_is_not_pumped(
+    pair: tuple[GuestSandbox, FakeAgent, FakeVmm],
+) -> None:
+    sandbox, agent, _ = pair
+    writes: list[bytes] = []
+    channel_send = sandbox._channel.send
+
+    def recording_send(frame: bytes) -> None:
+        writes.append(frame)
+        channel_send(frame)
+
+    sandbox._channel.send = recording_send  # type: ignore[method-assign]
+
+    def finish() -> None:
+        agent.send(MsgType.DATA, b"", stream=Stream.STDOUT)
+        agent.send(MsgType.DATA, b"", stream=Stream.STDERR)
+        agent.send(MsgType.EXITED, EXITED)
+
+    out_r, _, _ = spawn(sandbox, agent, finish)
+    assert sandbox.wait_exited(5) is not None
+    run_state = sandbox._run
+    assert run_state is not None and run_state.pump_thread is not None
+    run_state.pump_thread.join(timeout=5)
+    os.close(out_r)
+    first = host_frames(writes[0])
+    assert [kind for kind, _, _ in first] == [MsgType.SPAWN, MsgType.DATA]
+    assert first[1] == (MsgType.DATA, Stream.STDIN, b"")
+    later = [f for w in writes[1:] for f in host_frames(w)]
+    assert [f for f in later if f[:2] == (MsgType.DATA, Stream.STDIN)] == []
+
+
+def host_frames(data: bytes) -> list[tuple[MsgType, Stream, bytes]]:
+    """The frames of one host write, whole (the host writes whole frames)."""
+    frames = []
+    while data:
+        length, kind, stream, _ = HEADER.unpack_from(data)
+        frames.append((MsgType(kind), Stream(stream), data[HEADER.size : HEADER.size + length]))
+        data = data[HEADER.size + length :]
+    return frames
+
+
+def test_is_dev_null_tells_dev_null_from_a_pipe_and_a_file(tmp_path: Path) -> None:
+    null = os.open(os.devnull, os.O_RDONLY)
+    r, w = os.pipe()
+    file_fd = os.open(tmp_path / "f", os.O_RDWR | os.O_CREAT)
+    try:
+        assert [is_dev_null(fd) for fd in (null, r, file_fd)] == [True, False, False]
+    finally:
+        for fd in (null, r, w, file_fd):
+            os.close(fd)
