@@ -31,6 +31,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -95,7 +96,8 @@ class LocalCluster:
     Args:
         nodes: how many (the first is the head).
         num_cpus: CPUs each node tells Ray it has (Ray's own tasks; sandboxes use the resources below).
-        resources: the custom resources each node advertises (default: this host's facts).
+        resources: the custom resources each node advertises (default: this host's facts), or
+            one mapping per node (the head first), e.g. to offer a backend on one node only.
         root: where the nodes' temp directories go (default: a new directory under /tmp; Ray's
             socket paths must stay under 108 bytes).
     """
@@ -105,11 +107,13 @@ class LocalCluster:
         *,
         nodes: int = 1,
         num_cpus: int = 1,
-        resources: dict[str, float] | None = None,
+        resources: Mapping[str, float] | Sequence[Mapping[str, float]] | None = None,
         root: Path | None = None,
     ) -> None:
         if nodes < 1:
             raise ValueError("a cluster needs at least one node")
+        if resources is not None and not isinstance(resources, Mapping) and len(resources) != nodes:
+            raise ValueError(f"resources names {len(resources)} nodes, the cluster has {nodes}")
         self._count = nodes
         self._num_cpus = num_cpus
         self._resources = resources
@@ -150,6 +154,11 @@ class LocalCluster:
             self.stop()
             raise
 
+    def _resources_of(self, index: int) -> dict[str, float]:
+        assert self._resources is not None
+        chosen = self._resources if isinstance(self._resources, Mapping) else self._resources[index]
+        return dict(chosen)
+
     def _start_node(self, index: int) -> _LocalNode:
         assert self._root is not None and self._resources is not None
         temp_dir = self._root / f"n{index}"
@@ -158,7 +167,7 @@ class LocalCluster:
             _ray_executable(), "start", "--block", "--disable-usage-stats",
             "--node-ip-address=127.0.0.1", f"--temp-dir={temp_dir}",
             f"--num-cpus={self._num_cpus}", f"--object-store-memory={_OBJECT_STORE_BYTES}",
-            f"--resources={json.dumps(self._resources)}",
+            f"--resources={json.dumps(self._resources_of(index))}",
         ]
         if index == 0:
             argv += ["--head", f"--port={self.port}", "--include-dashboard=false",
