@@ -277,10 +277,10 @@ def _iterate_in_background(batch: Batch) -> tuple[list[JobReport], threading.Thr
     return reports, thread
 
 
-def _wait_until(predicate: Any, *, timeout_s: float, what: str) -> None:
+def _wait_until(predicate: Any, *, timeout_s: float, what: str, state: Any = None) -> None:
     deadline = time.monotonic() + timeout_s
     while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        assert time.monotonic() < deadline, f"timed out waiting for {what}" + (f": {state()}" if state else "")
         time.sleep(0.1)  # integration test polling a real cluster
 
 
@@ -302,12 +302,22 @@ def test_cancelling_a_batch_kills_every_sandbox_on_both_nodes_and_leaves_no_cgro
     # sentry and the microVM's inside the guest: for those, their runtime's processes in a
     # sandbox cgroup of the node's actor (runsc's sentry, QEMU) show they are up.
     host_visible = 2 * SLOTS + (SLOTS if "container:runc" in present else 0)
-    _wait_until(lambda: len(_processes_with_argv(sleeper)) >= host_visible, timeout_s=90, what="sleeping jobs")
+
+    def state() -> str:
+        ended = [(r.job_id, r.status, r.cause) for r in reports]
+        return f"{len(_processes_with_argv(sleeper))} sleepers; in flight {batch.in_flight()}; reports {ended}"
+
+    _wait_until(
+        lambda: len(_processes_with_argv(sleeper)) >= host_visible, timeout_s=90, what="sleeping jobs", state=state
+    )
     actor_pids = {node.description.pid for node in batch.nodes.values()}
     assert len(actor_pids) == 2
     wanted_runtimes = {"runsc": "container:runsc", "qemu-system-x86_64": "microvm"}
     wanted = {exe for exe, backend in wanted_runtimes.items() if backend in present}
-    _wait_until(lambda: wanted <= set(_sandbox_processes(actor_pids).values()), timeout_s=90, what=str(wanted))
+    _wait_until(
+        lambda: wanted <= set(_sandbox_processes(actor_pids).values()), timeout_s=90, what=str(wanted),
+        state=lambda: _sandbox_processes(actor_pids),
+    )
     before = _sandbox_processes(actor_pids)
     assert len(_sandbox_cgroups(actor_pids)) >= 2 * SLOTS, "running and warm sandboxes have cgroups"
     if "container:runc" in present or "container:runsc" in present:
@@ -439,6 +449,26 @@ def _rows(db: str, sql: str, parameters: tuple[Any, ...] = ()) -> list[tuple[Any
         return conn.execute(sql, parameters).fetchall()
     finally:
         conn.close()
+
+
+_SUBMIT = "import ray; ray.init(address='{address}'); print(ray.get(ray.remote(lambda: 'ran').remote(), timeout=30))"
+
+
+def test_the_cluster_runs_work_only_for_a_client_with_its_token(cluster: LocalCluster, tmp_path: Path) -> None:
+    import subprocess
+
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    clean["HOME"] = str(tmp_path)  # no ~/.ray/auth_token of the user's to fall back on
+    token_file = cluster.nodes[0].temp_dir.parent / "auth_token"
+    assert token_file.stat().st_mode & 0o777 == 0o600
+    argv = [sys.executable, "-c", _SUBMIT.format(address=cluster.address)]
+    without = subprocess.run(argv, env=clean, capture_output=True, timeout=90, check=False)
+    with_token = subprocess.run(
+        argv, env={**clean, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token_file)},
+        capture_output=True, timeout=90, check=False,
+    )
+    assert (with_token.returncode, with_token.stdout.strip().splitlines()[-1:]) == (0, [b"ran"]), with_token.stderr[-2000:]
+    assert without.returncode != 0 and b"ran" not in without.stdout
 
 
 def test_stopping_the_cluster_leaves_no_ray_process(cluster: LocalCluster) -> None:

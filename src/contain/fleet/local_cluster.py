@@ -8,6 +8,13 @@ processes (SIGTERM, then SIGKILL after a grace period) and never another cluster
 would end every Ray process of the user on the machine. ``stop`` returns the pids that survived
 (none is expected; a caller reports any).
 
+Authentication: each cluster gets a token of its own (32 random bytes, hex, in a 0600 file in
+its 0700 root directory), and its nodes and this driver run with Ray's token authentication on
+(``RAY_AUTH_MODE=token``, ``RAY_AUTH_TOKEN_PATH``): a local user who can reach the loopback ports
+but not the file cannot submit work. The driver's process keeps those two variables after the
+cluster stopped (the next ``LocalCluster`` replaces them). Never the user's ``~/.ray/auth_token``:
+its presence would otherwise decide whether a node runs with authentication.
+
 Node death is detected quickly here (``_SYSTEM_CONFIG``): the GCS checks each raylet every 500
 ms and declares it dead after 3 missed checks, so a killed node's jobs are retried within
 seconds instead of Ray's default half minute.
@@ -23,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -121,6 +129,7 @@ class LocalCluster:
         self._own_root = root is None
         self.port = 0
         self.nodes: list[_LocalNode] = []
+        self._auth_env: dict[str, str] = {}
 
     @property
     def address(self) -> str:
@@ -145,6 +154,7 @@ class LocalCluster:
             self._resources = plan_node_resources(gather_node_facts())
         if self._root is None:
             self._root = Path(tempfile.mkdtemp(prefix="cf-", dir="/tmp"))
+        self._auth_env = _write_token(self._root)
         self.port = _free_port()
         try:
             for index in range(self._count):
@@ -176,7 +186,10 @@ class LocalCluster:
             argv += [f"--address={self.address}"]
         log_file = open(temp_dir / "ray-start.log", "wb")  # noqa: SIM115 - the child holds it; closed below
         try:
-            process = subprocess.Popen(argv, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True)
+            process = subprocess.Popen(
+                argv, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True,
+                env={**os.environ, **self._auth_env},
+            )
         finally:
             log_file.close()
         return _LocalNode(index, process, temp_dir)
@@ -194,6 +207,7 @@ class LocalCluster:
                         f"read {node.temp_dir / 'ray-start.log'}",
                     )
             if not ray.is_initialized():
+                _use_token_in_this_process(self._auth_env)
                 try:
                     ray.init(address=self.address, logging_level="ERROR", log_to_driver=False, configure_logging=False)
                 except (ConnectionError, RuntimeError):
@@ -246,6 +260,25 @@ class LocalCluster:
             shutil.rmtree(self._root, ignore_errors=True)
         self.nodes = []
         return survivors
+
+
+def _write_token(root: Path) -> dict[str, str]:
+    """A fresh token in ``root`` (0600, created exclusively); the environment that makes Ray use it."""
+    path = root / "auth_token"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(secrets.token_hex(32))
+    return {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(path)}
+
+
+def _use_token_in_this_process(auth_env: dict[str, str]) -> None:
+    """Make this process's Ray client send the cluster's token (read from the environment by Ray's
+    config and its cached token loader, both refreshed here, before ``ray.init``)."""
+    import ray._raylet as raylet  # Ray 2.60's compiled module: no type stubs for these two names
+
+    os.environ.update(auth_env)
+    raylet.Config.initialize("")  # type: ignore[attr-defined]
+    raylet.AuthenticationTokenLoader.instance().reset_cache()  # type: ignore[attr-defined]
 
 
 def _end_session(process: subprocess.Popen[bytes]) -> list[int]:

@@ -87,7 +87,8 @@ class Dispatcher(Protocol):
         ...
 
     def start_nodes(self, slots: dict[str, int]) -> dict[str, tuple[Any, NodeDescription] | str]:
-        """Start a pool actor on each node (node id -> its slots), all at once; per node its handle
+        """Start a pool actor on each node (node id -> its slots, summed over its backends), all at
+        once; per node its handle
         and description, or why it could not start."""
         ...
 
@@ -130,12 +131,22 @@ def connect(address: str) -> None:
 
 
 def _ray() -> Any:
+    """Ray, with its auto-init switched off for this process.
+
+    Ray starts a new local cluster when an API is called while not connected (``ray.get`` after
+    the cluster went away, from a thread still iterating a batch). For the fleet that would send
+    jobs to a cluster nobody named, and since Ray 2.60 that ``ray.init()`` also writes
+    ``~/.ray/auth_token``, which silently turns on token authentication for every later
+    ``ray start`` of the user on the machine. A call while not connected fails instead.
+    """
     try:
         import ray
+        import ray._private.auto_init_hook as auto_init
     except ImportError as exc:
         raise SandboxStartError(
             "contain fleet needs Ray, which is not installed", "pip install 'contain[fleet]'"
         ) from exc
+    auto_init.enable_auto_connect = False
     return ray
 
 

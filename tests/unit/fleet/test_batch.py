@@ -99,6 +99,29 @@ def test_every_job_is_reported_once_and_no_node_runs_more_than_its_slots(tmp_pat
     assert sorted(dispatcher.stopped) == ["a", "b"]
 
 
+def test_each_backends_slots_are_counted_on_their_own_so_a_busy_backend_does_not_block_another(
+    tmp_path: Path,
+) -> None:
+    calls = Counter[str]()
+
+    def answer(node: str, spec: JobSpec) -> Any:
+        calls[spec.job_id] += 1  # hold every job until both backends ran side by side (bounded)
+        return done(node, spec) if dispatcher.peak_total >= 4 or calls[spec.job_id] > 20 else None
+
+    dispatcher = FakeDispatcher({"a": {"contain_backend_process": 2.0, "contain_backend_container_runc": 2.0}}, answer)
+    items = _items(tmp_path, 3)
+    path = tmp_path / "c.jsonl"
+    path.write_text("".join(
+        json.dumps({"id": f"c{i}", "manifest": {"runtime": {"backend": "container"}}, "command": ["x"]}) + "\n"
+        for i in range(3)
+    ))
+    items += list(prepare_jobs(read_job_lines(path), base_dir=tmp_path))
+    reports = list(run_batch(items, dispatcher=dispatcher))
+    assert {r.status for r in reports} == {"done"} and len(reports) == 6
+    assert dispatcher.peak_total == 4, "2 process and 2 runc sandboxes at once on the node"
+    assert dispatcher.started_with == {"a": 4}  # the actor has a thread for every slot of every backend
+
+
 def test_a_node_without_the_backend_resource_gets_no_job_and_a_backend_nobody_offers_fails(tmp_path: Path) -> None:
     dispatcher = FakeDispatcher({"a": PROCESS_2, "vm": {"contain_backend_microvm": 1.0}})
     items = _items(tmp_path, 4)
