@@ -259,14 +259,20 @@ def _sandbox_processes(owner_pids: set[int]) -> dict[tuple[int, str], str]:
 
 
 def _still_alive(processes: dict[tuple[int, str], str]) -> list[str]:
+    """The ones still running (same pid and start time, not a zombie), with their state and parent."""
     alive = []
     for (pid, started), exe in processes.items():
         try:
             with open(f"/proc/{pid}/stat", "rb") as handle:
-                if handle.read().rsplit(b")", 1)[1].split()[19].decode() == started:
-                    alive.append(f"{pid} {exe}")
+                fields = handle.read().rsplit(b")", 1)[1].split()
+            with open(f"/proc/{pid}/cgroup") as handle:
+                where = handle.readline().strip()
         except (OSError, IndexError):
             continue
+        # A zombie (Z, or X while being reaped) runs nothing and holds nothing but its pid; sandbox
+        # processes whose parent died are re-parented to pid 1, which reaps them in its own time.
+        if fields[19].decode() == started and fields[0] not in (b"Z", b"X"):
+            alive.append(f"{pid} {exe} state {fields[0].decode()} parent {fields[1].decode()} in {where}")
     return alive
 
 
@@ -327,16 +333,17 @@ def test_cancelling_a_batch_kills_every_sandbox_on_both_nodes_and_leaves_no_cgro
     thread.join(120)
 
     assert not thread.is_alive()
-    assert sorted(r.job_id for r in reports if r.job_id) == sorted(json.loads(line)["id"] for line in lines)
-    assert {r.status for r in reports} == {"cancelled"}, [(r.job_id, r.cause) for r in reports if r.status != "cancelled"]
-    assert _processes_with_argv(sleeper) == []
-    assert _still_alive(before) == [], "a sandbox process, container runtime or QEMU survived the cancel"
-    assert _sandbox_processes(actor_pids) == {}
-    assert _sandbox_cgroups(actor_pids) == []
-    assert _container_dirs(actor_pids) == [], "runc/runsc state and rootfs directories are gone"
     cancel_reports = {n: r for n, r in batch.cancel_reports.items() if not isinstance(r, str)}
     assert set(cancel_reports) == {n.node_id for n in cluster.nodes}, batch.cancel_reports
     assert all(r.unfinished == () and r.killed >= SLOTS for r in cancel_reports.values()), cancel_reports
+    assert sorted(r.job_id for r in reports if r.job_id) == sorted(json.loads(line)["id"] for line in lines)
+    assert {r.status for r in reports} == {"cancelled"}, [(r.job_id, r.cause) for r in reports if r.status != "cancelled"]
+    assert _processes_with_argv(sleeper) == []
+    survivors = _still_alive(before)
+    assert survivors == [], f"survived the cancel: {survivors}; cgroups {_sandbox_cgroups(actor_pids)}"
+    assert _sandbox_processes(actor_pids) == {}
+    assert _sandbox_cgroups(actor_pids) == []
+    assert _container_dirs(actor_pids) == [], "runc/runsc state and rootfs directories are gone"
 
 
 @pytest.fixture

@@ -6,10 +6,11 @@ in the order jobs finish; call ``cancel()`` (from any thread, or after Ctrl-C) t
 
   1. (once) report every line that is not a job (bad JSON, bad manifest, duplicate id): failed,
      alone; start one pool actor per node advertising a ``contain_backend_*`` resource;
-  2. place queued attempts on nodes whose resources advertise the job's backend and that have a
-     free slot of that backend (the count the node advertised for it; each backend's slots are
-     counted on their own, as Ray counts custom resources); a job whose backend no alive node
-     advertises fails with that cause;
+  2. place queued attempts on nodes whose resources advertise the job's backend and that have
+     room: up to ``placement.SENT_PER_SLOT`` attempts per slot of that backend (the count the node
+     advertised for it; each backend's slots are counted on their own, as Ray counts custom
+     resources); the node runs at most its slots and holds the rest; a job whose backend no
+     alive node advertises fails with that cause;
   3. wait for attempts to finish; an outcome becomes the job's report; an attempt lost with its
      node (``NodeLost``, from ``ray_nodes.RAY_FAILURE_ROWS``) marks the node dead and queues the
      job again, first in line, while its manifest's ``fleet.retries`` allows, then fails it;
@@ -43,7 +44,7 @@ from contain._log import LazyLogger
 from contain.fleet.identity import call_key_prefix, job_content_digest, new_batch_id
 from contain.fleet.jobs import JobProblem, PreparedJob
 from contain.fleet.messages import CancelReport, JobOutcome, JobReport, JobSpec, NodeDescription
-from contain.fleet.placement import nodes_for_backend, resource_name
+from contain.fleet.placement import SENT_PER_SLOT, nodes_for_backend, plan_backend_slots, resource_name
 from contain.fleet.ray_nodes import Dispatcher, NodeLost
 
 __all__ = ["Batch", "StartedNodes", "run_batch", "start_pool_actors", "stop_pool_actors"]
@@ -98,12 +99,8 @@ def start_pool_actors(dispatcher: Dispatcher) -> StartedNodes:
     """
     advertised = dispatcher.nodes()
     # Each backend's slots are its own (Ray custom resources are independent): a node advertising
-    # process 2 and container_runc 2 runs up to 4 sandboxes at once, and its actor needs a thread
-    # for each.
-    slots = {
-        node_id: sum(int(v) for k, v in resources.items() if k.startswith("contain_backend_"))
-        for node_id, resources in advertised.items()
-    }
+    # process 2 and container_runc 2 runs up to 4 sandboxes at once; its actor enforces them.
+    slots = {node_id: plan_backend_slots(resources) for node_id, resources in advertised.items()}
     nodes: dict[str, _Node] = {}
     problems: dict[str, str] = {}
     for node_id, started in dispatcher.start_nodes(slots).items():
@@ -273,7 +270,7 @@ class Batch:
                     fix="start nodes with `ray start --resources \"$(contain fleet resources)\"` where it works",
                 )
                 continue
-            free = [nid for nid, slots in able.items() if alive[nid].in_use[backend] < slots]
+            free = [nid for nid, slots in able.items() if alive[nid].in_use[backend] < slots * SENT_PER_SLOT]
             if not free:
                 waiting.append(attempt)
                 continue

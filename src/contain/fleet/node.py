@@ -6,7 +6,9 @@ one job, an ordered checklist:
 
   1. refuse when the batch was cancelled, or when this node's own facts cannot run the job's
      backend (the driver placed it by the node's advertised resources; this is the second check);
-  2. rebuild the job's boundary from the driver's validated dump (``plain_from_json``, cached);
+  2. rebuild the job's boundary from the driver's validated dump (``plain_from_json``, cached),
+     then wait for a free slot of the job's backend (``slots``: the driver sends a node up to
+     twice its slots, so the next job is already here when one ends; the extra ones wait here);
   3. take a started sandbox and register it as live, under the lock that ``cancel_all`` takes,
      so a cancel either sees it or the job sees the cancel. With ``fleet.warm_sandboxes`` N > 0
      the sandbox comes from this node's ``SandboxPool`` for the job's manifest (one per manifest
@@ -35,7 +37,8 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from contain._log import LazyLogger
@@ -43,7 +46,13 @@ from contain.boundary.plain import PlainBoundary, plain_from_json
 from contain.errors import ContainError, FileTransferError
 from contain.fleet.identity import CALL_KEY_COUNTER_ENV, CALL_KEY_PREFIX_ENV, JOB_ID_ENV
 from contain.fleet.messages import CancelReport, JobOutcome, JobSpec, NodeDescription, Status
-from contain.fleet.placement import BACKEND_ROWS, NodeFacts, gather_node_facts, is_backend_supported
+from contain.fleet.placement import (
+    BACKEND_ROWS,
+    NodeFacts,
+    canonical_backend,
+    gather_node_facts,
+    is_backend_supported,
+)
 from contain.runtime.attachments import Attachment
 from contain.runtime.sandbox import Sandbox
 
@@ -119,6 +128,9 @@ class NodePool:
         open_pool: opens the warm pool of one manifest (default a ``SandboxPool`` of the
             manifest's backend; tests pass one over ``RecordingBackend`` or a fake).
         make_sandbox: builds an unstarted sandbox for a job without warm sandboxes.
+        slots: backend spec -> jobs of it running at once here (the node's advertised resources);
+            a job beyond that waits in ``run_job`` for a slot, so the driver may send the next job
+            before one ends. None: no limit here (the driver's count is the only one).
     """
 
     def __init__(
@@ -129,6 +141,7 @@ class NodePool:
         facts: NodeFacts | None = None,
         open_pool: PoolFactory = _default_pool,
         make_sandbox: SandboxFactory = _default_factory,
+        slots: Mapping[str, int] | None = None,
     ) -> None:
         self._node_id = node_id
         self._broker_config = broker_config
@@ -141,6 +154,8 @@ class NodePool:
         self._live: dict[str, _Lease] = {}  # job id -> its lease or sandbox, while the job runs
         self._busy: set[str] = set()  # job ids whose thread is inside run_job
         self._boundaries: dict[str, PlainBoundary] = {}
+        self._slots = dict(slots) if slots is not None else None
+        self._running: Counter[str] = Counter()  # backend -> jobs holding a slot
 
     def describe(self) -> NodeDescription:
         """Who this actor is and which backends its own facts rule out."""
@@ -182,6 +197,28 @@ class NodePool:
             )
         boundary = self._boundary(spec)
         self._check_broker(boundary)
+        backend = canonical_backend(spec.backend)
+        if not self._wait_for_slot(backend):
+            return self._outcome(spec, "cancelled", began, cause="the batch was cancelled before this job started")
+        try:
+            return self._run_in_slot(spec, boundary, began)
+        finally:
+            with self._lock:
+                self._running[backend] -= 1
+                self._lock.notify_all()
+
+    def _wait_for_slot(self, backend: str) -> bool:
+        """Wait until fewer than the node's slots of ``backend`` run; False once cancelled."""
+        limit = self._slots.get(backend, 1) if self._slots is not None else None
+        with self._lock:
+            while limit is not None and self._running[backend] >= limit and not self._cancelled:
+                self._lock.wait()
+            if self._cancelled:
+                return False
+            self._running[backend] += 1
+            return True
+
+    def _run_in_slot(self, spec: JobSpec, boundary: PlainBoundary, began: float) -> JobOutcome:
         held, warm = self._take(spec, boundary)
         sandbox = held.sandbox
         with self._lock:
@@ -248,6 +285,7 @@ class NodePool:
         """Kill every live sandbox, close the pools, wait for job threads; see the module docstring."""
         with self._lock:
             self._cancelled = True
+            self._lock.notify_all()  # jobs waiting for a slot return cancelled
             live = list(self._live.values())
             for held in live:
                 held.destroy()

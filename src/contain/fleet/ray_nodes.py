@@ -24,7 +24,7 @@ from typing import Any, Protocol
 
 from contain.errors import SandboxStartError
 from contain.fleet.messages import CancelReport, JobOutcome, JobSpec, NodeDescription
-from contain.fleet.placement import RESOURCE_PREFIX
+from contain.fleet.placement import RESOURCE_PREFIX, SENT_PER_SLOT
 
 __all__ = [
     "RAY_FAILURE_ROWS",
@@ -86,10 +86,9 @@ class Dispatcher(Protocol):
         """Alive node id -> its resources."""
         ...
 
-    def start_nodes(self, slots: dict[str, int]) -> dict[str, tuple[Any, NodeDescription] | str]:
-        """Start a pool actor on each node (node id -> its slots, summed over its backends), all at
-        once; per node its handle
-        and description, or why it could not start."""
+    def start_nodes(self, slots: dict[str, dict[str, int]]) -> dict[str, tuple[Any, NodeDescription] | str]:
+        """Start a pool actor on each node (node id -> backend -> its slots), all at once; per node
+        its handle and description, or why it could not start."""
         ...
 
     def submit(self, node: Any, spec: JobSpec) -> Any:
@@ -169,7 +168,7 @@ class RayDispatcher:
             if node.get("Alive") and any(name.startswith(RESOURCE_PREFIX) for name in node.get("Resources", {}))
         }
 
-    def start_nodes(self, slots: dict[str, int]) -> dict[str, tuple[Any, NodeDescription] | str]:
+    def start_nodes(self, slots: dict[str, dict[str, int]]) -> dict[str, tuple[Any, NodeDescription] | str]:
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         if self._actor_class is None:
@@ -179,11 +178,13 @@ class RayDispatcher:
         actors = {
             node_id: self._actor_class.options(
                 num_cpus=0,
-                max_concurrency=count + 4,  # the node's slots, plus cancel/shutdown calls that must not queue
+                # A thread per attempt the driver may send (SENT_PER_SLOT per slot), plus room for
+                # describe/cancel/shutdown calls that must not queue behind jobs.
+                max_concurrency=SENT_PER_SLOT * sum(backends.values()) + 4,
                 max_restarts=0,
                 scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node_id, soft=False),
-            ).remote(node_id=node_id, broker_config=self._broker_config)
-            for node_id, count in slots.items()
+            ).remote(node_id=node_id, broker_config=self._broker_config, slots=backends)
+            for node_id, backends in slots.items()
         }
         # Every actor starts at once; then each describes itself (a node that does not answer in
         # time gets no job, and its actor is ended).

@@ -223,3 +223,44 @@ def test_on_a_real_sandbox_pool_each_job_gets_a_fresh_sandbox_and_cancel_leaves_
         node.shutdown()
         ours.close()
         theirs.close()
+
+
+# -- the slot gate: the node runs at most its slots per backend; the rest wait, cancel frees them -----
+
+
+def test_a_job_beyond_the_nodes_slots_waits_for_one_and_a_cancel_releases_it_without_a_sandbox() -> None:
+    first = FakeSandbox("first", block_run=True)
+    pools = _Pools(first, FakeSandbox("second"))
+    node = NodePool(node_id="n1", facts=FACTS, open_pool=pools, slots={"process": 1})
+    outcomes: dict[str, Any] = {}
+    runner = threading.Thread(target=lambda: outcomes.update(a=node.run_job(_spec(job_id="a", outputs=()))))
+    runner.start()
+    assert first.running.wait(10)
+    waiter = threading.Thread(target=lambda: outcomes.update(b=node.run_job(_spec(job_id="b", outputs=()))))
+    waiter.start()
+    with node._lock:
+        assert node._lock.wait_for(lambda: "b" in node._busy, 10)
+
+    report = node.cancel_all(timeout_s=10)
+
+    runner.join(10)
+    waiter.join(10)
+    assert (outcomes["a"].status, outcomes["b"].status) == ("cancelled", "cancelled")
+    assert pools.pool.taken == 1, "the waiting job took no sandbox"
+    assert report.unfinished == () and report.killed == 1
+
+
+def test_a_freed_slot_is_taken_by_the_waiting_job() -> None:
+    first = FakeSandbox("first", block_run=True)
+    second = FakeSandbox("second")
+    node = NodePool(node_id="n1", facts=FACTS, open_pool=_Pools(first, second), slots={"process": 1})
+    outcomes: dict[str, Any] = {}
+    runner = threading.Thread(target=lambda: outcomes.update(a=node.run_job(_spec(job_id="a", outputs=()))))
+    runner.start()
+    assert first.running.wait(10)
+    waiter = threading.Thread(target=lambda: outcomes.update(b=node.run_job(_spec(job_id="b", outputs=()))))
+    waiter.start()
+    first.destroy()  # the first job's command ends (as SandboxLost): its slot frees
+    runner.join(10)
+    waiter.join(10)
+    assert outcomes["b"].status == "done" and second.closed and first.closed
