@@ -15,7 +15,9 @@ one job, an ordered checklist:
      digest, so one per backend, size N, opened at the manifest's first job and refilled in the
      background): a ready one when there is one, else one started now in the job's own thread
      (``acquire_or_start``), so the first jobs run while the pool fills instead of queueing
-     behind its one refill thread. With N = 0 every sandbox is started for its job, no pool;
+     behind its one refill thread. A pool unused for 5 minutes, or the least recently used
+     beyond 8 per node, is closed (a session would otherwise keep every manifest's warm
+     sandboxes, refilled forever). With N = 0 every sandbox is started for its job, no pool;
   4. put the inputs, run the command with the job's broker key prefix in its environment
      (``identity.CALL_KEY_PREFIX_ENV``), read the outputs back (``Sandbox.get_file``: regular
      files under scratch only, never through a symlink, bounded by the disk budget);
@@ -67,6 +69,10 @@ CALL_COUNTER_NAME = ".contain-fleet-calls"
 # run's wall clock is added per boundary.
 _TOKEN_MARGIN_S = 900.0
 _CANCEL_WAIT_S = 30.0
+# Warm pools kept per node: a pool no job took from for 5 minutes is closed, and beyond 8 manifests
+# the least recently used one is (each holds its manifest's warm_sandboxes started sandboxes).
+_POOL_IDLE_S = 300.0
+_POOLS_MAX = 8
 
 SandboxFactory = Callable[[PlainBoundary, list[Attachment]], Sandbox]
 
@@ -131,6 +137,7 @@ class NodePool:
         slots: backend spec -> jobs of it running at once here (the node's advertised resources);
             a job beyond that waits in ``run_job`` for a slot, so the driver may send the next job
             before one ends. None: no limit here (the driver's count is the only one).
+        clock: monotonic seconds, for retiring unused pools (tests inject one).
     """
 
     def __init__(
@@ -142,6 +149,7 @@ class NodePool:
         open_pool: PoolFactory = _default_pool,
         make_sandbox: SandboxFactory = _default_factory,
         slots: Mapping[str, int] | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._node_id = node_id
         self._broker_config = broker_config
@@ -151,6 +159,8 @@ class NodePool:
         self._lock = threading.Condition()
         self._cancelled = False
         self._pools: dict[str, WarmPool] = {}  # manifest digest -> its pool (opened under _lock)
+        self._pool_used: dict[str, float] = {}  # manifest digest -> when a job last took from its pool
+        self._clock = clock
         self._live: dict[str, _Lease] = {}  # job id -> its lease or sandbox, while the job runs
         self._busy: set[str] = set()  # job ids whose thread is inside run_job
         self._boundaries: dict[str, PlainBoundary] = {}
@@ -259,27 +269,54 @@ class NodePool:
                 cold.close()
                 raise
             return _ColdLease(cold), False
-        with self._lock:
-            if self._cancelled:
-                from contain.errors import PoolUnavailable
+        from contain.errors import PoolUnavailable
 
-                raise PoolUnavailable("this node's pools are closed (the batch was cancelled)", "")
-            pool = self._pools.get(spec.manifest_digest)
-            if pool is None:  # opened under the lock: cancel_all either closes it or it is never opened
-                pool = self._open_pool(boundary, spec.warm_sandboxes, lambda: self._attachments(boundary))
-                self._pools[spec.manifest_digest] = pool
-        return pool.acquire_or_start()
+        for _ in range(2):  # a second time only when the pool was retired between lookup and use
+            with self._lock:
+                if self._cancelled:
+                    raise PoolUnavailable("this node's pools are closed (the batch was cancelled)", "")
+                pool = self._pools.get(spec.manifest_digest)
+                if pool is None:  # opened under the lock: cancel_all either closes it or it is never opened
+                    pool = self._open_pool(boundary, spec.warm_sandboxes, lambda: self._attachments(boundary))
+                    self._pools[spec.manifest_digest] = pool
+                self._pool_used[spec.manifest_digest] = self._clock()
+                retire = self._pools_to_retire_locked()
+            for old in retire:
+                self._close_quietly(old)
+            try:
+                return pool.acquire_or_start()
+            except PoolUnavailable:
+                with self._lock:
+                    if self._cancelled or self._pools.get(spec.manifest_digest) is pool:
+                        raise
+        raise PoolUnavailable(f"the warm pool of manifest {spec.manifest_digest[:12]} kept closing", "")
+
+    def _pools_to_retire_locked(self) -> list[WarmPool]:
+        """Pools no job took from for ``_POOL_IDLE_S``, and the least recently used beyond
+        ``_POOLS_MAX``: removed here, closed by the caller outside the lock. Without this a long
+        session with many manifests would keep warm sandboxes of every one, refilled forever."""
+        now = self._clock()
+        by_age = sorted(self._pool_used, key=lambda digest: self._pool_used[digest])
+        idle = [digest for digest in by_age if now - self._pool_used[digest] >= _POOL_IDLE_S]
+        excess = by_age[: max(0, len(by_age) - _POOLS_MAX)]
+        retired = []
+        for digest in dict.fromkeys(idle + excess):
+            self._pool_used.pop(digest)
+            retired.append(self._pools.pop(digest))
+        return retired
+
+    def _close_quietly(self, pool: WarmPool) -> int:
+        try:
+            return pool.close()
+        except ContainError as exc:  # a sandbox survived its teardown: said loudly, never hidden
+            log.error("node %s: closing a warm pool left something behind: %s", self._node_id, exc.cause)
+            return 0
 
     def _close_pools(self) -> int:
         with self._lock:
             pools, self._pools = list(self._pools.values()), {}
-        closed = 0
-        for pool in pools:
-            try:
-                closed += pool.close()
-            except ContainError as exc:  # a sandbox survived its teardown: said loudly, never hidden
-                log.error("node %s: closing a warm pool left something behind: %s", self._node_id, exc.cause)
-        return closed
+            self._pool_used.clear()
+        return sum(self._close_quietly(pool) for pool in pools)
 
     def cancel_all(self, timeout_s: float = _CANCEL_WAIT_S) -> CancelReport:
         """Kill every live sandbox, close the pools, wait for job threads; see the module docstring."""

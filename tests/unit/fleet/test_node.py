@@ -264,3 +264,67 @@ def test_a_freed_slot_is_taken_by_the_waiting_job() -> None:
     runner.join(10)
     waiter.join(10)
     assert outcomes["b"].status == "done" and second.closed and first.closed
+
+
+# -- retiring pools: a long session must not keep every manifest's warm sandboxes forever -------------
+
+
+def _pool_factory(opened: list[_Pool]) -> Any:
+    def open_pool(boundary: Any, size: int, each: Any) -> _Pool:
+        opened.append(_Pool(*(FakeSandbox() for _ in range(4))))
+        return opened[-1]
+
+    return open_pool
+
+
+def test_a_pool_no_job_took_from_for_five_minutes_is_closed_at_the_next_take() -> None:
+    from contain.fleet.node import _POOL_IDLE_S
+
+    now = [0.0]
+    opened: list[_Pool] = []
+    node = NodePool(node_id="n1", facts=FACTS, open_pool=_pool_factory(opened), clock=lambda: now[0])
+    assert node.run_job(_spec(job_id="a", manifest_digest="old", outputs=())).status == "done"
+    now[0] = _POOL_IDLE_S - 1
+    assert node.run_job(_spec(job_id="b", manifest_digest="new", outputs=())).status == "done"
+    assert [p.closed for p in opened] == [False, False]
+    now[0] = _POOL_IDLE_S + 0.5  # "old" idle for longer than the limit, "new" not
+    assert node.run_job(_spec(job_id="c", manifest_digest="new", outputs=())).status == "done"
+    assert [p.closed for p in opened] == [True, False]
+    assert node.run_job(_spec(job_id="d", manifest_digest="old", outputs=())).status == "done"
+    assert len(opened) == 3 and not opened[2].closed  # a fresh pool for it
+
+
+def test_beyond_eight_manifests_the_least_recently_used_pool_is_closed() -> None:
+    from contain.fleet.node import _POOLS_MAX
+
+    now = [0.0]
+    opened: list[_Pool] = []
+    node = NodePool(node_id="n1", facts=FACTS, open_pool=_pool_factory(opened), clock=lambda: now[0])
+    for index in range(_POOLS_MAX + 2):
+        now[0] += 1
+        assert node.run_job(_spec(job_id=f"j{index}", manifest_digest=f"m{index}", outputs=())).status == "done"
+    assert [p.closed for p in opened] == [True, True] + [False] * _POOLS_MAX
+    assert node.shutdown() == 3 * _POOLS_MAX and all(p.closed for p in opened)
+
+
+def test_a_job_whose_pool_was_retired_under_it_takes_from_a_fresh_one() -> None:
+    from contain.errors import PoolUnavailable
+
+    opened: list[_Pool] = []
+    node: NodePool
+
+    class _RetiredWhileTaken(_Pool):
+        def acquire_or_start(self) -> tuple[Any, bool]:
+            with node._lock:  # another job's take retired this pool between lookup and use
+                node._pools.pop("d1")
+                node._pool_used.pop("d1")
+            self.closed = True
+            raise PoolUnavailable("the sandbox pool is closed", "")
+
+    def open_pool(boundary: Any, size: int, each: Any) -> _Pool:
+        opened.append(_RetiredWhileTaken() if not opened else _Pool(FakeSandbox()))
+        return opened[-1]
+
+    node = NodePool(node_id="n1", facts=FACTS, open_pool=open_pool)
+    outcome = node.run_job(_spec(outputs=()))
+    assert outcome.status == "done" and len(opened) == 2 and opened[1].taken == 1
