@@ -1,6 +1,6 @@
 """The pool actor: one per node, running the jobs the driver sends it in sandboxes of that node.
 
-``NodePool`` is a plain class; ``contain.fleet.cluster.start_pool_actor`` wraps it as a Ray actor
+``NodePool`` is a plain class; ``ray_nodes.RayDispatcher.start_nodes`` makes it a Ray actor
 pinned to its node (hard node affinity, threaded, never restarted). ``run_job`` is one attempt of
 one job, an ordered checklist:
 
