@@ -11,8 +11,8 @@ removes the second node). Each node has its own temp directory, 1 CPU, a 100 MB 
 process slots, 2 slots of its container runtime and (second node) 1 microVM slot.
 
 Which other backends this host has is ``contain doctor``'s verdict (the backends' own probes:
-``observe_host`` then ``build_report``); a backend whose verdict is not ok is not advertised, and
-its checks skip with that verdict's detail.
+``observe_host`` then ``build_report``) and the fleet's placement row; a backend either rules out
+is not advertised, and its checks skip with the reason.
 """
 
 from __future__ import annotations
@@ -58,18 +58,23 @@ _DOCTOR_NAMES = {"container:runc": "container:runc", "container:runsc": "contain
 
 @pytest.fixture(scope="module")
 def absent_backends() -> dict[str, str]:
-    """backend -> why this host cannot run it, from `contain doctor`'s own probes (empty: all here)."""
+    """backend -> why the fleet cannot run it here: `contain doctor`'s verdict (the backends' own probes),
+    then the placement row (empty: all here)."""
+    from contain.fleet.placement import gather_node_facts, is_backend_supported
     from contain.host.doctor import Status, build_report
     from contain.host.facts import detect_host
     from contain.host.observe import observe_host
 
     facts = detect_host()
     verdicts = {v.name: v for v in build_report(facts, observe_host(facts)).verdicts}
+    node = gather_node_facts()
     absent = {}
     for backend, name in _DOCTOR_NAMES.items():
         verdict = verdicts.get(name)
         if verdict is None or verdict.status is not Status.OK:
             absent[backend] = f"{name}: {verdict.detail if verdict else 'no doctor verdict'}"
+        elif (why := is_backend_supported(node, backend)) is not None:  # the fleet would not advertise it
+            absent[backend] = f"{name} works, but the fleet's placement does not offer it here: {why}"
     return absent
 
 
@@ -81,9 +86,8 @@ def cluster(absent_backends: dict[str, str]) -> Iterator[LocalCluster]:
     assert offered.get("contain_backend_process") == SLOTS, offered
     per_node: list[dict[str, float]] = [{"contain_backend_process": SLOTS}, {"contain_backend_process": SLOTS}]
     for backend, (node, slots, _) in OTHER_BACKENDS.items():
-        resource = resource_name(backend)
-        if backend not in absent_backends and resource in offered:
-            per_node[node][str(resource)] = float(slots)
+        if backend not in absent_backends:
+            per_node[node][str(resource_name(backend))] = float(slots)
     local = LocalCluster(nodes=2, num_cpus=1, resources=per_node)
     local.start()
     yield local
