@@ -14,6 +14,8 @@ lost node, cancel) are ``Batch``'s.
 What a session does not do:
 
 - Run two batches at once: ``run_batch`` refuses while the previous batch has reports to give.
+  ``close()`` while a batch runs stops the actors under it: its running jobs are lost with them
+  and reported failed (no alive node is left to retry on); cancel the batch first.
 - Survive a cancel: cancelling a batch kills every sandbox on every node and leaves the actors
   refusing jobs, so the session is over (``run_batch`` refuses; ``close`` still stops them).
 - Replace lost nodes or add nodes that joined after ``open``: a node lost in one batch gets no job
