@@ -8,17 +8,20 @@ cluster is started (``LocalCluster``: each node
     at most nodes x slots in flight (the same cap the fleet's slots give), each task asking one
     ``contain_backend_process`` unit so tasks spread over the nodes as the fleet's jobs do;
   - ``contain-warm``: the same command as ``jobs`` fleet jobs, the manifest keeping ``slots`` warm
-    sandboxes per node (``fleet.warm_sandboxes``);
+    sandboxes per node (``fleet.warm_sandboxes``), on one ``FleetSession`` per cluster: its pool
+    actors are started once (``session_open_s``, reported apart), as bare Ray's workers are
+    started before its tasks, and serve every round's batch;
   - ``contain-cold``: the same with ``warm_sandboxes: 0`` (every job starts its sandbox);
+  - ``contain-oneshot``: as ``contain-warm`` but each batch through ``run_batch`` alone, which
+    starts its own pool actors and stops them at its end (the cost a one-batch run pays);
   - ``latency-warm`` / ``latency-cold``: ``latency_jobs`` fleet jobs (first workload) one at a time
-    (``max_in_flight=1``), so each job's latency is its own and not a queue's.
+    (``max_in_flight=1``) on the session, so each job's latency is its own and not a queue's.
 
 The variants take turns: each one's jobs are split into ``rounds`` batches run round-robin with
 the order rotating, so load from other work on a shared host hits every variant alike.
-Throughput is jobs/s. For the fleet it is given twice: over the whole batches (including the pool
-actors' start, paid once per batch, so once per round here) and from the moment the actors
-answered (``steady``), the rate a long batch converges to. Latency is a job's first send to its
-report.
+Throughput is jobs/s over the whole batches. ``steady`` counts from the moment the batch's
+actors were ready (for ``contain-oneshot``, after its own actors' start; for the session variants
+the same as jobs/s). Latency is a job's first send to its report.
 
 Does not assert anything: benchmarks report; tests judge.
 """
@@ -32,9 +35,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from contain.fleet.summary import percentile
+
+if TYPE_CHECKING:
+    from contain.fleet.session import FleetSession
 
 __all__ = ["FleetBenchReport", "RunFigures", "measure_fleet", "render_fleet"]
 
@@ -83,6 +89,7 @@ class RunFigures:
 class FleetBenchReport:
     slots: int
     runs: tuple[RunFigures, ...] = field(default=())
+    session_open_s: dict[int, float] = field(default_factory=dict)  # nodes -> the session's actor start
 
     def get(self, variant: str, workload: str, nodes: int) -> RunFigures | None:
         return next(
@@ -95,7 +102,7 @@ class FleetBenchReport:
         for workload in dict.fromkeys(r.workload for r in self.runs):
             for nodes in sorted({r.nodes for r in self.runs}):
                 bare = self.get("bare", workload, nodes)
-                for variant in ("contain-warm", "contain-cold"):
+                for variant in ("contain-warm", "contain-cold", "contain-oneshot"):
                     run = self.get(variant, workload, nodes)
                     if bare and run and bare.jobs_per_s:
                         out[f"{workload} {variant} {nodes}n"] = run.jobs_per_s / bare.jobs_per_s
@@ -105,6 +112,7 @@ class FleetBenchReport:
     def to_dict(self) -> dict[str, object]:
         return {
             "slots": self.slots,
+            "session_open_s": {str(n): round(v, 3) for n, v in self.session_open_s.items()},
             "runs": [r.to_dict() for r in self.runs],
             "ratios": {k: round(v, 3) for k, v in self.ratios().items()},
         }
@@ -126,26 +134,34 @@ def measure_fleet(
     Latency runs use the first workload only.
     """
     from contain.fleet.local_cluster import LocalCluster
+    from contain.fleet.ray_nodes import RayDispatcher
+    from contain.fleet.session import FleetSession
 
     runs: list[RunFigures] = []
+    opened: dict[int, float] = {}
     with tempfile.TemporaryDirectory(prefix="contain-bench-fleet-") as folder:
         base = Path(folder)
         for nodes in node_counts:
             with LocalCluster(nodes=nodes, num_cpus=1, resources={"contain_backend_process": float(slots)}):
-                for workload in workloads:
-                    variants = {
-                        "bare": _bare_runner(WORKLOADS[workload], in_flight=nodes * slots),
-                        "contain-warm": _fleet_runner(base, WORKLOADS[workload], warm=slots, max_in_flight=None),
-                        "contain-cold": _fleet_runner(base, WORKLOADS[workload], warm=0, max_in_flight=None),
+                began = time.monotonic()
+                with FleetSession(dispatcher=RayDispatcher()) as session:
+                    opened[nodes] = time.monotonic() - began
+                    for workload in workloads:
+                        argv = WORKLOADS[workload]
+                        variants = {
+                            "bare": _bare_runner(argv, in_flight=nodes * slots),
+                            "contain-warm": _fleet_runner(base, argv, warm=slots, max_in_flight=None, session=session),
+                            "contain-cold": _fleet_runner(base, argv, warm=0, max_in_flight=None, session=session),
+                            "contain-oneshot": _fleet_runner(base, argv, warm=slots, max_in_flight=None, session=None),
+                        }
+                        runs += _interleaved(variants, workload, nodes, jobs, rounds)
+                    first = WORKLOADS[workloads[0]]
+                    latency = {
+                        "latency-warm": _fleet_runner(base, first, warm=1, max_in_flight=1, session=session),
+                        "latency-cold": _fleet_runner(base, first, warm=0, max_in_flight=1, session=session),
                     }
-                    runs += _interleaved(variants, workload, nodes, jobs, rounds)
-                first = WORKLOADS[workloads[0]]
-                latency = {
-                    "latency-warm": _fleet_runner(base, first, warm=1, max_in_flight=1),
-                    "latency-cold": _fleet_runner(base, first, warm=0, max_in_flight=1),
-                }
-                runs += _interleaved(latency, workloads[0], nodes, latency_jobs, rounds)
-    return FleetBenchReport(slots, tuple(runs))
+                    runs += _interleaved(latency, workloads[0], nodes, latency_jobs, rounds)
+    return FleetBenchReport(slots, tuple(runs), opened)
 
 
 @dataclass
@@ -210,7 +226,9 @@ def _bare_runner(argv: list[str], *, in_flight: int) -> Runner:
     return run
 
 
-def _fleet_runner(base: Path, argv: list[str], *, warm: int, max_in_flight: int | None) -> Runner:
+def _fleet_runner(
+    base: Path, argv: list[str], *, warm: int, max_in_flight: int | None, session: FleetSession | None
+) -> Runner:
     from contain.fleet.batch import run_batch
     from contain.fleet.jobs import prepare_jobs, read_job_lines
     from contain.fleet.ray_nodes import RayDispatcher
@@ -224,7 +242,10 @@ def _fleet_runner(base: Path, argv: list[str], *, warm: int, max_in_flight: int 
         ))
         items = list(prepare_jobs(read_job_lines(lines), base_dir=folder))
         began = time.monotonic()
-        batch = run_batch(items, dispatcher=RayDispatcher(), max_in_flight=max_in_flight)
+        if session is not None:
+            batch = session.run_batch(items, max_in_flight=max_in_flight)
+        else:
+            batch = run_batch(items, dispatcher=RayDispatcher(), max_in_flight=max_in_flight)
         reports = list(batch)
         ended = time.monotonic()
         return _Sample(
@@ -242,11 +263,13 @@ def render_fleet(report: FleetBenchReport) -> str:
     lines = [
         f"fleet bench: {report.slots} sandbox slots per node; "
         + "; ".join(f"{name}: {' '.join(argv)}" for name, argv in WORKLOADS.items()),
-        f"{'variant':<14}{'workload':<11}{'nodes':>6}{'jobs':>6}{'ok':>6}{'jobs/s':>9}{'steady':>9}{'p50':>9}{'p99':>9}",
+        "session open (pool actors started once per cluster): "
+        + ", ".join(f"{n} node(s) {v:.2f}s" for n, v in report.session_open_s.items()),
+        f"{'variant':<16}{'workload':<11}{'nodes':>6}{'jobs':>6}{'ok':>6}{'jobs/s':>9}{'steady':>9}{'p50':>9}{'p99':>9}",
     ]
     for r in report.runs:
         lines.append(
-            f"{r.variant:<14}{r.workload:<11}{r.nodes:>6}{r.jobs:>6}{r.ok:>6}{r.jobs_per_s:>9.1f}{r.steady_jobs_per_s:>9.1f}"
+            f"{r.variant:<16}{r.workload:<11}{r.nodes:>6}{r.jobs:>6}{r.ok:>6}{r.jobs_per_s:>9.1f}{r.steady_jobs_per_s:>9.1f}"
             f"{r.p50_s * 1e3:>7.0f}ms{r.p99_s * 1e3:>7.0f}ms"
         )
     for name, ratio in report.ratios().items():

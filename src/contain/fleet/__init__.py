@@ -9,6 +9,7 @@ from contain.fleet.jobs import InputFile, Job, JobProblem, PreparedJob, prepare_
 from contain.fleet.local_cluster import LocalCluster
 from contain.fleet.messages import CancelReport, JobOutcome, JobReport, JobSpec, NodeDescription
 from contain.fleet.ray_nodes import Dispatcher, RayDispatcher, connect
+from contain.fleet.session import FleetSession
 from contain.fleet.summary import BatchSummary, summarize
 
 __all__ = [
@@ -16,6 +17,7 @@ __all__ = [
     "BatchSummary",
     "CancelReport",
     "Dispatcher",
+    "FleetSession",
     "InputFile",
     "Job",
     "JobOutcome",

@@ -6,13 +6,17 @@ in the order jobs finish; call ``cancel()`` (from any thread, or after Ctrl-C) t
 
   1. (once) report every line that is not a job (bad JSON, bad manifest, duplicate id): failed,
      alone; start one pool actor per node advertising a ``contain_backend_*`` resource;
-  2. place queued attempts on nodes whose resources advertise the job's backend and that have a
-     free slot (the count the node advertised); a job whose backend no alive node advertises
-     fails with that cause;
+  2. place queued attempts on nodes whose resources advertise the job's backend and that have
+     room: up to ``placement.SENT_PER_SLOT`` attempts per slot of that backend (the count the node
+     advertised for it; each backend's slots are counted on their own, as Ray counts custom
+     resources); the node runs at most its slots and holds the rest; a job whose backend no
+     alive node advertises fails with that cause;
   3. wait for attempts to finish; an outcome becomes the job's report; an attempt lost with its
      node (``NodeLost``, from ``ray_nodes.RAY_FAILURE_ROWS``) marks the node dead and queues the
      job again, first in line, while its manifest's ``fleet.retries`` allows, then fails it;
-  4. after the last report, stop the pool actors (their warm sandboxes are closed).
+  4. after the last report, stop the pool actors (their warm sandboxes are closed), unless they
+     belong to a ``FleetSession`` (session.py), which keeps them, and their warm pools, for its
+     next batch.
 
 What is guaranteed: exactly one report per job line; a job is retried only after its node was
 lost (never after a failure of its own: a command that exits 1 is done, with exit code 1); every
@@ -31,7 +35,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -40,10 +44,10 @@ from contain._log import LazyLogger
 from contain.fleet.identity import call_key_prefix, job_content_digest, new_batch_id
 from contain.fleet.jobs import JobProblem, PreparedJob
 from contain.fleet.messages import CancelReport, JobOutcome, JobReport, JobSpec, NodeDescription
-from contain.fleet.placement import nodes_for_backend, resource_name
+from contain.fleet.placement import SENT_PER_SLOT, nodes_for_backend, plan_backend_slots, resource_name
 from contain.fleet.ray_nodes import Dispatcher, NodeLost
 
-__all__ = ["Batch", "run_batch"]
+__all__ = ["Batch", "StartedNodes", "run_batch", "start_pool_actors", "stop_pool_actors"]
 
 log = LazyLogger(__name__)
 
@@ -65,8 +69,64 @@ class _Node:
     handle: Any
     description: NodeDescription
     resources: dict[str, float]
-    in_use: int = 0
+    in_use: Counter[str] = field(default_factory=Counter)  # backend -> attempts sent, not answered
     alive: bool = True
+
+
+@dataclass
+class StartedNodes:
+    """The pool actors of a batch, or of a ``FleetSession`` serving several batches.
+
+    Attributes:
+        nodes: node id -> its actor, description, usable resources and liveness (shared by the
+            batches of a session: a node lost in one batch gets no job in the next).
+        problems: node id -> why that node got no actor or lost a backend.
+        ready_at: ``time.monotonic()`` once every actor answered.
+        cancelled: a batch on these nodes was cancelled (their actors refuse every later job).
+    """
+
+    nodes: dict[str, _Node]
+    problems: dict[str, str]
+    ready_at: float
+    cancelled: bool = False
+
+
+def start_pool_actors(dispatcher: Dispatcher) -> StartedNodes:
+    """Start one pool actor per node advertising a ``contain_backend_*`` resource, all at once.
+
+    The node's own facts have the last word: a backend its actor rules out is dropped from what
+    the node advertised, so no job of that backend is sent there (and ``problems`` says so).
+    """
+    advertised = dispatcher.nodes()
+    # Each backend's slots are its own (Ray custom resources are independent): a node advertising
+    # process 2 and container_runc 2 runs up to 4 sandboxes at once; its actor enforces them.
+    slots = {node_id: plan_backend_slots(resources) for node_id, resources in advertised.items()}
+    nodes: dict[str, _Node] = {}
+    problems: dict[str, str] = {}
+    for node_id, started in dispatcher.start_nodes(slots).items():
+        resources = advertised[node_id]
+        if isinstance(started, str):
+            problems[node_id] = started
+            continue
+        handle, description = started
+        refused = {resource_name(b) for b in description.unsupported} & set(resources)
+        if refused:
+            problems[node_id] = (
+                f"advertises {', '.join(sorted(str(r) for r in refused))} but its own facts rule "
+                + "; ".join(f"{b} out ({why})" for b, why in sorted(description.unsupported.items())
+                            if resource_name(b) in refused)
+            )
+        usable = {name: value for name, value in resources.items() if name not in refused}
+        nodes[node_id] = _Node(handle, description, usable)
+    return StartedNodes(nodes, problems, time.monotonic())
+
+
+def stop_pool_actors(dispatcher: Dispatcher, started: StartedNodes) -> None:
+    """Stop every alive actor (each closes its pools first)."""
+    for node in started.nodes.values():
+        if node.alive:
+            dispatcher.stop(node.handle)
+            node.alive = False
 
 
 class Batch:
@@ -79,6 +139,7 @@ class Batch:
         dispatcher: Dispatcher,
         batch_id: str | None = None,
         max_in_flight: int | None = None,
+        started: StartedNodes | None = None,
     ) -> None:
         if max_in_flight is not None and max_in_flight < 1:
             raise ValueError("max_in_flight must be 1 or more")
@@ -87,12 +148,14 @@ class Batch:
         self.nodes_ready_at: float | None = None  # time.monotonic() once the pool actors answered
         self.nodes: dict[str, _Node] = {}
         self.node_problems: dict[str, str] = {}  # node id -> why it got no job
+        self._started_nodes = started  # a session's actors: used, never stopped, by this batch
         self.cancel_reports: dict[str, CancelReport | str] = {}
         self._dispatcher = dispatcher
         self._items = list(items)
         self._ready: deque[JobReport] = deque()
         self._queue: deque[_Attempt] = deque()
         self._inflight: dict[Any, tuple[_Attempt, str]] = {}
+        self._owns_nodes = False  # started by this batch: stopped at its end
         self._started = False
         self._finished = False
         self._cancel = threading.Event()
@@ -122,13 +185,23 @@ class Batch:
             self._step()
         return self._ready.popleft()
 
+    @property
+    def finished(self) -> bool:
+        """Every report was produced (the iterator is exhausted or about to be)."""
+        return self._finished
+
     def cancel(self) -> None:
-        """Kill every sandbox on every node; later reports say cancelled. Idempotent, any thread."""
+        """Kill every sandbox on every node; later reports say cancelled. Idempotent, any thread.
+
+        On a session's nodes this ends the session too: the actors refuse every later job.
+        """
         self._cancel.set()
         with self._cancel_lock:
             if self._cancelled_done:
                 return
             self._cancelled_done = True
+            if self._started_nodes is not None:
+                self._started_nodes.cancelled = True
             for node_id, node in list(self.nodes.items()):
                 if node.alive:
                     self.cancel_reports[node_id] = self._dispatcher.cancel(node.handle, timeout_s=_CANCEL_TIMEOUT_S)
@@ -146,29 +219,12 @@ class Batch:
         if not self._queue:
             self._finished = True
             return
-        advertised = self._dispatcher.nodes()
-        slots = {
-            node_id: max(int(v) for k, v in resources.items() if k.startswith("contain_backend_"))
-            for node_id, resources in advertised.items()
-        }
-        for node_id, started in self._dispatcher.start_nodes(slots).items():
-            resources = advertised[node_id]
-            if isinstance(started, str):
-                self.node_problems[node_id] = started
-                continue
-            handle, description = started
-            # The node's own facts have the last word: a backend its actor rules out is dropped
-            # from what the node advertised, so no job of that backend is sent there.
-            refused = {resource_name(b) for b in description.unsupported} & set(resources)
-            if refused:
-                self.node_problems[node_id] = (
-                    f"advertises {', '.join(sorted(str(r) for r in refused))} but its own facts rule "
-                    + "; ".join(f"{b} out ({why})" for b, why in sorted(description.unsupported.items())
-                                if resource_name(b) in refused)
-                )
-            usable = {name: value for name, value in resources.items() if name not in refused}
-            self.nodes[node_id] = _Node(handle, description, usable)
-        self.nodes_ready_at = time.monotonic()
+        if self._started_nodes is None:
+            self._started_nodes = start_pool_actors(self._dispatcher)
+            self._owns_nodes = True
+        self.nodes = self._started_nodes.nodes
+        self.node_problems = dict(self._started_nodes.problems)
+        self.nodes_ready_at = max(self._started_nodes.ready_at, self._began)
 
     def _step(self) -> None:
         try:
@@ -188,7 +244,7 @@ class Batch:
         for ref, answer in self._dispatcher.wait(list(self._inflight), timeout_s=_WAIT_S):
             attempt, node_id = self._inflight.pop(ref)
             node = self.nodes[node_id]
-            node.in_use -= 1
+            node.in_use[attempt.prepared.backend] -= 1
             if isinstance(answer, NodeLost):
                 self._lost(attempt, node_id, answer.reason)
             elif isinstance(answer, str):
@@ -214,11 +270,11 @@ class Batch:
                     fix="start nodes with `ray start --resources \"$(contain fleet resources)\"` where it works",
                 )
                 continue
-            free = [nid for nid, slots in able.items() if alive[nid].in_use < slots]
+            free = [nid for nid, slots in able.items() if alive[nid].in_use[backend] < slots * SENT_PER_SLOT]
             if not free:
                 waiting.append(attempt)
                 continue
-            node_id = min(free, key=lambda nid: alive[nid].in_use / able[nid])
+            node_id = min(free, key=lambda nid: alive[nid].in_use[backend] / able[nid])
             self._send(attempt, node_id)
         self._queue = waiting
 
@@ -248,7 +304,7 @@ class Batch:
         if attempt.first_sent is None:
             attempt.first_sent = time.monotonic()
         node = self.nodes[node_id]
-        node.in_use += 1
+        node.in_use[prepared.backend] += 1
         self._inflight[self._dispatcher.submit(node.handle, spec)] = (attempt, node_id)
 
     def _lost(self, attempt: _Attempt, node_id: str, reason: str) -> None:
@@ -312,10 +368,8 @@ class Batch:
 
     def _finish(self) -> None:
         self._finished = True
-        for node in self.nodes.values():
-            if node.alive:
-                self._dispatcher.stop(node.handle)
-                node.alive = False
+        if self._owns_nodes and self._started_nodes is not None:
+            stop_pool_actors(self._dispatcher, self._started_nodes)
 
 
 def run_batch(

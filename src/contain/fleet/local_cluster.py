@@ -8,6 +8,13 @@ processes (SIGTERM, then SIGKILL after a grace period) and never another cluster
 would end every Ray process of the user on the machine. ``stop`` returns the pids that survived
 (none is expected; a caller reports any).
 
+Authentication: each cluster gets a token of its own (32 random bytes, hex, in a 0600 file in
+its 0700 root directory), and its nodes and this driver run with Ray's token authentication on
+(``RAY_AUTH_MODE=token``, ``RAY_AUTH_TOKEN_PATH``): a local user who can reach the loopback ports
+but not the file cannot submit work. The driver's process keeps those two variables after the
+cluster stopped (the next ``LocalCluster`` replaces them). Never the user's ``~/.ray/auth_token``:
+its presence would otherwise decide whether a node runs with authentication.
+
 Node death is detected quickly here (``_SYSTEM_CONFIG``): the GCS checks each raylet every 500
 ms and declares it dead after 3 missed checks, so a killed node's jobs are retried within
 seconds instead of Ray's default half minute.
@@ -23,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -31,6 +39,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -95,7 +104,8 @@ class LocalCluster:
     Args:
         nodes: how many (the first is the head).
         num_cpus: CPUs each node tells Ray it has (Ray's own tasks; sandboxes use the resources below).
-        resources: the custom resources each node advertises (default: this host's facts).
+        resources: the custom resources each node advertises (default: this host's facts), or
+            one mapping per node (the head first), e.g. to offer a backend on one node only.
         root: where the nodes' temp directories go (default: a new directory under /tmp; Ray's
             socket paths must stay under 108 bytes).
     """
@@ -105,11 +115,13 @@ class LocalCluster:
         *,
         nodes: int = 1,
         num_cpus: int = 1,
-        resources: dict[str, float] | None = None,
+        resources: Mapping[str, float] | Sequence[Mapping[str, float]] | None = None,
         root: Path | None = None,
     ) -> None:
         if nodes < 1:
             raise ValueError("a cluster needs at least one node")
+        if resources is not None and not isinstance(resources, Mapping) and len(resources) != nodes:
+            raise ValueError(f"resources names {len(resources)} nodes, the cluster has {nodes}")
         self._count = nodes
         self._num_cpus = num_cpus
         self._resources = resources
@@ -117,6 +129,7 @@ class LocalCluster:
         self._own_root = root is None
         self.port = 0
         self.nodes: list[_LocalNode] = []
+        self._auth_env: dict[str, str] = {}
 
     @property
     def address(self) -> str:
@@ -141,6 +154,7 @@ class LocalCluster:
             self._resources = plan_node_resources(gather_node_facts())
         if self._root is None:
             self._root = Path(tempfile.mkdtemp(prefix="cf-", dir="/tmp"))
+        self._auth_env = _write_token(self._root)
         self.port = _free_port()
         try:
             for index in range(self._count):
@@ -150,6 +164,11 @@ class LocalCluster:
             self.stop()
             raise
 
+    def _resources_of(self, index: int) -> dict[str, float]:
+        assert self._resources is not None
+        chosen = self._resources if isinstance(self._resources, Mapping) else self._resources[index]
+        return dict(chosen)
+
     def _start_node(self, index: int) -> _LocalNode:
         assert self._root is not None and self._resources is not None
         temp_dir = self._root / f"n{index}"
@@ -158,7 +177,7 @@ class LocalCluster:
             _ray_executable(), "start", "--block", "--disable-usage-stats",
             "--node-ip-address=127.0.0.1", f"--temp-dir={temp_dir}",
             f"--num-cpus={self._num_cpus}", f"--object-store-memory={_OBJECT_STORE_BYTES}",
-            f"--resources={json.dumps(self._resources)}",
+            f"--resources={json.dumps(self._resources_of(index))}",
         ]
         if index == 0:
             argv += ["--head", f"--port={self.port}", "--include-dashboard=false",
@@ -167,7 +186,10 @@ class LocalCluster:
             argv += [f"--address={self.address}"]
         log_file = open(temp_dir / "ray-start.log", "wb")  # noqa: SIM115 - the child holds it; closed below
         try:
-            process = subprocess.Popen(argv, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True)
+            process = subprocess.Popen(
+                argv, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True,
+                env={**os.environ, **self._auth_env},
+            )
         finally:
             log_file.close()
         return _LocalNode(index, process, temp_dir)
@@ -185,6 +207,7 @@ class LocalCluster:
                         f"read {node.temp_dir / 'ray-start.log'}",
                     )
             if not ray.is_initialized():
+                _use_token_in_this_process(self._auth_env)
                 try:
                     ray.init(address=self.address, logging_level="ERROR", log_to_driver=False, configure_logging=False)
                 except (ConnectionError, RuntimeError):
@@ -237,6 +260,25 @@ class LocalCluster:
             shutil.rmtree(self._root, ignore_errors=True)
         self.nodes = []
         return survivors
+
+
+def _write_token(root: Path) -> dict[str, str]:
+    """A fresh token in ``root`` (0600, created exclusively); the environment that makes Ray use it."""
+    path = root / "auth_token"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(secrets.token_hex(32))
+    return {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(path)}
+
+
+def _use_token_in_this_process(auth_env: dict[str, str]) -> None:
+    """Make this process's Ray client send the cluster's token (read from the environment by Ray's
+    config and its cached token loader, both refreshed here, before ``ray.init``)."""
+    import ray._raylet as raylet  # Ray 2.60's compiled module: no type stubs for these two names
+
+    os.environ.update(auth_env)
+    raylet.Config.initialize("")  # type: ignore[attr-defined]
+    raylet.AuthenticationTokenLoader.instance().reset_cache()  # type: ignore[attr-defined]
 
 
 def _end_session(process: subprocess.Popen[bytes]) -> list[int]:

@@ -48,7 +48,7 @@ class JobOutcome:
     cause: str = ""
     fix: str = ""
     warm: bool = False  # the sandbox was started before the job arrived
-    node_s: float = 0.0  # seconds on the node, from the call to the sandbox's close
+    node_s: float = 0.0  # seconds on the node, from the call (a wait for a slot included) to the sandbox's close
 
 
 @dataclass(frozen=True)

@@ -114,6 +114,23 @@ def _row(backend: str) -> BackendRow | None:
     return _BY_BACKEND.get(_ALIASES.get(backend, backend))
 
 
+# A node gets up to this many attempts per slot of a backend: the ones beyond its slots wait on
+# the node (NodePool's slot gate), so a slot that frees starts its next job without a round trip
+# to the driver. 2: one running and one waiting per slot (each waiting one holds an actor thread
+# and its job's inputs in memory, nothing else).
+SENT_PER_SLOT = 2
+
+
+def canonical_backend(backend: str) -> str:
+    """The backend spec a placement row names (``container`` -> ``container:runc``)."""
+    return _ALIASES.get(backend, backend)
+
+
+def plan_backend_slots(resources: Mapping[str, float]) -> dict[str, int]:
+    """backend spec -> sandboxes at once, from a node's advertised resources (what its actor enforces)."""
+    return {row.backend: int(resources[row.resource]) for row in BACKEND_ROWS if resources.get(row.resource, 0) >= 1}
+
+
 def resource_name(backend: str) -> str | None:
     """The Ray resource that advertises ``backend``, or None for a backend the fleet cannot place."""
     row = _row(backend)

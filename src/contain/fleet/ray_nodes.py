@@ -24,7 +24,7 @@ from typing import Any, Protocol
 
 from contain.errors import SandboxStartError
 from contain.fleet.messages import CancelReport, JobOutcome, JobSpec, NodeDescription
-from contain.fleet.placement import RESOURCE_PREFIX
+from contain.fleet.placement import RESOURCE_PREFIX, SENT_PER_SLOT
 
 __all__ = [
     "RAY_FAILURE_ROWS",
@@ -86,9 +86,9 @@ class Dispatcher(Protocol):
         """Alive node id -> its resources."""
         ...
 
-    def start_nodes(self, slots: dict[str, int]) -> dict[str, tuple[Any, NodeDescription] | str]:
-        """Start a pool actor on each node (node id -> its slots), all at once; per node its handle
-        and description, or why it could not start."""
+    def start_nodes(self, slots: dict[str, dict[str, int]]) -> dict[str, tuple[Any, NodeDescription] | str]:
+        """Start a pool actor on each node (node id -> backend -> its slots), all at once; per node
+        its handle and description, or why it could not start."""
         ...
 
     def submit(self, node: Any, spec: JobSpec) -> Any:
@@ -130,12 +130,22 @@ def connect(address: str) -> None:
 
 
 def _ray() -> Any:
+    """Ray, with its auto-init switched off for this process.
+
+    Ray starts a new local cluster when an API is called while not connected (``ray.get`` after
+    the cluster went away, from a thread still iterating a batch). For the fleet that would send
+    jobs to a cluster nobody named, and since Ray 2.60 that ``ray.init()`` also writes
+    ``~/.ray/auth_token``, which silently turns on token authentication for every later
+    ``ray start`` of the user on the machine. A call while not connected fails instead.
+    """
     try:
         import ray
+        import ray._private.auto_init_hook as auto_init
     except ImportError as exc:
         raise SandboxStartError(
             "contain fleet needs Ray, which is not installed", "pip install 'contain[fleet]'"
         ) from exc
+    auto_init.enable_auto_connect = False
     return ray
 
 
@@ -158,7 +168,7 @@ class RayDispatcher:
             if node.get("Alive") and any(name.startswith(RESOURCE_PREFIX) for name in node.get("Resources", {}))
         }
 
-    def start_nodes(self, slots: dict[str, int]) -> dict[str, tuple[Any, NodeDescription] | str]:
+    def start_nodes(self, slots: dict[str, dict[str, int]]) -> dict[str, tuple[Any, NodeDescription] | str]:
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         if self._actor_class is None:
@@ -168,11 +178,13 @@ class RayDispatcher:
         actors = {
             node_id: self._actor_class.options(
                 num_cpus=0,
-                max_concurrency=count + 4,  # the node's slots, plus cancel/shutdown calls that must not queue
+                # A thread per attempt the driver may send (SENT_PER_SLOT per slot), plus room for
+                # describe/cancel/shutdown calls that must not queue behind jobs.
+                max_concurrency=SENT_PER_SLOT * sum(backends.values()) + 4,
                 max_restarts=0,
                 scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node_id, soft=False),
-            ).remote(node_id=node_id, broker_config=self._broker_config)
-            for node_id, count in slots.items()
+            ).remote(node_id=node_id, broker_config=self._broker_config, slots=backends)
+            for node_id, backends in slots.items()
         }
         # Every actor starts at once; then each describes itself (a node that does not answer in
         # time gets no job, and its actor is ended).

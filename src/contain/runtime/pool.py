@@ -34,8 +34,13 @@ What it does NOT do:
   task runs. Build a new pool when the boundary changes.
 - It does not health-check idle sandboxes: one whose init died while idle (killed from outside,
   the host's OOM killer) is handed out and fails its first call with ``SandboxLost``.
+- It does not queue a caller that cannot wait: ``acquire_or_start()`` starts a sandbox in the
+  caller's own thread when none is ready (the same fresh sandbox, handed out as a lease of the
+  pool). That sandbox is tied to the caller's thread as the refill's are to the refill thread
+  (``--die-with-parent``): the caller's thread must outlive its lease.
 - It does not cancel a start in progress: ``close()`` waits for the refill thread's current
-  ``start()`` to end (bounded by the backend's own start timeouts) and then closes that sandbox.
+  ``start()`` (and any ``acquire_or_start`` cold start) to end (bounded by the backend's own
+  start timeouts) and then closes that sandbox.
 - It does not wait for a handed-out task to finish before killing it; after the kill, ``close()``
   waits for that task's current ``Sandbox`` call to return before removing its host traces.
 - It cannot clean up after a SIGKILL of its own process. A pool that was never closed is closed
@@ -136,6 +141,7 @@ class PoolStats:
         failed: failed starts so far.
         last_error: the last start failure (cause and fix), None when there was none.
         retired: ready sandboxes closed unused because they passed ``max_idle_s``.
+        cold_started: sandboxes ``acquire_or_start`` started in its caller's thread (none was ready).
     """
 
     ready: int
@@ -146,6 +152,7 @@ class PoolStats:
     failed: int
     last_error: ContainError | None
     retired: int = 0
+    cold_started: int = 0
 
 
 class Lease:
@@ -255,6 +262,8 @@ class SandboxPool:
         self._started = 0
         self._retry_at = 0.0
         self._last_error: ContainError | None = None
+        self._cold_starting = 0  # acquire_or_start calls starting a sandbox in their own thread
+        self._cold_started = 0
         self._closed = False
         self._drained = False  # close() closed every sandbox; the refill thread may end
         self._thread = threading.Thread(target=self._refill_loop, name="contain-pool-refill", daemon=True)
@@ -313,6 +322,7 @@ class SandboxPool:
                 failed=self._failed,
                 last_error=self._last_error,
                 retired=self._retired,
+                cold_started=self._cold_started,
             )
 
     # -- the refill thread --------------------------------------------------------------------------
@@ -427,6 +437,53 @@ class SandboxPool:
                     continue
                 raise self._unavailable(decision.action, timeout_s)
 
+    def acquire_or_start(self) -> tuple[Lease, bool]:
+        """Hand out a ready sandbox, or start one now in the caller's thread when none is ready.
+
+        For callers that must not queue behind the one refill thread (the fleet's node, whose
+        first jobs arrive while the pool fills): the cold sandbox is built and started exactly as
+        a pooled one (``Sandbox(boundary, ...)`` then ``start()``, its own attachments), in
+        parallel with the refill, and handed out as a lease of this pool, so ``close()`` kills and
+        closes it like any other; ``close()`` also waits for a cold start in progress, whose
+        thread then closes the sandbox it started.
+
+        Returns:
+            The ``Lease`` and whether its sandbox was ready before the call (warm).
+
+        Raises:
+            PoolUnavailable: the pool is closed (before or during the cold start).
+            ContainError: the cold start failed (its own error, with cause and fix:
+                ``SandboxStartError``, ``UnsupportedHost`` ...); it is not counted as a refill failure.
+        """
+        with self._cond:
+            if self._closed:
+                raise self._unavailable(AcquireAction.FAIL_CLOSED, 0.0)
+            self._drop_stale_locked()
+            if self._ready:
+                lease = Lease(self, self._ready.popleft()[1])
+                self._leases.add(lease)
+                self._cond.notify_all()  # the refill thread replaces it
+                return lease, True
+            self._cold_starting += 1
+        sandbox: Sandbox | None = None
+        try:
+            sandbox = self._new_sandbox(self.boundary, self._backend_for_each, pooled=True)
+            sandbox.start()
+            with self._cond:
+                if not self._closed:
+                    lease = Lease(self, sandbox)
+                    self._leases.add(lease)
+                    self._cold_started += 1
+                    sandbox = None
+                    return lease, False
+            raise self._unavailable(AcquireAction.FAIL_CLOSED, 0.0)
+        finally:
+            if sandbox is not None:  # failed to start, or the pool closed meanwhile: nobody's now
+                self._close_quietly(sandbox)
+            with self._cond:
+                self._cold_starting -= 1
+                self._cond.notify_all()
+
     def _unavailable(self, action: AcquireAction, timeout_s: float) -> PoolUnavailable:
         if action is AcquireAction.FAIL_CLOSED:
             return PoolUnavailable("the sandbox pool is closed", "acquire from a pool that is open")
@@ -453,16 +510,20 @@ class SandboxPool:
 
     # -- closing ------------------------------------------------------------------------------------
 
-    def close(self) -> None:
+    def close(self) -> int:
         """Kill and close every sandbox of the pool, idle and handed out, and stop refilling.
 
         Order: mark closed (no new start, no acquire); kill every handed-out sandbox's processes;
         close the idle sandboxes; close the handed-out ones (each waits for its task's current
         call to return); let the refill thread end (it closes a sandbox it was starting) and join
-        it; close the warm start. The thread ends last on purpose: bubblewrap's
+        it; wait for cold starts of ``acquire_or_start`` in progress (each closes what it started);
+        close the warm start. The thread ends last on purpose: bubblewrap's
         ``--die-with-parent`` ties each sandbox to the *thread* that started it
         (``PR_SET_PDEATHSIG`` fires when that thread exits), and a sandbox killed that way skips
         its teardown. Idempotent; a second call waits for nothing.
+
+        Returns:
+            How many idle sandboxes (started, never handed out) it closed.
 
         Raises:
             SandboxLost: a sandbox process survived its teardown (never expected; said loudly).
@@ -495,8 +556,11 @@ class SandboxPool:
                 self._cond.notify_all()
         if threading.current_thread() is not self._thread:
             self._thread.join()
+        with self._cond:
+            self._cond.wait_for(lambda: self._cold_starting == 0)  # each is bounded by its start
         atexit.unregister(self.close)
         if self._warm is not None and not already:
             self._warm.close()
         if survivors:
             raise survivors[0]
+        return len(idle)

@@ -26,3 +26,12 @@ def test_ratios_compare_each_contain_variant_with_bare_on_the_same_workload_and_
         "variant": "bare", "workload": "echo", "nodes": 1, "jobs": 200, "ok": 200, "elapsed_s": 2.0,
         "jobs_per_s": 100.0, "steady_jobs_per_s": 100.0, "p50_ms": 10.0, "p99_ms": 50.0,
     }
+
+
+def test_the_oneshot_variant_is_compared_too_and_the_sessions_open_time_is_reported_apart() -> None:
+    report = FleetBenchReport(
+        2, (_run("bare", "echo", 1, 2.0, 2.0), _run("contain-oneshot", "echo", 1, 4.0, 2.5)), {1: 1.5}
+    )
+    assert report.ratios() == {"echo contain-oneshot 1n": 0.5, "echo contain-oneshot 1n steady": 0.8}
+    assert report.to_dict()["session_open_s"] == {"1": 1.5}
+    assert "1 node(s) 1.50s" in render_fleet(report)

@@ -87,16 +87,40 @@ def _items(tmp_path: Path, count: int, *, manifest: dict[str, Any] | None = None
 PROCESS_2 = {"contain_backend_process": 2.0, "CPU": 2.0}
 
 
-def test_every_job_is_reported_once_and_no_node_runs_more_than_its_slots(tmp_path: Path) -> None:
+def test_every_job_is_reported_once_and_no_node_holds_more_than_twice_its_slots(tmp_path: Path) -> None:
     dispatcher = FakeDispatcher({"a": PROCESS_2, "b": {"contain_backend_process": 3.0}})
     reports = list(run_batch(_items(tmp_path, 40, extra=["nope"]), dispatcher=dispatcher))
     assert Counter(r.job_id for r in reports) == Counter([f"j{i}" for i in range(40)] + [None])
     assert reports[0].status == "failed" and reports[0].line == 41  # problems come first
     assert {r.status for r in reports[1:]} == {"done"} and all(r.attempts == 1 for r in reports[1:])
-    assert dispatcher.peak["a"] <= 2 and dispatcher.peak["b"] <= 3
-    assert dispatcher.started_with == {"a": 2, "b": 3}  # one actor per node, sized by its slots
+    # SENT_PER_SLOT: one running and one waiting on the node per slot (the node's gate runs at most its slots)
+    assert dispatcher.peak["a"] <= 2 * 2 and dispatcher.peak["b"] <= 2 * 3
+    assert dispatcher.started_with == {"a": {"process": 2}, "b": {"process": 3}}  # one actor per node, its slots
     assert {node for node, _ in dispatcher.sent} == {"a", "b"}
     assert sorted(dispatcher.stopped) == ["a", "b"]
+
+
+def test_each_backends_slots_are_counted_on_their_own_so_a_busy_backend_does_not_block_another(
+    tmp_path: Path,
+) -> None:
+    calls = Counter[str]()
+
+    def answer(node: str, spec: JobSpec) -> Any:
+        calls[spec.job_id] += 1  # hold every job until both backends ran side by side (bounded)
+        return done(node, spec) if dispatcher.peak_total >= 4 or calls[spec.job_id] > 20 else None
+
+    dispatcher = FakeDispatcher({"a": {"contain_backend_process": 2.0, "contain_backend_container_runc": 2.0}}, answer)
+    items = _items(tmp_path, 3)
+    path = tmp_path / "c.jsonl"
+    path.write_text("".join(
+        json.dumps({"id": f"c{i}", "manifest": {"runtime": {"backend": "container"}}, "command": ["x"]}) + "\n"
+        for i in range(3)
+    ))
+    items += list(prepare_jobs(read_job_lines(path), base_dir=tmp_path))
+    reports = list(run_batch(items, dispatcher=dispatcher))
+    assert {r.status for r in reports} == {"done"} and len(reports) == 6
+    assert dispatcher.peak_total >= 4, "process jobs do not hold back the runc ones on the node"
+    assert dispatcher.started_with == {"a": {"process": 2, "container:runc": 2}}
 
 
 def test_a_node_without_the_backend_resource_gets_no_job_and_a_backend_nobody_offers_fails(tmp_path: Path) -> None:
@@ -193,7 +217,7 @@ def test_max_in_flight_caps_the_attempts_running_across_the_cluster(tmp_path: Pa
     assert len(reports) == 10 and dispatcher.peak_total == 1
     unlimited = FakeDispatcher({"a": PROCESS_2, "b": PROCESS_2})
     list(run_batch(_items(tmp_path, 10), dispatcher=unlimited))
-    assert unlimited.peak_total == 4
+    assert unlimited.peak_total == 2 * 4  # every slot running, and one attempt waiting per slot
 
 
 def test_a_backend_a_node_advertises_but_its_own_facts_rule_out_gets_no_job_there(tmp_path: Path) -> None:

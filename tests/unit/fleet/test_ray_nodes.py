@@ -30,3 +30,14 @@ def test_the_real_ray_exceptions_are_in_the_table_where_ray_is_installed() -> No
     exceptions = pytest.importorskip("ray.exceptions", reason="Ray is not installed (the fleet extra)")
     for row in RAY_FAILURE_ROWS:
         assert hasattr(exceptions, row.exception), row.exception
+
+
+def test_a_ray_call_while_not_connected_fails_instead_of_starting_a_local_cluster() -> None:
+    ray = pytest.importorskip("ray", reason="needs Ray (the fleet extra)")
+    from contain.fleet.ray_nodes import _ray
+
+    assert not ray.is_initialized()
+    assert _ray() is ray
+    with pytest.raises(Exception, match=r"(?i)init|connect"):
+        ray.put(1)  # with Ray's auto-init this would start a cluster and write ~/.ray/auth_token
+    assert not ray.is_initialized()

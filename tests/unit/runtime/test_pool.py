@@ -357,3 +357,123 @@ def test_a_failing_attachment_factory_is_a_failed_start_reported_on_acquire(wake
     ):
         pool.acquire(timeout_s=WAIT)
     assert backend.plans == []
+
+
+# -- acquire_or_start: a cold start in the caller's thread when nothing is ready ----------------------
+
+
+class RefillGatedBackend(ScriptedBackend):
+    """Starts made by the refill thread wait on the gate; starts in any other thread do not."""
+
+    def start(self, plan: BackendPlan) -> RecordingRunning:
+        if threading.current_thread().name != "contain-pool-refill":
+            gate, self.gate = self.gate, None
+            try:
+                return super().start(plan)
+            finally:
+                self.gate = gate
+        return super().start(plan)
+
+
+def test_acquire_or_start_starts_a_sandbox_in_the_callers_thread_while_the_refill_is_busy(wakeup):
+    gate = threading.Event()
+    backend = RefillGatedBackend(wakeup_fd=wakeup, gate=gate)
+    pool = SandboxPool(BOUNDARY, backend=backend, size=1, facts=FACTS)
+    try:
+        assert backend.entered.wait(WAIT)  # the refill thread is stuck in its first start
+        lease, warm = pool.acquire_or_start()
+        assert warm is False and lease.sandbox.supervisor_pid == 4242
+        stats = pool.stats()
+        assert (stats.cold_started, stats.started, stats.handed_out, stats.ready) == (1, 0, 1, 0)
+        lease.close()
+        gate.set()
+        assert pool.wait_ready(timeout_s=WAIT)
+        second, warm = pool.acquire_or_start()
+        assert warm is True and second.sandbox is not lease.sandbox
+        second.close()
+    finally:
+        gate.set()
+        pool.close()
+    assert pool.stats().cold_started == 1
+
+
+def test_a_cold_start_that_fails_raises_its_own_error_and_is_no_refill_failure(wakeup):
+    gate = threading.Event()
+    error = SandboxStartError("bwrap: setting up uid map: Permission denied", "check the host")
+    backend = RefillGatedBackend(wakeup_fd=wakeup, gate=gate, start_errors=[error])
+    pool = SandboxPool(BOUNDARY, backend=backend, size=1, facts=FACTS)
+    try:
+        assert backend.entered.wait(WAIT)
+        with pytest.raises(SandboxStartError) as caught:
+            pool.acquire_or_start()
+        assert caught.value is error
+        stats = pool.stats()
+        assert (stats.failed, stats.failures, stats.handed_out, stats.cold_started) == (0, 0, 0, 0)
+        assert calls_named(backend, "close") == []  # its start raised before anything ran
+    finally:
+        gate.set()
+        pool.close()
+
+
+def test_close_waits_for_a_cold_start_in_progress_and_that_sandbox_is_closed_not_handed_out(wakeup):
+    cold_gate = threading.Event()
+    backend = ScriptedBackend(wakeup_fd=wakeup)
+    pool = SandboxPool(BOUNDARY, backend=backend, size=1, facts=FACTS)
+    assert pool.wait_ready(timeout_s=WAIT)
+    backend.gate = cold_gate  # every later start waits: the refill's and the cold one's
+    first, warm = pool.acquire_or_start()  # takes the ready one
+    assert warm is True
+    outcome: list[object] = []
+
+    def cold() -> None:
+        try:
+            outcome.append(pool.acquire_or_start())
+        except PoolUnavailable as exc:
+            outcome.append(exc)
+
+    starter = threading.Thread(target=cold)
+    starter.start()
+    with pool._cond:
+        assert pool._cond.wait_for(lambda: pool._cold_starting == 1, WAIT)
+    closer = threading.Thread(target=pool.close)
+    closer.start()
+    with pool._cond:
+        assert pool._cond.wait_for(lambda: pool._closed, WAIT)
+    closer.join(0.05)
+    assert closer.is_alive(), "close() returned while a cold start was in progress"
+    cold_gate.set()
+    closer.join(WAIT)
+    starter.join(WAIT)
+    assert not closer.is_alive() and not starter.is_alive()
+    assert isinstance(outcome[0], PoolUnavailable) and "closed" in outcome[0].cause
+    assert len(calls_named(backend, "close")) == len(backend.handles)  # every started sandbox closed
+    assert first.sandbox._closed and pool.stats().handed_out == 0
+
+
+def test_acquire_or_start_on_a_closed_pool_starts_nothing(wakeup):
+    backend = ScriptedBackend(wakeup_fd=wakeup)
+    pool = SandboxPool(BOUNDARY, backend=backend, size=1, facts=FACTS)
+    pool.close()
+    starts = len(calls_named(backend, "start"))
+    with pytest.raises(PoolUnavailable, match="closed"):
+        pool.acquire_or_start()
+    assert len(calls_named(backend, "start")) == starts
+
+
+def test_close_returns_how_many_idle_sandboxes_it_closed(wakeup):
+    backend = ScriptedBackend(wakeup_fd=wakeup)
+    pool = SandboxPool(BOUNDARY, backend=backend, size=2, facts=FACTS)
+    assert pool.wait_ready(timeout_s=WAIT)
+    gate = threading.Event()
+    backend.gate = gate  # the replacement's start waits, so exactly one is idle at close
+    lease = pool.acquire(timeout_s=WAIT)
+    assert pool.stats().ready == 1
+    closer = threading.Thread(target=lambda: outcome.append(pool.close()))
+    outcome: list[int] = []
+    closer.start()
+    with pool._cond:
+        assert pool._cond.wait_for(lambda: pool._closed, WAIT)
+    gate.set()
+    closer.join(WAIT)
+    assert outcome == [1] and lease.sandbox._closed
+    assert pool.close() == 0  # idempotent: nothing left
