@@ -118,8 +118,9 @@ def test_rlimit_refuses_unknown_names_and_inverted_or_out_of_range_values(
 
 
 def _supervisor_source() -> str:
-    source = importlib.resources.files("contain.runtime.supervisor").joinpath("contain-supervisor.c")
-    return source.read_text()
+    # The supervisor's C source and the header it shares with the guest agent (rlimit table).
+    package = importlib.resources.files("contain.runtime.supervisor")
+    return "".join(package.joinpath(name).read_text() for name in ("contain-supervisor.c", "contain-exec.h"))
 
 
 def test_rlimit_names_are_exactly_the_supervisors_table() -> None:
