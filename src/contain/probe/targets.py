@@ -46,6 +46,7 @@ __all__ = [
     "Observer",
     "WrapTarget",
     "deep_merge",
+    "is_restorable_override",
     "kind_keys",
     "probe_boundary_for",
     "target_kind",
@@ -140,6 +141,18 @@ def kind_keys(kind: str) -> tuple[str, ...]:
     return (kind,) if base == kind else (kind, base)
 
 
+# Override keys that make a run boot cold even on a warm target: a bound host directory is imaged
+# by content, so a case's planted tree (fresh canaries every run) would key a template of its own,
+# built once and never restored again, and push useful templates out of the backend's cache.
+_COLD_OVERRIDE_KEYS = frozenset({"files"})
+
+
+def is_restorable_override(boundary: Mapping[str, Any] | None) -> bool:
+    """Whether a run with these case overrides may start through the backend's warm start (a
+    non-empty override that binds no host path; see ``_COLD_OVERRIDE_KEYS``)."""
+    return bool(boundary) and not (_COLD_OVERRIDE_KEYS & set(boundary or {}))
+
+
 class _PythonRunner:
     """``run_python`` for every target: python3 -c CODE through the target's own ``run_argv``."""
 
@@ -196,12 +209,14 @@ class ContainTarget(_PythonRunner):
         # warm_pool: runs with the base boundary (no case overrides) take a sandbox from a
         # SandboxPool of that boundary (for microvm: restored from a snapshot) instead of starting
         # one; a pooled sandbox is a fresh Sandbox all the same (runtime/pool.py). Runs with
-        # overrides always start their own. ``close()`` closes the pool.
+        # overrides start their own: through the backend's warm start when it has one and the
+        # override binds no host path (``is_restorable_override``), else cold. ``close()`` closes both.
         self.warm_pool = warm_pool
         # sandboxes this target started (any whose backend got past its refusals): the runner's
         # by-construction rule reads it (runner.BY_CONSTRUCTION)
         self.sandboxes_started = 0
         self._pool: Any = None
+        self._warm: Any = None  # (the backend object, its WarmStart) for restorable overrides
         self._pool_lock = threading.Lock()
 
     def boundary_for(self, boundary: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -237,7 +252,8 @@ class ContainTarget(_PythonRunner):
         manifest = Boundary.model_validate(self.boundary_for(boundary))
         began = time.perf_counter()
         opened = self._pooled(manifest) if self.warm_pool and not boundary else None
-        with opened if opened is not None else Sandbox(manifest, backend=self.backend) as sandbox:
+        backend = self._warm_backend(manifest) if self.warm_pool and is_restorable_override(boundary) else None
+        with opened if opened is not None else Sandbox(manifest, backend=backend or self.backend) as sandbox:
             try:
                 host_pid = sandbox.supervisor_pid
                 after = observer(sandbox) if observer is not None else None
@@ -272,12 +288,33 @@ class ContainTarget(_PythonRunner):
             pool = self._pool
         return pool.acquire(timeout_s=_POOL_ACQUIRE_S)
 
+    def _warm_backend(self, manifest: Any) -> Any:
+        """A ``WarmBackend`` over one warm start of this target's backend (opened on first use),
+        or None when the backend has none (every start is then cold). Each start through it is a
+        fresh sandbox restored from the template of *its own* plan (for microvm: keyed by the
+        planned VM, so another memory or disk budget or a NIC gets another template)."""
+        from contain.runtime.backend import WarmStartCapable
+        from contain.runtime.pool import WarmBackend
+        from contain.runtime.sandbox import Sandbox
+
+        with self._pool_lock:
+            if self._warm is None:
+                backend = Sandbox(manifest, backend=self.backend).sandbox_backend
+                warm = backend.open_warm_start() if isinstance(backend, WarmStartCapable) else None
+                self._warm = (backend, warm)
+            backend, warm = self._warm
+        return WarmBackend(backend, warm) if warm is not None else None
+
     def close(self) -> None:
-        """Close the warm pool, if one was opened (its sandboxes are killed and removed)."""
+        """Close the warm pool and the warm start, if opened (pooled sandboxes are killed and
+        removed; a warm start's templates stay in the backend's cache)."""
         with self._pool_lock:
             pool, self._pool = self._pool, None
+            warm, self._warm = self._warm, None
         if pool is not None:
             pool.close()
+        if warm is not None and warm[1] is not None:
+            warm[1].close()
 
 
 class _BoundedHostRunner(_PythonRunner):

@@ -14,6 +14,7 @@ from contain.probe.targets import (
     HostControlTarget,
     WrapTarget,
     deep_merge,
+    is_restorable_override,
     target_kind,
 )
 
@@ -119,3 +120,59 @@ def test_a_target_without_a_warm_pool_has_nothing_to_close_and_counts_no_sandbox
     target = ContainTarget("microvm")
     target.close()
     assert (target.warm_pool, target.sandboxes_started) == (False, 0)
+
+
+@pytest.mark.parametrize(
+    ("override", "restorable"),
+    [
+        (None, False),  # the base boundary: the warm pool's
+        ({}, False),
+        ({"resources": {"memory_bytes": 512 * 1024**2}}, True),  # a stable template of its own
+        ({"network": {"allow": [{"host": "a.test", "ports": [80]}]}}, True),
+        ({"files": [{"host": "/tmp/x", "path": "/probe/x", "access": "read"}]}, False),  # imaged by content
+        ({"files": [], "resources": {"pids_max": 8}}, False),
+    ],
+)
+def test_only_overrides_that_bind_no_host_path_start_through_the_warm_start(override, restorable):
+    assert is_restorable_override(override) is restorable
+
+
+def test_a_warm_target_opens_one_warm_start_for_its_override_runs_and_closes_it(monkeypatch):
+    import contain.runtime.sandbox as sandbox_module
+
+    class Warm:
+        closed = False
+
+        def start(self, plan):  # pragma: no cover - never started here
+            raise AssertionError
+
+        def close(self) -> None:
+            self.closed = True
+
+    warm = Warm()
+
+    class Capable:
+        name = "microvm"
+        opened = 0
+
+        def open_warm_start(self) -> Warm:
+            Capable.opened += 1
+            return warm
+
+        def start(self, plan):  # pragma: no cover - a warm target's override runs restore instead
+            raise AssertionError
+
+        def cgroup_joined_at_exec(self, facts) -> bool:
+            return False
+
+    class FakeSandbox:
+        def __init__(self, manifest, *, backend=None) -> None:
+            self.sandbox_backend = Capable()
+
+    monkeypatch.setattr(sandbox_module, "Sandbox", FakeSandbox)
+    target = ContainTarget("microvm", warm_pool=True)
+    first, second = target._warm_backend(None), target._warm_backend(None)
+    assert first.warm is warm and second.warm is warm and Capable.opened == 1
+    assert first.name == "microvm"
+    target.close()
+    assert warm.closed
