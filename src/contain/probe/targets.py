@@ -145,16 +145,21 @@ def kind_keys(kind: str) -> tuple[str, ...]:
     return (kind,) if base == kind else (kind, base)
 
 
-# Override keys that make a run boot cold even on a warm target: a bound host directory is imaged
-# by content, so a case's planted tree (fresh canaries every run) would key a template of its own,
-# built once and never restored again, and push useful templates out of the backend's cache.
-_COLD_OVERRIDE_KEYS = frozenset({"files"})
+# File rules whose access binds a host path, which makes a run boot cold even on a warm target: a
+# bound host directory is imaged by content, so a case's planted tree (fresh canaries every run)
+# would key a template of its own, built once and never restored again, and push useful templates
+# out of the backend's cache. Scratch paths (and their exports, copied out at close) bind nothing.
+_BINDING_ACCESS = frozenset({"read", "write", "block"})
 
 
 def is_restorable_override(boundary: Mapping[str, Any] | None) -> bool:
-    """Whether a run with these case overrides may start through the backend's warm start (a
-    non-empty override that binds no host path; see ``_COLD_OVERRIDE_KEYS``)."""
-    return bool(boundary) and not (_COLD_OVERRIDE_KEYS & set(boundary or {}))
+    """Whether a run with these case overrides may start through the backend's warm start: a
+    non-empty override none of whose ``files`` rules binds a host path (``_BINDING_ACCESS``; a
+    rule without an access is counted as binding)."""
+    if not boundary:
+        return False
+    rules = boundary.get("files") or []
+    return not any(not isinstance(r, Mapping) or str(r.get("access", "read")) in _BINDING_ACCESS for r in rules)
 
 
 class _PythonRunner:

@@ -130,7 +130,10 @@ def test_a_target_without_a_warm_pool_has_nothing_to_close_and_counts_no_sandbox
         ({"resources": {"memory_bytes": 512 * 1024**2}}, True),  # a stable template of its own
         ({"network": {"allow": [{"host": "a.test", "ports": [80]}]}}, True),
         ({"files": [{"host": "/tmp/x", "path": "/probe/x", "access": "read"}]}, False),  # imaged by content
-        ({"files": [], "resources": {"pids_max": 8}}, False),
+        ({"files": [{"host": "/tmp/x", "path": "/probe/x", "access": "write"}]}, False),
+        ({"files": [{"host": "/tmp/x", "path": "/probe/x"}]}, False),  # no access given: counted as a bind
+        ({"files": [{"path": "/work/out", "access": "scratch", "export": "/tmp/o"}]}, True),  # nothing bound
+        ({"files": [], "resources": {"pids_max": 8}}, True),
     ],
 )
 def test_only_overrides_that_bind_no_host_path_start_through_the_warm_start(override, restorable):
