@@ -28,8 +28,9 @@ bytes with the host's own frame decoder: they are valid frames, so only their pa
 What these cases do not test: bugs in QEMU's device emulation reached with crafted descriptors
 (fuzzing, not a battery), side channels, or hosts where KVM runs the guest (the cases use what
 the backend chose; under TCG there is no KVM surface at all). VM-04's "only the egress path
-answers" is checked as "nothing answers": this version's microvm guest has no NIC and the
-backend refuses ``network.allow``.
+answers" is checked as "nothing answers": its boundary allows no destination, so the guest has
+no NIC (the forwards to contain's proxy, with ``network.allow``, are what PX, NE-06 and RE-53
+attack).
 
 Why one file past 600 lines: one mechanism (a hostile guest against contain's VMM, judged from
 outside, with a weakened VMM as control) applied seven times; each case's attack script, judge
