@@ -523,9 +523,13 @@ def _shared_limits(case_id: str, ctx: ProbeContext, *, with_write_binds: bool) -
 
     def hog() -> None:
         # The hold is short: under a weak --wrap the hog exhausts the *host* user's counts.
-        box["run"], box["report"] = run_attack(
-            rc.target, _SHARED_LIMITS, role="hog", marker=marker, hold_s=2, timeout_s=30, boundary=boundary_for("hog")
-        )
+        try:
+            box["run"], box["report"] = run_attack(
+                rc.target, _SHARED_LIMITS, role="hog", marker=marker, hold_s=2, timeout_s=30,
+                boundary=boundary_for("hog"),
+            )
+        except BaseException as exc:  # raised in the case's thread below: a hog that failed judges nothing
+            box["error"] = exc
 
     worker = threading.Thread(target=hog)
     worker.start()
@@ -535,6 +539,8 @@ def _shared_limits(case_id: str, ctx: ProbeContext, *, with_write_binds: bool) -
     )
     harness_ok = _harness_inotify_works()
     worker.join()
+    if "error" in box:
+        raise box["error"]
     hog_report = box.get("report") or {}
     breaches = _sibling_failures(sibling_report, hog_report)
     if not harness_ok:

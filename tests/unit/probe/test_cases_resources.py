@@ -120,3 +120,33 @@ def test_re53_the_flood_stops_once_its_refusals_offered_the_goal():
         count=50, seconds=30, goal_bytes=3_000, offered_per_refusal=1_000, name_chars=100
     )
     assert (len(heads), report["refused by the proxy"]["value"]) == (3, 3)
+
+
+def test_re09_a_hog_that_failed_to_run_is_an_error_never_a_verdict():
+    # The hog runs in a thread of its own; its exception was lost and the case judged the sibling
+    # against an empty hog report.
+    import pytest
+
+    from contain.probe.case import AttackRun
+    from contain.probe.context import REPORT_MARK, RunContext
+    from contain.probe.cases_resources import re_09
+
+    class HogFails:
+        name, kind, has_contain_hooks = "fake", "process", True
+
+        def run_python(self, code, **kw):
+            if '"role": "hog"' in code.replace('\\"', '"'):
+                raise RuntimeError("the hog's sandbox did not start")
+            out = ("\n" + REPORT_MARK + '{"sibling mq": {"ok": true}}\n').encode()
+            return AttackRun(0, None, out, b"", False, 0.01)
+
+        def run_argv(self, argv, **kw):  # pragma: no cover
+            raise AssertionError
+
+    target = HogFails()
+    ctx = RunContext(target, control=target, sandboxed_control=target, run_id="unithog")
+    try:
+        with pytest.raises(RuntimeError, match="hog's sandbox"):
+            re_09(ctx)
+    finally:
+        ctx.close()

@@ -179,3 +179,25 @@ def test_a_warm_target_opens_one_warm_start_for_its_override_runs_and_closes_it(
     assert first.name == "microvm"
     target.close()
     assert warm.closed
+
+
+def test_the_microvm_pool_warms_up_with_the_attack_preludes_python(monkeypatch):
+    import contain.runtime.sandbox as sandbox_module
+    from contain.probe.targets import KIND_WARM_UP, _with_warm_up
+    from contain.runtime.microvm.warm_start import MicroVMWarmStart
+
+    class Inner:
+        name = "microvm"
+
+    class FakeSandbox:
+        def __init__(self, manifest, *, backend=None) -> None:
+            self.sandbox_backend = Inner()
+
+    monkeypatch.setattr(sandbox_module, "Sandbox", FakeSandbox)
+    backend = _with_warm_up("microvm", None)
+    assert backend is not None and backend.name == "microvm"
+    warm = backend.open_warm_start()
+    assert isinstance(warm, MicroVMWarmStart)
+    assert warm._warm_up_request.argv == KIND_WARM_UP["microvm"][0] == ("python3", "-c", "import ctypes, errno, json")
+    assert (warm._warm_up_request.env, warm._warm_up_request.cwd) == ({}, "/")
+    assert _with_warm_up("process", None) is None and _with_warm_up("container:runc", None) is None
