@@ -20,7 +20,7 @@ test: setup
 	@.venv/bin/mypy
 	@.venv/bin/python -m pytest -q
 
-# The escape battery on the microvm backend: about 23 minutes under TCG, so not part of `make test`.
+# The escape battery on the microvm backend alone (`make test` runs it too; docs/probe.md, "microvm").
 test-microvm-battery: setup
 	@echo "test: the escape battery on the microvm backend"
 	@.venv/bin/python -m pytest -q -m microvm_battery tests/integration/test_battery_microvm.py

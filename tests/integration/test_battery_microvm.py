@@ -1,10 +1,13 @@
 """The whole escape-and-recovery battery against contain's microvm backend (what CI runs).
 
 Every catalogue and project case runs against `contain:microvm`: a QEMU `-M microvm` guest per
-sandbox (TCG here), judged from outside. Runs with the probe's base boundary take their sandbox
+sandbox (TCG here), judged from outside. Part of `make test` (marker ``microvm_battery``: `make
+test-microvm-battery` runs it alone). Runs with the probe's base boundary take their sandbox
 from a warm pool (restored from a snapshot, ``ContainTarget(warm_pool=True)``); runs with a
-case's own boundary boot one. The VM cases attack as guest root too (probe/hostile_guest.py),
-and XT-07 goes through ``SandboxPool`` itself.
+case's own boundary are restored from the template of their own planned VM, or boot one when
+they bind a host path (``targets.is_restorable_override``). Every run is a fresh VM. The VM
+cases attack as guest root too (probe/hostile_guest.py, booted cold), and XT-07 goes through
+``SandboxPool`` itself.
 
 Asserted: every case ran; none INCONCLUSIVE or ERROR; no ESCAPED but the backend findings listed
 in ``KNOWN_FINDINGS`` (asserted exactly: a new escape fails, and so does a fixed one until its

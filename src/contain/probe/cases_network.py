@@ -76,12 +76,12 @@ _METADATA_TARGETS = (
 
 _PROXY_ATTEMPTS = r"""
 def via_proxy(target):
-    c = socket.create_connection(("127.0.0.1", 3128), timeout=3)
+    c = socket.create_connection(proxy_endpoint(), timeout=3)
     c.sendall(("GET http://%s/latest/meta-data/?c=%s HTTP/1.1\r\nHost: %s\r\n\r\n" % (target, C, target)).encode())
     data = c.recv(200); c.close(); return data.split(b"\r\n")[0]
 
 def via_connect(target):
-    c = socket.create_connection(("127.0.0.1", 3128), timeout=3)
+    c = socket.create_connection(proxy_endpoint(), timeout=3)
     c.sendall(("CONNECT %s:80 HTTP/1.1\r\nHost: %s:80\r\n\r\n" % (target, target)).encode())
     data = c.recv(200); c.close(); return data.split(b"\r\n")[0]
 

@@ -2,7 +2,9 @@
 
 Every case runs one sandbox whose boundary allows ``allowed.test`` (mapped by ``network.hosts``
 to the host's 127.0.0.1) on the port of an *allowed* HTTP canary, and sends raw requests to the
-proxy at 127.0.0.1:3128 (the sandbox's own loopback; the proxy itself runs on the host). The
+proxy where the sandbox was told it is (``http_proxy``: 127.0.0.1:3128 on the sandbox's own
+loopback for the process and container backends, the guest's forwarded address 10.0.2.100:3128
+in a microVM; the proxy itself runs on the host). The
 *blocked* canaries listen on the host's loopback too, on other ports: the proxy dials from the
 host, so any request it wrongly lets through (an IP literal, a numeric spelling, a port not in
 the allow list, a redirect it follows, a smuggled second request) lands on a blocked canary.
@@ -30,14 +32,24 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from contain.egress.session import PROXY_ADDRESS
 from contain.probe.canaries import Sink, attack_source, decide, http_canary, http_response, read_report, run_evidence
 from contain.probe.case import CaseResult, Category, ProbeCase, ProbeContext, Verdict
+from contain.runtime.microvm.handle import GUEST_PROXY
 
-__all__ = ["CASES", "PROXY_CLIENT", "ProxyWorld", "Request", "judge_proxy"]
+__all__ = ["CASES", "PROXY_CLIENT", "PROXY_PLACES", "ProxyWorld", "Request", "judge_proxy"]
+
+
+def _host_port(text: str) -> tuple[str, int]:
+    host, _, port = text.rpartition(":")
+    return host, int(port)
+
 
 PROXY_CLIENT = r"""
 def send(req):
-    c = socket.create_connection(("127.0.0.1", P.get("proxy_port", 3128)), timeout=4)
+    via = ("127.0.0.1", P["proxy_port"]) if "proxy_port" in P else proxy_endpoint()
+    via = tuple(req["via"]) if req.get("via") else via
+    c = socket.create_connection(via, timeout=4)
     try:
         c.sendall(req["raw"].encode("latin-1"))
         data = b""
@@ -66,6 +78,14 @@ class Request:
     name: str
     raw: str  # bytes sent to the proxy (latin-1)
     then: str = ""  # sent through the tunnel after a 200 (CONNECT)
+    via: tuple[str, int] | None = None  # a proxy address of its own (default: where the sandbox's proxy is)
+
+
+# Where a backend puts the sandbox's proxy (PX-13 asks each with no allow list: none may answer).
+PROXY_PLACES: tuple[tuple[tuple[str, int], str], ...] = (
+    (PROXY_ADDRESS, "process and container backends: the proxy's port on the sandbox's own loopback"),
+    (_host_port(GUEST_PROXY), "microvm: the guest's forward to the proxy (runtime/microvm/handle.py)"),
+)
 
 
 @dataclass(frozen=True)
@@ -351,10 +371,11 @@ def _px13(ctx: ProbeContext) -> CaseResult:
             refused[label] = str(exc).splitlines()[0][:160]
     with http_canary() as sink:
         canary, control_canary = ctx.canary("px13"), ctx.canary("px13ctl")
-        code = attack_source(
-            PROXY_CLIENT,
-            requests=[dataclasses.asdict(Request("no_allowlist_proxy", get(f"http://127.0.0.1:{sink.port}/", canary)))],
-        )
+        asks = [
+            Request(f"no_allowlist_proxy {h}:{p}", get(f"http://127.0.0.1:{sink.port}/", canary), via=(h, p))
+            for (h, p), _why in PROXY_PLACES
+        ]
+        code = attack_source(PROXY_CLIENT, requests=[dataclasses.asdict(r) for r in asks])
         run = ctx.target.run_python(code, timeout_s=30)  # the default boundary: no network at all
         control = ctx.control.run_python(
             attack_source(
@@ -372,16 +393,19 @@ def _px13(ctx: ProbeContext) -> CaseResult:
             breaches.append("with an empty allow list a request still reached the host canary")
         if run.egress_events:
             breaches.append("a sandbox with no allow list had an egress log (a proxy was running)")
-        reached = (report or {}).get("no_allowlist_proxy", {})
-        if reached.get("ok"):
-            breaches.append(f"something answered on 127.0.0.1:3128 with no allow list: {reached.get('value')}")
+        asked = {r.name: (report or {}).get(r.name, {}) for r in asks}
+        for name, reached in asked.items():
+            if reached.get("ok"):
+                breaches.append(f"something answered at {name.split()[-1]} with no allow list: {reached.get('value')}")
         result = decide(
             "PX-13",
             breaches=breaches,
             control_failures=[] if sink.received(control_canary) else ["the host control did not reach the canary"],
             missing=[] if report is not None else ["the attack never reported"],
             contained=(
-                f"no proxy without an allow list ({reached.get('errno')}); {len(refused)} malformed policies refused"
+                "no proxy without an allow list ("
+                + ", ".join(f"{n.split()[-1]}: {r.get('errno')}" for n, r in asked.items())
+                + f"); {len(refused)} malformed policies refused"
             ),
             control="the same request sent from the host reached the canary",
             evidence={"refused": refused, "attack": report, "control": read_report(control), "run": run_evidence(run)},

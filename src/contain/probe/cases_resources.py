@@ -25,7 +25,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from contain.egress.log import MAX_LOG_BYTES, EgressEvent, event_cost
+from contain.egress.log import EVENT_OVERHEAD_BYTES, MAX_LOG_BYTES, EgressEvent, event_cost
 from contain.probe.case import CaseResult, Category, ProbeCase, ProbeContext, Verdict
 from contain.probe.context import (
     RunContext,
@@ -523,9 +523,13 @@ def _shared_limits(case_id: str, ctx: ProbeContext, *, with_write_binds: bool) -
 
     def hog() -> None:
         # The hold is short: under a weak --wrap the hog exhausts the *host* user's counts.
-        box["run"], box["report"] = run_attack(
-            rc.target, _SHARED_LIMITS, role="hog", marker=marker, hold_s=2, timeout_s=30, boundary=boundary_for("hog")
-        )
+        try:
+            box["run"], box["report"] = run_attack(
+                rc.target, _SHARED_LIMITS, role="hog", marker=marker, hold_s=2, timeout_s=30,
+                boundary=boundary_for("hog"),
+            )
+        except BaseException as exc:  # raised in the case's thread below: a hog that failed judges nothing
+            box["error"] = exc
 
     worker = threading.Thread(target=hog)
     worker.start()
@@ -535,6 +539,8 @@ def _shared_limits(case_id: str, ctx: ProbeContext, *, with_write_binds: bool) -
     )
     harness_ok = _harness_inotify_works()
     worker.join()
+    if "error" in box:
+        raise box["error"]
     hog_report = box.get("report") or {}
     breaches = _sibling_failures(sibling_report, hog_report)
     if not harness_ok:
@@ -741,14 +747,17 @@ def re_52(ctx: ProbeContext) -> CaseResult:
 
 _PROXY_FLOOD = r"""
 import socket, time
-host, port = P["proxy"]
+host, port = proxy_endpoint()  # where the sandbox was told its proxy is
 sent = answered = 0
 end = time.monotonic() + P["seconds"]
-while sent < P["count"] and time.monotonic() < end:  # bounded in count and in time
+# bounded in count and in time; done once the refusals offered the host the goal's bytes
+while sent < P["count"] and time.monotonic() < end and answered * P["offered_per_refusal"] < P["goal_bytes"]:
     name = f"{sent}-" + "a" * P["name_chars"] + ".test"
     try:
         s = socket.create_connection((host, port), timeout=2)
-        s.sendall(f"CONNECT {name}:443 HTTP/1.1\r\nHost: {name}:443\r\n\r\n".encode())
+        # the name once (no Host header): twice would pass the proxy's 16 KiB head limit whenever
+        # the head arrives in one piece (a microVM's forward), refused then without the name
+        s.sendall(f"CONNECT {name}:443 HTTP/1.1\r\n\r\n".encode())
         sent += 1
         if s.recv(64).startswith(b"HTTP/1.1 4"):
             answered += 1
@@ -770,6 +779,13 @@ except OSError:
 
 _FLOOD_COUNT = 3000
 _FLOOD_NAME_CHARS = 16_000
+# The flood stops once its refusals offered the host this much: past MAX_LOG_BYTES with a margin,
+# so the control can show an unbounded log.
+# A microVM's guest reaches it at ~15 CONNECTs/s under TCG (each guest connection is a connector
+# process on the host), a process sandbox at ~150/s; the time cap follows the target's wall budget.
+_FLOOD_GOAL_BYTES = MAX_LOG_BYTES + MAX_LOG_BYTES // 4
+_FLOOD_MIN_S = 6.0
+_FLOOD_WALL_MARGIN_S = 20.0  # python's start, the stderr flood and the teardown, inside wall_s
 _FLOOD_OUTPUT_MIB = 32
 # The host may keep at most the event log's byte bound and both capped streams; the rest of the
 # allowance is the Python process's own noise (allocator, the RunResult's dicts).
@@ -811,14 +827,19 @@ def re_53(ctx: ProbeContext) -> CaseResult:
     resettable = _reset_peak_rss()
     rss_before = _status_bytes("VmRSS")
     boundary = {"network": {"allow": [{"host": "allowed.test", "ports": [9]}], "hosts": {"allowed.test": "127.0.0.1"}}}
+    wall_s = float(getattr(rc.target, "boundary_for")(boundary)["resources"]["wall_s"])  # noqa: B009 - contain hooks
+    seconds = max(_FLOOD_MIN_S, wall_s - _FLOOD_WALL_MARGIN_S)
     params: dict[str, Any] = {
-        "proxy": ["127.0.0.1", 3128],
         "count": _FLOOD_COUNT,
-        "seconds": 6,
+        "seconds": seconds,
+        "goal_bytes": _FLOOD_GOAL_BYTES,
+        # the event carries the name twice (its host, and the reason quotes it); if that changes the
+        # flood stops short and the control below says so (INCONCLUSIVE), never a pass
+        "offered_per_refusal": 2 * _FLOOD_NAME_CHARS + EVENT_OVERHEAD_BYTES,
         "name_chars": _FLOOD_NAME_CHARS,
         "output_mib": _FLOOD_OUTPUT_MIB,
     }
-    run, report = run_attack(rc.target, _PROXY_FLOOD, boundary=boundary, timeout_s=30, **params)
+    run, report = run_attack(rc.target, _PROXY_FLOOD, boundary=boundary, timeout_s=seconds + 15, **params)
     growth = _status_bytes("VmHWM") - rss_before
     result = run.run_result
     kept = [dict(e) for e in run.egress_events]

@@ -5,8 +5,10 @@ QEMU's argv, its network namespace, its cgroup and the agent channel are contain
 where the catalogue names the workload, as the workload through the real backend. The judges
 never read what the guest says about itself; they look at:
 
-- VM-01: a host file the monitor command would create (``migrate "exec:touch ..."``), and the
-  agent channel's fate after garbage on its port (the sandbox is refused, nothing else runs);
+- VM-01: host files a monitor command would create (``pmemsave``, which QEMU writes itself, so its
+  seccomp filter's spawn=deny does not stop it, and ``migrate "exec:touch ..."``), in a directory
+  every uid may write (QEMU runs as the leased uid), and the agent channel's fate after garbage on
+  its port (the sandbox is refused, nothing else runs);
 - VM-02: SHA-256 of every image file QEMU opened (userland, read bind, initramfs, kernel);
 - VM-03: the ``RunResult`` of a workload that prints protocol-shaped frames (real exit status,
   the frames as plain output, output capped);
@@ -26,8 +28,9 @@ bytes with the host's own frame decoder: they are valid frames, so only their pa
 What these cases do not test: bugs in QEMU's device emulation reached with crafted descriptors
 (fuzzing, not a battery), side channels, or hosts where KVM runs the guest (the cases use what
 the backend chose; under TCG there is no KVM surface at all). VM-04's "only the egress path
-answers" is checked as "nothing answers": this version's microvm guest has no NIC and the
-backend refuses ``network.allow``.
+answers" is checked as "nothing answers": its boundary allows no destination, so the guest has
+no NIC (the forwards to contain's proxy, with ``network.allow``, are what PX, NE-06 and RE-53
+attack).
 
 Why one file past 600 lines: one mechanism (a hostile guest against contain's VMM, judged from
 outside, with a weakened VMM as control) applied seven times; each case's attack script, judge
@@ -131,14 +134,26 @@ def _verdict(
 # -- VM-01 ------------------------------------------------------------------------------------
 
 
-def _vm01_script(canary: Path) -> str:
-    hmp = f'migrate "exec:touch {canary}"'
+def _vm01_script(drop: Path, canary: str) -> str:
+    """Guest root's monitor commands, each of which leaves a file named after ``canary`` in ``drop``
+    if any port reaches a monitor: ``pmemsave`` (QEMU itself writes the file: no spawn, so only the
+    monitor's absence stops it) and ``migrate "exec:touch"`` (a host command, which QEMU's own
+    seccomp filter, ``-sandbox spawn=deny``, also stops)."""
+    touched, saved = drop / f"exec-{canary}", drop / f"pmemsave-{canary}"
+    # pmemsave first: a QEMU under -sandbox spawn=deny is killed (SIGSYS) by the exec. The size in
+    # parentheses and the name quoted: HMP reads "16 /tmp/..." as an expression (16 divided by ...).
+    hmps = [f'pmemsave 0 (16) "{saved}"', f'migrate "exec:touch {touched}"']
     qmp = (
-        '{"execute":"qmp_capabilities"}\\n{"execute":"human-monitor-command","arguments":{"command-line":"'
-        + hmp.replace('"', '\\\\"')
-        + '"}}\\n{"execute":"quit"}'
+        '{"execute":"qmp_capabilities"}\\n{"execute":"pmemsave","arguments":{"val":0,"size":16,"filename":"'
+        + str(saved)
+        + '"}}\\n'
+        + "".join(
+            '{"execute":"human-monitor-command","arguments":{"command-line":"' + h.replace('"', '\\\\"') + '"}}\\n'
+            for h in hmps
+        )
+        + '{"execute":"quit"}'
     )
-    payload = f"\\001c\\n{hmp}\\n{qmp}\\nquit\\n"
+    payload = "\\001c\\n" + "".join(f"{h}\\n" for h in hmps) + f"{qmp}\\nquit\\n"
     return f"""
 P='{payload}'
 AGENT=
@@ -164,10 +179,13 @@ _VM01_LAST = "vm01: every other device done; the agent port is last"
 
 def _vm01(ctx: ProbeContext) -> CaseResult:
     root = _root(ctx)
-    canary = root / ctx.canary("vm01-monitor")
-    control_canary = root / ctx.canary("vm01-control")
-    reading = _hostile_run(ctx, _vm01_script(canary))
-    control_image = hostile_image(_vm01_script(control_canary), into=root)
+    # QEMU runs as the sandbox's leased uid, so a reachable monitor's files could not be created in
+    # a directory only root may write: the drop directory is writable by every uid (mode 0777).
+    drop = Path(getattr(ctx, "plant_dir")("vm01-drop"))  # noqa: B009 - RunContext's planting helper
+    drop.chmod(0o777)
+    canary, control_canary = ctx.canary("vm01-monitor"), ctx.canary("vm01-control")
+    reading = _hostile_run(ctx, _vm01_script(drop, canary))
+    control_image = hostile_image(_vm01_script(drop, control_canary), into=root)
     socket_path = root / "vm01-monitor.sock"
     control = ControlVm(
         control_image,
@@ -180,19 +198,21 @@ def _vm01(ctx: ProbeContext) -> CaseResult:
         ],
     )  # fmt: skip
     control.run(timeout_s=_BOOT_S)
-    breaches = [f"the monitor command ran on the host: {canary} exists"] if canary.exists() else []
+    left = sorted(p.name for p in drop.iterdir())
+    breaches = [f"a monitor command ran on the host: {drop / n} exists" for n in left if canary in n]
     failures = []
     if _VM01_LAST not in reading["serial"]:
         failures.append("the guest-root attack did not reach the agent port (no marker on the console)")
     if reading["start_error"] is None and reading["run_error"] is None:
         failures.append("garbage on the agent port went unnoticed: the sandbox started and ran")
-    if not control_canary.exists():
-        failures.append("a monitor wired to a virtio-serial port did not run the command")
+    if f"pmemsave-{control_canary}" not in left:
+        failures.append("a monitor wired to a virtio-serial port did not run the command (no pmemsave file)")
     evidence = {
         "start_error": reading["start_error"],
         "run_error": reading["run_error"],
         "attack_console": [ln for ln in reading["serial"].splitlines() if ln.startswith("vm01:")],
         "control_console": [ln for ln in control.serial.text().splitlines() if ln.startswith("vm01:")],
+        "control_files": [n for n in left if control_canary in n],
     }
     return _verdict(
         "VM-01",
@@ -201,7 +221,8 @@ def _vm01(ctx: ProbeContext) -> CaseResult:
         contained="guest root wrote monitor and QMP commands to every console, serial and virtio port: no command "
         "ran on the host; garbage on the agent port only closed that channel"
         + (f" ({reading['start_error']})" if reading["start_error"] else ""),
-        control="with an HMP monitor wired to a virtio-serial port, the same writes made QEMU run the command",
+        control="with an HMP monitor wired to a virtio-serial port, the same writes made QEMU run the command "
+        f"({', '.join(n.split('-', 1)[0] for n in left if control_canary in n)})",
         evidence=evidence,
     )
 
@@ -445,6 +466,10 @@ def _vm04(ctx: ProbeContext) -> CaseResult:
 # -- VM-05 ------------------------------------------------------------------------------------
 
 _VM05_FLOOD_BYTES = 256 * 1024  # four times the kept console tail (vmm.SERIAL_TAIL_BYTES)
+# The fill stops this far below the guest's available memory: unswappable tmpfs pages up to 100%
+# leave the guest's OOM killer nothing to kill but /init, so the guest panics before the agent
+# answers and the host has no run whose cgroup peak it could read (measured: a 128 MiB guest).
+_VM05_HEADROOM_MIB = 24
 
 _VM05_SCRIPT = f"""
 ls /sys/bus/virtio/drivers 2>&1 | tr '\\n' ' ' | sed "s|^|vm05: virtio drivers |"; echo
@@ -452,7 +477,8 @@ ls /sys/bus/virtio/drivers 2>&1 | tr '\\n' ' ' | sed "s|^|vm05: virtio drivers |
   | sed "s|^|vm05: hotplug |"
 head -c {_VM05_FLOOD_BYTES} /dev/zero | tr '\\0' 'F' > /dev/ttyS0
 echo
-mkdir -p /fill && mount -t tmpfs -o size=100% fill /fill
+avail=$(sed -n 's/^MemAvailable: *\\([0-9]*\\) kB$/\\1/p' /proc/meminfo)
+mkdir -p /fill && mount -t tmpfs -o size=$(( avail / 1024 - {_VM05_HEADROOM_MIB} ))m fill /fill
 dd if=/dev/zero of=/fill/f bs=1M 2>&1 | tail -1 | sed "s|^|vm05: fill |"
 free | sed "s|^|vm05: free |"
 rm -f /fill/f

@@ -11,9 +11,10 @@
   removes (empty ``hooks/``, ``config``…): it must be intact. Control: the same swap on a host
   copy followed by a clean-up by path (what teardown did before issue 18) damages the victim.
 - RE-51: an export bomb of entries and depth (5,000 empty directories and a 1,500-deep chain
-  under a 1 MiB disk budget). Judged by the host's disk use of the export directory and by the
-  run's result reaching the caller. Control: the same tree copied by a plain recursive copy uses
-  far more than the budget or dies with RecursionError.
+  under a 32 MiB disk budget, room for the tree within the budget's inode cap). Judged by the
+  host's disk use of the export directory and by the run's result reaching the caller. Control:
+  the same tree copied by a plain recursive copy uses far more than the budget or dies with
+  RecursionError.
 
 All three need contain's own hooks (write binds, teardown and export are contain features); a
 wrapped third-party sandbox is not applicable.
@@ -337,7 +338,7 @@ CASES: tuple[ProbeCase, ...] = (
     _case(
         "RE-51",
         Category.RE,
-        "export 5,000 empty directories and a 1,500-deep chain under a 1 MiB disk budget",
+        "export 5,000 empty directories and a 1,500-deep chain under a 32 MiB disk budget",
         "export capped in entries and depth and reported; the run's result survives",
         re_51,
     ),

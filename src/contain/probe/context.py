@@ -112,6 +112,19 @@ def canaries(text):
 def note(name, value):
     _R[name] = {"ok": True, "value": _short(value)}
 
+def proxy_endpoint():
+    # Where this sandbox was told its egress proxy is: contain sets http_proxy for every run with
+    # an allow list (127.0.0.1:3128 in a process or container sandbox, the guest's forwarded
+    # address in a microVM). P["proxy"] wins (a control aims at its own address); without either,
+    # the loopback default, which nothing should answer.
+    if P.get("proxy"):
+        return (P["proxy"][0], int(P["proxy"][1]))
+    url = os.environ.get("http_proxy") or os.environ.get("HTTP_PROXY") or ""
+    host, _, port = url.split("://", 1)[-1].split("/", 1)[0].rsplit("@", 1)[-1].rpartition(":")
+    if host and port.isdigit():
+        return (host.strip("[]"), int(port))
+    return ("127.0.0.1", 3128)
+
 def done():
     sys.stdout.write("\n@@" + "PROBE@@" + json.dumps(_R) + "\n")  # split: never in our own cmdline
     sys.stdout.flush()

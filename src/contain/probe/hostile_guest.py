@@ -125,6 +125,12 @@ def sha256_of(path: str | Path) -> str:
     return digest.hexdigest()
 
 
+def _reap(pid: int, options: int) -> tuple[int, Any] | None:
+    """(wait status, rusage) of child ``pid`` once it ended; None while it runs (``WNOHANG``)."""
+    got, status, usage = os.wait4(pid, options)
+    return (status, usage) if got == pid else None
+
+
 class ControlVm:
     """A positive-control VM: a ``VmPlan``'s planned argv plus ``extra`` QEMU arguments.
 
@@ -197,17 +203,24 @@ class ControlVm:
         stream = proc.stdout
         reader = threading.Thread(target=self._read, args=(stream.fileno(),), daemon=True)
         reader.start()
+        # Reaped only here, with wait4 (never Popen.poll, which would reap a QEMU that quit by itself,
+        # e.g. on a monitor's "quit", and lose its rusage): wait4 gives this child's own peak RSS
+        # (unshare execs QEMU: one pid, one process).
+        reaped: tuple[int, Any] | None = None
         try:
             deadline = time.monotonic() + timeout_s
-            while proc.poll() is None and time.monotonic() < deadline:
+            while reaped is None and time.monotonic() < deadline:
                 if self.serial.wait_for(ATTACK_DONE_MARKER, timeout_s=0.5):
                     break
+                reaped = _reap(proc.pid, os.WNOHANG)
             time.sleep(0.5)  # the host side of a breach (a command QEMU runs) completes after the guest's write
         finally:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            # wait4 gives this child's own peak RSS (unshare execs QEMU: one pid, one process)
-            _, status, usage = os.wait4(proc.pid, 0)
+            if reaped is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                reaped = _reap(proc.pid, 0)
+            assert reaped is not None  # a blocking wait4 on our own child returns it
+            status, usage = reaped
             proc.returncode = self.exit_code = os.waitstatus_to_exitcode(status)
             self.max_rss_kib = usage.ru_maxrss
             reader.join(timeout=5.0)

@@ -40,12 +40,14 @@ from contain.probe.case import AttackRun
 __all__ = [
     "DEFAULT_PROBE_BOUNDARY",
     "KIND_BOUNDARY_OVERRIDES",
+    "KIND_WARM_UP",
     "RELAXED_CONTROL_BOUNDARY",
     "ContainTarget",
     "HostControlTarget",
     "Observer",
     "WrapTarget",
     "deep_merge",
+    "is_restorable_override",
     "kind_keys",
     "probe_boundary_for",
     "target_kind",
@@ -100,6 +102,20 @@ _HOST_RLIMITS: tuple[tuple[int, int], ...] = (
 _OUTPUT_CAP_BYTES = 64 * 1024**2  # attacks bound their own output well below this
 _DRAIN_S = 0.3  # how long output is still read after the command exited
 _POOL_ACQUIRE_S = 300.0  # a first acquire waits for a cold start (and, on microvm, a snapshot build)
+# What a warm target's pool runs in each restored sandbox before handing it out, per kind (the
+# backend's own warm-up is /bin/true): every attack is `python3 -c`, and a restored QEMU starts with
+# an empty TCG translation cache and a guest page cache without Python, so the first Python of a
+# VM paid ~0.9 s more (measured, quiet host: the attack prelude's run 2.17 s median after the
+# /bin/true warm-up, 1.30 s after this one, which costs 2.4 s in the pool's refill thread, off the
+# case's path). It is contain's own command, never a task's: no input, output to /dev/null, and it
+# writes nothing (/usr is read-only in the guest).
+KIND_WARM_UP: dict[str, tuple[tuple[str, ...], str]] = {
+    "microvm": (("python3", "-c", "import ctypes, errno, json"), "the attack prelude's imports"),
+}
+# Sandboxes a warm target keeps ready: two, so a case that runs the base boundary twice in a row
+# (task N, then task N+1) finds the second ready instead of waiting for a refill (a microVM
+# restore plus its warm-up: 1-3 s under TCG here). Each idle microVM holds ~190 MiB of host memory.
+_POOL_SIZE = 2
 
 
 def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -138,6 +154,23 @@ def kind_keys(kind: str) -> tuple[str, ...]:
     """
     base = kind.split(":", 1)[0]
     return (kind,) if base == kind else (kind, base)
+
+
+# File rules whose access binds a host path, which makes a run boot cold even on a warm target: a
+# bound host directory is imaged by content, so a case's planted tree (fresh canaries every run)
+# would key a template of its own, built once and never restored again, and push useful templates
+# out of the backend's cache. Scratch paths (and their exports, copied out at close) bind nothing.
+_BINDING_ACCESS = frozenset({"read", "write", "block"})
+
+
+def is_restorable_override(boundary: Mapping[str, Any] | None) -> bool:
+    """Whether a run with these case overrides may start through the backend's warm start: a
+    non-empty override none of whose ``files`` rules binds a host path (``_BINDING_ACCESS``; a
+    rule without an access is counted as binding)."""
+    if not boundary:
+        return False
+    rules = boundary.get("files") or []
+    return not any(not isinstance(r, Mapping) or str(r.get("access", "read")) in _BINDING_ACCESS for r in rules)
 
 
 class _PythonRunner:
@@ -196,12 +229,14 @@ class ContainTarget(_PythonRunner):
         # warm_pool: runs with the base boundary (no case overrides) take a sandbox from a
         # SandboxPool of that boundary (for microvm: restored from a snapshot) instead of starting
         # one; a pooled sandbox is a fresh Sandbox all the same (runtime/pool.py). Runs with
-        # overrides always start their own. ``close()`` closes the pool.
+        # overrides start their own: through the backend's warm start when it has one and the
+        # override binds no host path (``is_restorable_override``), else cold. ``close()`` closes both.
         self.warm_pool = warm_pool
         # sandboxes this target started (any whose backend got past its refusals): the runner's
         # by-construction rule reads it (runner.BY_CONSTRUCTION)
         self.sandboxes_started = 0
         self._pool: Any = None
+        self._warm: Any = None  # (the backend object, its WarmStart) for restorable overrides
         self._pool_lock = threading.Lock()
 
     def boundary_for(self, boundary: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -237,7 +272,8 @@ class ContainTarget(_PythonRunner):
         manifest = Boundary.model_validate(self.boundary_for(boundary))
         began = time.perf_counter()
         opened = self._pooled(manifest) if self.warm_pool and not boundary else None
-        with opened if opened is not None else Sandbox(manifest, backend=self.backend) as sandbox:
+        backend = self._warm_backend(manifest) if self.warm_pool and is_restorable_override(boundary) else None
+        with opened if opened is not None else Sandbox(manifest, backend=backend or self.backend) as sandbox:
             try:
                 host_pid = sandbox.supervisor_pid
                 after = observer(sandbox) if observer is not None else None
@@ -268,16 +304,70 @@ class ContainTarget(_PythonRunner):
 
         with self._pool_lock:
             if self._pool is None:
-                self._pool = SandboxPool(manifest, backend=self.backend, size=1)
+                backend = _with_warm_up(self.backend, manifest)
+                self._pool = SandboxPool(manifest, backend=backend or self.backend, size=_POOL_SIZE)
             pool = self._pool
         return pool.acquire(timeout_s=_POOL_ACQUIRE_S)
 
+    def _warm_backend(self, manifest: Any) -> Any:
+        """A ``WarmBackend`` over one warm start of this target's backend (opened on first use),
+        or None when the backend has none (every start is then cold). Each start through it is a
+        fresh sandbox restored from the template of *its own* plan (for microvm: keyed by the
+        planned VM, so another memory or disk budget or a NIC gets another template)."""
+        from contain.runtime.backend import WarmStartCapable
+        from contain.runtime.pool import WarmBackend
+        from contain.runtime.sandbox import Sandbox
+
+        with self._pool_lock:
+            if self._warm is None:
+                backend = Sandbox(manifest, backend=self.backend).sandbox_backend
+                warm = backend.open_warm_start() if isinstance(backend, WarmStartCapable) else None
+                self._warm = (backend, warm)
+            backend, warm = self._warm
+        return WarmBackend(backend, warm) if warm is not None else None
+
     def close(self) -> None:
-        """Close the warm pool, if one was opened (its sandboxes are killed and removed)."""
+        """Close the warm pool and the warm start, if opened (pooled sandboxes are killed and
+        removed; a warm start's templates stay in the backend's cache)."""
         with self._pool_lock:
             pool, self._pool = self._pool, None
+            warm, self._warm = self._warm, None
         if pool is not None:
             pool.close()
+        if warm is not None and warm[1] is not None:
+            warm[1].close()
+
+
+class _WarmedUpBackend:
+    """A backend whose warm start runs ``KIND_WARM_UP``'s command as its warm-up (microvm only:
+    ``MicroVMWarmStart(warm_up=...)``); every other call is the backend's own."""
+
+    def __init__(self, backend: Any, argv: tuple[str, ...]) -> None:
+        self._backend = backend
+        self._argv = argv
+        self.name = backend.name
+
+    def cgroup_joined_at_exec(self, facts: Any) -> bool:
+        return bool(self._backend.cgroup_joined_at_exec(facts))
+
+    def start(self, plan: Any) -> Any:
+        return self._backend.start(plan)
+
+    def open_warm_start(self) -> Any:
+        from contain.runtime.backend import CommandRequest
+        from contain.runtime.microvm.warm_start import MicroVMWarmStart
+
+        return MicroVMWarmStart(self._backend, warm_up=CommandRequest(argv=self._argv, env={}, cwd="/", rlimits=()))
+
+
+def _with_warm_up(spec: str, manifest: Any) -> _WarmedUpBackend | None:
+    """The pool's backend for ``spec`` with the kind's ``KIND_WARM_UP`` row, or None (no row)."""
+    row = next((KIND_WARM_UP[k] for k in kind_keys(spec) if k in KIND_WARM_UP), None)
+    if row is None:
+        return None
+    from contain.runtime.sandbox import Sandbox
+
+    return _WarmedUpBackend(Sandbox(manifest, backend=spec).sandbox_backend, row[0])
 
 
 class _BoundedHostRunner(_PythonRunner):

@@ -167,3 +167,59 @@ def test_case_ids_are_the_present_catalogue_ids() -> None:
         "PX-14",
         "PX-15",
     ]
+
+
+class _AnswersAt:
+    """PX-13's target (answers, if at all, only at ``answering``) and its host control (really
+    sends the control request to the canary port the case gives it)."""
+
+    name, kind, has_contain_hooks = "fake", "process", True
+
+    def __init__(self, answering: tuple[str, int] | None) -> None:
+        self.answering = answering
+        self.asked: list[tuple[str, int]] = []
+
+    def run_python(self, code: str, **kw: Any) -> AttackRun:
+        params = params_of(code)
+        report = {}
+        if "proxy_port" in params:  # the host control: straight to the canary
+            for req in params["requests"]:
+                with socket.create_connection(("127.0.0.1", params["proxy_port"]), timeout=2) as c:
+                    c.sendall(req["raw"].encode("latin-1"))
+                    c.settimeout(2)
+                    c.recv(100)
+                report[req["name"]] = {"ok": True, "value": "HTTP/1.1 200 OK"}
+        else:
+            for req in params["requests"]:
+                via = tuple(req["via"])
+                self.asked.append(via)
+                hit = via == self.answering
+                report[req["name"]] = {"ok": True, "value": "HTTP/1.1 200 OK"} if hit else {"ok": False, "errno": "E"}
+        out = ("\n" + REPORT_MARK + json.dumps(report) + "\n").encode()
+        return AttackRun(0, None, out, b"", False, 0.01)
+
+    def run_argv(self, argv: Sequence[str], **kw: Any) -> AttackRun:
+        raise AssertionError
+
+
+def test_px13_asks_every_address_a_backend_puts_the_proxy_at() -> None:
+    from contain.probe.cases_proxy import PROXY_PLACES
+
+    case = next(c for c in CASES if c.id == "PX-13")
+    target = _AnswersAt(None)
+    ctx = Ctx(target)
+    ctx.control = _AnswersAt(None)
+    result = case.check(ctx)
+    assert result.verdict is Verdict.CONTAINED, result.summary
+    assert target.asked == [place for place, _why in PROXY_PLACES]
+    assert ("127.0.0.1", 3128) in target.asked and ("10.0.2.100", 3128) in target.asked
+
+
+@pytest.mark.parametrize("answering", [("127.0.0.1", 3128), ("10.0.2.100", 3128)])
+def test_px13_an_answer_at_any_proxy_place_without_an_allow_list_is_escaped(answering) -> None:
+    case = next(c for c in CASES if c.id == "PX-13")
+    ctx = Ctx(_AnswersAt(answering))
+    ctx.control = _AnswersAt(None)
+    result = case.check(ctx)
+    assert result.verdict is Verdict.ESCAPED
+    assert f"{answering[0]}:{answering[1]}" in result.summary

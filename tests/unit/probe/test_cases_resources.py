@@ -57,3 +57,96 @@ def test_re53_control_restores_what_a_clipped_event_offered_the_host():
     kept = log.drain().events[0].to_dict()
     assert event_cost(EgressEvent(**kept)) < 2_500
     assert _offered_bytes(kept) == event_cost(original)
+
+
+def _flood_against_a_fake_proxy(**params):
+    """Run RE-53's flood (as a local python3) against a loopback stand-in for the proxy that
+    reads each request head and answers 403; returns the heads and the attack's report."""
+    import socket
+    import subprocess
+    import sys
+    import threading
+
+    from contain.probe.case import AttackRun
+    from contain.probe.cases_resources import _PROXY_FLOOD
+    from contain.probe.context import attack, attack_report
+
+    server = socket.create_server(("127.0.0.1", 0))
+    heads: list[bytes] = []
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            with conn:
+                data = b""
+                while b"\r\n\r\n" not in data and len(data) < 1 << 20:
+                    chunk = conn.recv(65536)
+                    if not chunk:
+                        break
+                    data += chunk
+                heads.append(data)
+                conn.sendall(b"HTTP/1.1 403 Forbidden\r\nConnection: close\r\n\r\n")
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        code = attack(_PROXY_FLOOD, proxy=list(server.getsockname()), output_mib=0, **params)
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=60, check=False)
+    finally:
+        server.shutdown(socket.SHUT_RDWR)  # wakes the accept() above (close alone does not)
+        server.close()
+        thread.join(timeout=5)
+    return heads, attack_report(AttackRun(0, None, out.stdout, out.stderr, False, 0.0)) or {}
+
+
+def test_re53_each_flood_request_fits_the_proxys_head_limit_with_the_whole_name():
+    from contain.egress.proxy import MAX_HEAD_BYTES
+    from contain.probe.cases_resources import _FLOOD_NAME_CHARS
+
+    heads, report = _flood_against_a_fake_proxy(
+        count=3, seconds=30, goal_bytes=10**9, offered_per_refusal=1, name_chars=_FLOOD_NAME_CHARS
+    )
+    assert len(heads) == 3 and report["sent"]["value"] == 3
+    for head in heads:
+        assert len(head) <= MAX_HEAD_BYTES  # a longer head is refused before its name is read
+        assert head.count(b"a" * _FLOOD_NAME_CHARS) == 1
+
+
+def test_re53_the_flood_stops_once_its_refusals_offered_the_goal():
+    heads, report = _flood_against_a_fake_proxy(
+        count=50, seconds=30, goal_bytes=3_000, offered_per_refusal=1_000, name_chars=100
+    )
+    assert (len(heads), report["refused by the proxy"]["value"]) == (3, 3)
+
+
+def test_re09_a_hog_that_failed_to_run_is_an_error_never_a_verdict():
+    # The hog runs in a thread of its own; its exception was lost and the case judged the sibling
+    # against an empty hog report.
+    import pytest
+
+    from contain.probe.case import AttackRun
+    from contain.probe.context import REPORT_MARK, RunContext
+    from contain.probe.cases_resources import re_09
+
+    class HogFails:
+        name, kind, has_contain_hooks = "fake", "process", True
+
+        def run_python(self, code, **kw):
+            if '"role": "hog"' in code.replace('\\"', '"'):
+                raise RuntimeError("the hog's sandbox did not start")
+            out = ("\n" + REPORT_MARK + '{"sibling mq": {"ok": true}}\n').encode()
+            return AttackRun(0, None, out, b"", False, 0.01)
+
+        def run_argv(self, argv, **kw):  # pragma: no cover
+            raise AssertionError
+
+    target = HogFails()
+    ctx = RunContext(target, control=target, sandboxed_control=target, run_id="unithog")
+    try:
+        with pytest.raises(RuntimeError, match="hog's sandbox"):
+            re_09(ctx)
+    finally:
+        ctx.close()

@@ -78,12 +78,30 @@ def test_the_forged_frames_are_what_the_hosts_decoder_reads_as_an_exited_status_
 
 
 def test_vm01_writes_the_agent_port_last_after_its_marker_and_names_the_host_canary(tmp_path):
-    script = cases_vm._vm01_script(tmp_path / "canary")
+    script = cases_vm._vm01_script(tmp_path, "cn")
     assert script.index(cases_vm._VM01_LAST) < script.index('printf "$P" > $AGENT')
     assert '[ "$dev" != "$AGENT" ]' in script  # every other device first
-    assert f"exec:touch {tmp_path / 'canary'}" in script
+    assert f"exec:touch {tmp_path / 'exec-cn'}" in script
     for device in ("/dev/ttyS*", "/dev/hvc*", "/dev/console", "/dev/vport*", "/dev/port", "/dev/mem"):
         assert device in script
+
+
+def test_vm01_asks_for_a_file_qemu_writes_itself_before_the_exec_its_seccomp_filter_kills_it_for(tmp_path):
+    # QEMU runs with -sandbox spawn=deny: a monitor's "migrate exec:" is SIGSYS, so the exec
+    # alone can never show a reachable monitor; pmemsave (no spawn) must come first, and its
+    # size in parentheses, its name quoted (HMP reads "16 /tmp/x" as 16 divided by ...).
+    payload = cases_vm._vm01_script(tmp_path, "cn").split("P='", 1)[1].split("'", 1)[0]
+    saved, touched = tmp_path / "pmemsave-cn", tmp_path / "exec-cn"
+    assert payload.index(f'pmemsave 0 (16) "{saved}"') < payload.index(f"exec:touch {touched}")
+    qmp = payload.index('{"execute":"pmemsave","arguments":{"val":0,"size":16,"filename":"' + str(saved))
+    assert qmp < payload.rindex("exec:touch") < payload.index('{"execute":"quit"}')
+
+
+def test_vm05_fills_the_guest_short_of_a_panic_so_its_run_and_cgroup_peak_can_be_read():
+    script = cases_vm._VM05_SCRIPT
+    assert "MemAvailable" in script
+    assert f"size=$(( avail / 1024 - {cases_vm._VM05_HEADROOM_MIB} ))m" in script
+    assert "size=100%" not in script
 
 
 def test_vm04_attacks_the_gateway_dns_broadcast_ipv6_and_loopback_with_the_token():

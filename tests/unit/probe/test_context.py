@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from contain.probe.case import AttackRun, Verdict
 from contain.probe.context import attack, attack_report, canary_sinks, succeeded, verdict
 
@@ -53,3 +55,32 @@ def test_a_missing_prerequisite_is_inconclusive():
 def test_contained_needs_no_breach_and_a_working_control():
     result = verdict("FS-01", breaches=[], control_shows_breach=True, contained="ok", control="c", evidence={})
     assert (result.verdict, result.summary, result.control) == (Verdict.CONTAINED, "ok", "c")
+
+
+def _endpoint_seen_by_an_attack(env: dict[str, str], **params: object) -> list[object]:
+    import subprocess
+    import sys
+
+    code = attack("note('endpoint', proxy_endpoint())\ndone()", **params)
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, timeout=30, check=True)
+    report = attack_report(_run(out.stdout))
+    assert report is not None, out.stderr
+    return list(report["endpoint"]["value"])
+
+
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [
+        ({"http_proxy": "http://10.0.2.100:3128"}, ["10.0.2.100", 3128]),  # a microVM guest's forward
+        ({"HTTP_PROXY": "http://127.0.0.1:3128/"}, ["127.0.0.1", 3128]),  # a process sandbox's loopback
+        ({"http_proxy": "http://u:p@[fd00::1]:8080"}, ["fd00::1", 8080]),
+        ({}, ["127.0.0.1", 3128]),  # no proxy given: the loopback default, which nothing should answer
+    ],
+)
+def test_an_attack_aims_at_the_proxy_the_sandbox_was_told_of(env, expected):
+    assert _endpoint_seen_by_an_attack({"PATH": "/usr/bin:/bin", **env}) == expected
+
+
+def test_an_explicit_proxy_parameter_wins_over_the_environment():
+    env = {"PATH": "/usr/bin:/bin", "http_proxy": "http://10.0.2.100:3128"}
+    assert _endpoint_seen_by_an_attack(env, proxy=["127.0.0.1", 4321]) == ["127.0.0.1", 4321]

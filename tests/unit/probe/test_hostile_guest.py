@@ -76,3 +76,14 @@ def test_file_hashes_are_read_without_following_a_link(tmp_path):
     assert hostile_guest.sha256_of(target) == "2d711642b726b04401627ca9fbac32f5c8530fb1903cc4db02258717921a4881"
     with pytest.raises(OSError):
         hostile_guest.sha256_of(tmp_path / "link")
+
+
+def test_a_control_vm_that_quit_by_itself_is_reaped_with_its_status_and_peak_rss(monkeypatch):
+    # A monitor's "quit" (or a seccomp kill) ends QEMU before the deadline: run() must still
+    # reap it itself (wait4: status and rusage), never lose it to another reaper.
+    monkeypatch.setattr(ControlVm, "argv", lambda self, agent_fd: ["/bin/sh", "-c", "echo up; exit 3"])
+    control = ControlVm(IMAGE)
+    control.run(timeout_s=30)
+    assert control.exit_code == 3
+    assert control.max_rss_kib > 0
+    assert "up" in control.serial.text()

@@ -14,6 +14,7 @@ from contain.probe.targets import (
     HostControlTarget,
     WrapTarget,
     deep_merge,
+    is_restorable_override,
     target_kind,
 )
 
@@ -119,3 +120,84 @@ def test_a_target_without_a_warm_pool_has_nothing_to_close_and_counts_no_sandbox
     target = ContainTarget("microvm")
     target.close()
     assert (target.warm_pool, target.sandboxes_started) == (False, 0)
+
+
+@pytest.mark.parametrize(
+    ("override", "restorable"),
+    [
+        (None, False),  # the base boundary: the warm pool's
+        ({}, False),
+        ({"resources": {"memory_bytes": 512 * 1024**2}}, True),  # a stable template of its own
+        ({"network": {"allow": [{"host": "a.test", "ports": [80]}]}}, True),
+        ({"files": [{"host": "/tmp/x", "path": "/probe/x", "access": "read"}]}, False),  # imaged by content
+        ({"files": [{"host": "/tmp/x", "path": "/probe/x", "access": "write"}]}, False),
+        ({"files": [{"host": "/tmp/x", "path": "/probe/x"}]}, False),  # no access given: counted as a bind
+        ({"files": [{"path": "/work/out", "access": "scratch", "export": "/tmp/o"}]}, True),  # nothing bound
+        ({"files": [], "resources": {"pids_max": 8}}, True),
+    ],
+)
+def test_only_overrides_that_bind_no_host_path_start_through_the_warm_start(override, restorable):
+    assert is_restorable_override(override) is restorable
+
+
+def test_a_warm_target_opens_one_warm_start_for_its_override_runs_and_closes_it(monkeypatch):
+    import contain.runtime.sandbox as sandbox_module
+
+    class Warm:
+        closed = False
+
+        def start(self, plan):  # pragma: no cover - never started here
+            raise AssertionError
+
+        def close(self) -> None:
+            self.closed = True
+
+    warm = Warm()
+
+    class Capable:
+        name = "microvm"
+        opened = 0
+
+        def open_warm_start(self) -> Warm:
+            Capable.opened += 1
+            return warm
+
+        def start(self, plan):  # pragma: no cover - a warm target's override runs restore instead
+            raise AssertionError
+
+        def cgroup_joined_at_exec(self, facts) -> bool:
+            return False
+
+    class FakeSandbox:
+        def __init__(self, manifest, *, backend=None) -> None:
+            self.sandbox_backend = Capable()
+
+    monkeypatch.setattr(sandbox_module, "Sandbox", FakeSandbox)
+    target = ContainTarget("microvm", warm_pool=True)
+    first, second = target._warm_backend(None), target._warm_backend(None)
+    assert first.warm is warm and second.warm is warm and Capable.opened == 1
+    assert first.name == "microvm"
+    target.close()
+    assert warm.closed
+
+
+def test_the_microvm_pool_warms_up_with_the_attack_preludes_python(monkeypatch):
+    import contain.runtime.sandbox as sandbox_module
+    from contain.probe.targets import KIND_WARM_UP, _with_warm_up
+    from contain.runtime.microvm.warm_start import MicroVMWarmStart
+
+    class Inner:
+        name = "microvm"
+
+    class FakeSandbox:
+        def __init__(self, manifest, *, backend=None) -> None:
+            self.sandbox_backend = Inner()
+
+    monkeypatch.setattr(sandbox_module, "Sandbox", FakeSandbox)
+    backend = _with_warm_up("microvm", None)
+    assert backend is not None and backend.name == "microvm"
+    warm = backend.open_warm_start()
+    assert isinstance(warm, MicroVMWarmStart)
+    assert warm._warm_up_request.argv == KIND_WARM_UP["microvm"][0] == ("python3", "-c", "import ctypes, errno, json")
+    assert (warm._warm_up_request.env, warm._warm_up_request.cwd) == ({}, "/")
+    assert _with_warm_up("process", None) is None and _with_warm_up("container:runc", None) is None

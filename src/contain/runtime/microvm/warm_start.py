@@ -95,8 +95,9 @@ WARM_UP_TIMEOUT_S = 60.0
 QEMU_EXIT_GRACE_S = 1.0  # after the channel broke: whether QEMU ended (the stream did not load)
 
 
-def _warm_up(handle: GuestSandbox) -> None:
-    """Step 6: run ``WARM_UP`` once and require it to exit 0.
+def _warm_up(handle: GuestSandbox, request: CommandRequest = WARM_UP) -> None:
+    """Step 6: run ``request`` (``WARM_UP`` unless the warm start was given another) once and
+    require it to exit 0.
 
     Raises:
         SandboxStartError: it could not start, failed, or outlived ``WARM_UP_TIMEOUT_S``.
@@ -104,7 +105,7 @@ def _warm_up(handle: GuestSandbox) -> None:
     """
     null = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
     try:
-        started = handle.spawn(WARM_UP, (null, null, null))
+        started = handle.spawn(request, (null, null, null))
     finally:
         os.close(null)
     if isinstance(started, SpawnFailed):
@@ -125,8 +126,10 @@ class MicroVMWarmStart:
     agent's READY for the last restore, for the bench.
     """
 
-    def __init__(self, backend: MicroVMBackend) -> None:
+    def __init__(self, backend: MicroVMBackend, *, warm_up: CommandRequest = WARM_UP) -> None:
         self._backend = backend
+        # step 6's command: contain's own, never a task's (the probe warms Python: what it runs next)
+        self._warm_up_request = warm_up
         self._lock = threading.Lock()
         self._templates: dict[str, int] = {}  # key -> read-only descriptor of its snapshot
         self._prepared: PreparedGuest | None = None
@@ -189,7 +192,7 @@ class MicroVMWarmStart:
             handle.set_identity(hostname=GUEST_HOSTNAME, machine_id=secrets.token_hex(16), realtime_ns=time.time_ns())
             handle.hello()
             restored_s = time.monotonic() - began
-            _warm_up(handle)
+            _warm_up(handle, self._warm_up_request)
         except ContainError as exc:
             # QEMU ending before the guest's first answer: the stream did not load (a truncated or
             # foreign file); drop the template so the next start rebuilds it instead of failing
