@@ -128,8 +128,8 @@ def test_re09_a_hog_that_failed_to_run_is_an_error_never_a_verdict():
     import pytest
 
     from contain.probe.case import AttackRun
-    from contain.probe.context import REPORT_MARK, RunContext
     from contain.probe.cases_resources import re_09
+    from contain.probe.context import REPORT_MARK, RunContext
 
     class HogFails:
         name, kind, has_contain_hooks = "fake", "process", True
