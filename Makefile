@@ -18,7 +18,7 @@ test: setup
 	@echo "test: ruff, mypy, pytest"
 	@.venv/bin/ruff check src tests
 	@.venv/bin/mypy
-	@.venv/bin/python -m pytest -q
+	@.venv/bin/python -m pytest -q --durations=20
 
 # The escape battery on the microvm backend alone (`make test` runs it too; docs/probe.md, "microvm").
 test-microvm-battery: setup
