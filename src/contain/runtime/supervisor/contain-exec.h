@@ -41,6 +41,18 @@ struct run_rlimit {
     struct rlimit value;
 };
 
+#define MAX_RLIMITS 16
+
+/* What both programs run: argv and envp (NULL-terminated, sized by the caller for every item of
+ * the frame), cwd, rlimits. The agent's SPAWN adds its guest-side limits and filter around it. */
+struct run_request {
+    const char *cwd;
+    char **argv;
+    char **envp;
+    struct run_rlimit rlimits[MAX_RLIMITS];
+    size_t n_rlimits;
+};
+
 /* "inf", or a decimal without a leading zero below RLIM_INFINITY (spell unlimited as inf). */
 static int parse_limit_value(const char *s, size_t len, rlim_t *out) {
     if (len == 3 && memcmp(s, "inf", 3) == 0) {
@@ -98,6 +110,46 @@ static int parse_rlimit(const char *spec, struct run_rlimit *out, char *err, siz
 
 /* Split a body of NUL-terminated items. Returns the count (0 for an empty body), or -1 when the
  * body does not end with a NUL or memory runs out. *items is malloc'd and points into body. */
+/* One item both frames share: arg=, env=KEY=VALUE (non-empty KEY), cwd=/absolute (once),
+ * rlimit=NAME:SOFT:HARD (each resource once, at most MAX_RLIMITS). Returns 1 when the item was
+ * one of these and is stored in rq, 0 when it is none of them (the caller's own keys), -1 with
+ * err set when it is one of them but malformed. */
+static int parse_run_item(char *it, struct run_request *rq, size_t *nargs, size_t *nenv, char *err, size_t errlen) {
+    if (strncmp(it, "arg=", 4) == 0) {
+        rq->argv[(*nargs)++] = it + 4;
+    } else if (strncmp(it, "env=", 4) == 0) {
+        char *eq = strchr(it + 4, '=');
+        if (eq == NULL || eq == it + 4) {
+            snprintf(err, errlen, "env item %.200s is not env=KEY=VALUE", it);
+            return -1;
+        }
+        rq->envp[(*nenv)++] = it + 4;
+    } else if (strncmp(it, "cwd=", 4) == 0) {
+        if (rq->cwd != NULL || it[4] != '/') {
+            snprintf(err, errlen, "cwd must be given once, as an absolute path");
+            return -1;
+        }
+        rq->cwd = it + 4;
+    } else if (strncmp(it, "rlimit=", 7) == 0) {
+        if (rq->n_rlimits >= MAX_RLIMITS) {
+            snprintf(err, errlen, "more than %d rlimit items", MAX_RLIMITS);
+            return -1;
+        }
+        if (parse_rlimit(it + 7, &rq->rlimits[rq->n_rlimits], err, errlen) < 0)
+            return -1;
+        for (size_t k = 0; k < rq->n_rlimits; k++) {
+            if (rq->rlimits[k].resource == rq->rlimits[rq->n_rlimits].resource) {
+                snprintf(err, errlen, "rlimit %.200s given twice", it + 7);
+                return -1;
+            }
+        }
+        rq->n_rlimits++;
+    } else {
+        return 0;
+    }
+    return 1;
+}
+
 static long split_nul_items(char *body, size_t len, char ***items) {
     *items = NULL;
     if (len == 0)

@@ -57,13 +57,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "contain-exec.h" /* RLIMIT_NAMES, parse_rlimit, split_nul_items, child_fail, exec_search */
+#include "contain-exec.h" /* struct run_request, parse_run_item, split_nul_items, child_fail, exec_search */
 
 #define EXIT_REFUSED 125
 #define MAX_FRAME_BYTES (1u << 20) /* protocol bound, docs/supervisor-protocol.md */
 #define MAX_ITEM_TEXT 4096         /* one formatted reply item */
 #define CMSG_FD_CAPACITY 16        /* room to receive (and then reject) surplus fds */
-#define MAX_RLIMITS 16
 
 /* ---- Landlock UAPI ----------------------------------------------------------------------
  * Defined here, not taken from <linux/landlock.h>: build hosts' headers lag the kernel (Debian 12
@@ -691,14 +690,6 @@ static long split_items(struct inframe *fr, char ***items) {
 
 /* ---- RUN -------------------------------------------------------------------------------- */
 
-struct run_request {
-    const char *cwd;
-    char **argv; /* NULL-terminated */
-    char **envp; /* NULL-terminated */
-    struct run_rlimit rlimits[MAX_RLIMITS];
-    size_t n_rlimits;
-};
-
 static int parse_run(char **items, long n, struct run_request *rq, char *err, size_t errlen) {
     memset(rq, 0, sizeof *rq);
     rq->argv = calloc((size_t)n + 1, sizeof(char *));
@@ -709,38 +700,11 @@ static int parse_run(char **items, long n, struct run_request *rq, char *err, si
     }
     size_t nargs = 0, nenv = 0;
     for (long i = 1; i < n; i++) {
-        char *it = items[i];
-        if (strncmp(it, "arg=", 4) == 0) {
-            rq->argv[nargs++] = it + 4;
-        } else if (strncmp(it, "env=", 4) == 0) {
-            char *eq = strchr(it + 4, '=');
-            if (eq == NULL || eq == it + 4) {
-                snprintf(err, errlen, "env item %.200s is not env=KEY=VALUE", it);
-                return -1;
-            }
-            rq->envp[nenv++] = it + 4;
-        } else if (strncmp(it, "cwd=", 4) == 0) {
-            if (rq->cwd != NULL || it[4] != '/') {
-                snprintf(err, errlen, "cwd must be given once, as an absolute path");
-                return -1;
-            }
-            rq->cwd = it + 4;
-        } else if (strncmp(it, "rlimit=", 7) == 0) {
-            if (rq->n_rlimits >= MAX_RLIMITS) {
-                snprintf(err, errlen, "more than %d rlimit items", MAX_RLIMITS);
-                return -1;
-            }
-            if (parse_rlimit(it + 7, &rq->rlimits[rq->n_rlimits], err, errlen) < 0)
-                return -1;
-            for (size_t k = 0; k < rq->n_rlimits; k++) {
-                if (rq->rlimits[k].resource == rq->rlimits[rq->n_rlimits].resource) {
-                    snprintf(err, errlen, "rlimit %.200s given twice", it + 7);
-                    return -1;
-                }
-            }
-            rq->n_rlimits++;
-        } else {
-            snprintf(err, errlen, "unknown RUN item %.200s", it);
+        int parsed = parse_run_item(items[i], rq, &nargs, &nenv, err, errlen);
+        if (parsed < 0)
+            return -1;
+        if (parsed == 0) {
+            snprintf(err, errlen, "unknown RUN item %.200s", items[i]);
             return -1;
         }
     }

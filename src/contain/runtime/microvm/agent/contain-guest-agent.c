@@ -70,7 +70,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "contain-exec.h" /* shared with the supervisor: RLIMIT_NAMES, parse_rlimit, split_nul_items, child_fail, exec_search */
+#include "contain-exec.h" /* shared with the supervisor: struct run_request, parse_run_item, split_nul_items, child_fail, exec_search */
 
 #define EXIT_REFUSED 125
 #define PROTOCOL_VERSION 2 /* 2: SPAWN carries seccomp= (mandatory) */
@@ -79,7 +79,6 @@
 #define WINDOW_BYTES (256u * 1024u)   /* per-stream credit window, guest_channel.WINDOW_BYTES */
 #define CHUNK_BYTES (64u * 1024u)     /* largest DATA body this agent sends */
 #define MAX_ITEM_TEXT 4096
-#define MAX_RLIMITS 16
 #define MAX_EXPORT_DEPTH 64
 #define MAX_REL_PATH 3800 /* an export path= item must fit MAX_ITEM_TEXT */
 #define MIN_RESEED 32
@@ -647,11 +646,7 @@ static void reap_available(void) {
 /* ---- SPAWN ------------------------------------------------------------------------------ */
 
 struct spawn_request {
-    const char *cwd;
-    char **argv;
-    char **envp;
-    struct run_rlimit rlimits[MAX_RLIMITS];
-    size_t n_rlimits;
+    struct run_request run; /* argv, envp, cwd, rlimits: the items the supervisor's RUN has too */
     uint64_t memory_max, pids_max, output_max; /* 0: not asked */
     struct sock_filter *filter; /* the host's seccomp program (mandatory), installed before exec */
     unsigned short filter_len;
@@ -706,9 +701,9 @@ static long split_items(unsigned char *body, size_t len, char ***items) {
 }
 
 static int parse_spawn(char **items, long n, struct spawn_request *rq, char *err, size_t errlen) {
-    rq->argv = calloc((size_t)n + 1, sizeof(char *));
-    rq->envp = calloc((size_t)n + 1, sizeof(char *));
-    if (rq->argv == NULL || rq->envp == NULL) {
+    rq->run.argv = calloc((size_t)n + 1, sizeof(char *));
+    rq->run.envp = calloc((size_t)n + 1, sizeof(char *));
+    if (rq->run.argv == NULL || rq->run.envp == NULL) {
         snprintf(err, errlen, "out of memory");
         return -1;
     }
@@ -717,35 +712,11 @@ static int parse_spawn(char **items, long n, struct spawn_request *rq, char *err
         char *it = items[i];
         uint64_t *limit = NULL;
         const char *value = NULL;
-        if (strncmp(it, "arg=", 4) == 0) {
-            rq->argv[nargs++] = it + 4;
-        } else if (strncmp(it, "env=", 4) == 0) {
-            char *eq = strchr(it + 4, '=');
-            if (eq == NULL || eq == it + 4) {
-                snprintf(err, errlen, "env item %.200s is not env=KEY=VALUE", it);
-                return -1;
-            }
-            rq->envp[nenv++] = it + 4;
-        } else if (strncmp(it, "cwd=", 4) == 0) {
-            if (rq->cwd != NULL || it[4] != '/') {
-                snprintf(err, errlen, "cwd must be given once, as an absolute path");
-                return -1;
-            }
-            rq->cwd = it + 4;
-        } else if (strncmp(it, "rlimit=", 7) == 0) {
-            if (rq->n_rlimits >= MAX_RLIMITS) {
-                snprintf(err, errlen, "more than %d rlimit items", MAX_RLIMITS);
-                return -1;
-            }
-            if (parse_rlimit(it + 7, &rq->rlimits[rq->n_rlimits], err, errlen) < 0)
-                return -1;
-            for (size_t k = 0; k < rq->n_rlimits; k++) {
-                if (rq->rlimits[k].resource == rq->rlimits[rq->n_rlimits].resource) {
-                    snprintf(err, errlen, "rlimit %.200s given twice", it + 7);
-                    return -1;
-                }
-            }
-            rq->n_rlimits++;
+        int parsed = parse_run_item(it, &rq->run, &nargs, &nenv, err, errlen);
+        if (parsed < 0)
+            return -1;
+        if (parsed > 0) {
+            continue;
         } else if (strncmp(it, "memory_max=", 11) == 0) {
             limit = &rq->memory_max, value = it + 11;
         } else if (strncmp(it, "pids_max=", 9) == 0) {
@@ -764,7 +735,7 @@ static int parse_spawn(char **items, long n, struct spawn_request *rq, char *err
             return -1;
         }
     }
-    if (nargs == 0 || rq->cwd == NULL) {
+    if (nargs == 0 || rq->run.cwd == NULL) {
         snprintf(err, errlen, "SPAWN needs cwd= and at least one arg=");
         return -1;
     }
@@ -883,14 +854,14 @@ static int drop_all_capabilities(void) {
 static void __attribute__((noreturn)) workload_exec(struct spawn_request *rq, int errfd) {
     if (setsid() < 0)
         child_fail(errfd, ST_SETUP, errno);
-    if (chdir(rq->cwd) < 0)
+    if (chdir(rq->run.cwd) < 0)
         child_fail(errfd, ST_CHDIR, errno);
     /* Last step before exec (the filter allows execve and write): contain's own filter, the same
      * program the process backend's supervisor installs. No filter, no workload. */
     struct sock_fprog prog = {.len = rq->filter_len, .filter = rq->filter};
     if (prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog, 0, 0) < 0)
         child_fail(errfd, ST_SECCOMP, errno);
-    exec_search(rq->argv, rq->envp, errfd, ST_EXEC);
+    exec_search(rq->run.argv, rq->run.envp, errfd, ST_EXEC);
 }
 
 /* The run's init: pid 1 of the run's pid namespace, in its user, mount, ipc, uts (and, once
@@ -1066,8 +1037,8 @@ static int prepare_run_init(pid_t pid, const struct spawn_request *rq, int *stag
     if (write_proc_of(pid, "oom_score_adj", "1000") < 0) /* the run dies first on OOM */
         goto fail;
     *stage = ST_RLIMIT;
-    for (size_t i = 0; i < rq->n_rlimits; i++) {
-        if (prlimit(pid, (enum __rlimit_resource)rq->rlimits[i].resource, &rq->rlimits[i].value, NULL) < 0)
+    for (size_t i = 0; i < rq->run.n_rlimits; i++) {
+        if (prlimit(pid, (enum __rlimit_resource)rq->run.rlimits[i].resource, &rq->run.rlimits[i].value, NULL) < 0)
             goto fail;
     }
     *stage = 0;
@@ -1176,8 +1147,8 @@ out:
         close_fd(&errpipe[i]);
         close_fd(&ctl[i]);
     }
-    free(rq.argv);
-    free(rq.envp);
+    free(rq.run.argv);
+    free(rq.run.envp);
     free(rq.filter);
 }
 
